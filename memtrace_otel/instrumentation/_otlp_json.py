@@ -1,0 +1,225 @@
+"""SDK spans -> neutral records -> OTLP/JSON, and a file exporter writing OTLP JSON Lines.
+
+The file format is the OpenTelemetry Collector file exporter's ``format: json``: one
+``ExportTraceServiceRequest`` per line, hex ids, integer enums, int64 as strings. We encode by
+hand: protobuf's ``json_format`` writes base64 ids and enum names, which is *not* OTLP/JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import IO, Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from memtrace_otel._internal import internal_error
+from memtrace_otel.semconv import (
+    SPAN_KINDS,
+    STATUS_CODES,
+    AttrValue,
+    EventRecord,
+    LinkRecord,
+    SpanRecord,
+    frozen_attributes,
+)
+
+_KIND_NUMBER = {name: number for number, name in enumerate(SPAN_KINDS)}
+_STATUS_NUMBER = {name: number for number, name in enumerate(STATUS_CODES)}
+
+
+def span_to_record(span: ReadableSpan) -> SpanRecord:
+    """Copy an SDK span into a neutral :class:`SpanRecord`."""
+    ctx = span.context
+    assert ctx is not None, "an ended SDK span always has a context"
+    parent = span.parent
+    scope = span.instrumentation_scope
+    return SpanRecord(
+        trace_id=format(ctx.trace_id, "032x"),
+        span_id=format(ctx.span_id, "016x"),
+        parent_span_id=format(parent.span_id, "016x") if parent is not None else None,
+        name=span.name,
+        kind=span.kind.name,
+        start_time_unix_nano=span.start_time or 0,
+        end_time_unix_nano=span.end_time or 0,
+        status_code=span.status.status_code.name,
+        status_message=span.status.description or "",
+        attributes=frozen_attributes(span.attributes),
+        events=tuple(
+            EventRecord(e.name, e.timestamp or 0, frozen_attributes(e.attributes))
+            for e in span.events
+        ),
+        links=tuple(
+            LinkRecord(
+                format(link.context.trace_id, "032x"),
+                format(link.context.span_id, "016x"),
+                frozen_attributes(link.attributes),
+            )
+            for link in span.links
+        ),
+        resource_attributes=frozen_attributes(span.resource.attributes),
+        scope_name=scope.name if scope is not None else "",
+        scope_version=(scope.version or "") if scope is not None else "",
+        scope_attributes=frozen_attributes(getattr(scope, "attributes", None)),
+        trace_state=ctx.trace_state.to_header() if ctx.trace_state else "",
+    )
+
+
+def encode_any_value(value: AttrValue) -> dict[str, Any]:
+    """One attribute value as an OTLP/JSON ``AnyValue``."""
+    if isinstance(value, str):
+        return {"stringValue": value}
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, bytes):
+        return {"bytesValue": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, Mapping):
+        return {"kvlistValue": {"values": encode_attributes(value)}}
+    if isinstance(value, tuple | list):
+        return {"arrayValue": {"values": [encode_any_value(v) for v in value]}}
+    return {}
+
+
+def encode_attributes(attributes: Mapping[str, AttrValue]) -> list[dict[str, Any]]:
+    """Attributes as an OTLP/JSON ``KeyValue`` list."""
+    return [{"key": k, "value": encode_any_value(v)} for k, v in attributes.items()]
+
+
+def encode_span(record: SpanRecord) -> dict[str, Any]:
+    """One record as an OTLP/JSON ``Span`` object."""
+    span: dict[str, Any] = {
+        "traceId": record.trace_id,
+        "spanId": record.span_id,
+        "name": record.name,
+        "kind": _KIND_NUMBER.get(record.kind, 0),
+        "startTimeUnixNano": str(record.start_time_unix_nano),
+        "endTimeUnixNano": str(record.end_time_unix_nano),
+    }
+    if record.parent_span_id:
+        span["parentSpanId"] = record.parent_span_id
+    if record.trace_state:
+        span["traceState"] = record.trace_state
+    if record.attributes:
+        span["attributes"] = encode_attributes(record.attributes)
+    if record.events:
+        span["events"] = [
+            {
+                "timeUnixNano": str(e.time_unix_nano),
+                "name": e.name,
+                "attributes": encode_attributes(e.attributes),
+            }
+            for e in record.events
+        ]
+    if record.links:
+        span["links"] = [
+            {"traceId": li.trace_id, "spanId": li.span_id, "attributes": encode_attributes(li.attributes)}
+            for li in record.links
+        ]
+    status: dict[str, Any] = {}
+    if record.status_code != "UNSET":
+        status["code"] = _STATUS_NUMBER.get(record.status_code, 0)
+    if record.status_message:
+        status["message"] = record.status_message
+    span["status"] = status
+    return span
+
+
+def encode_request(records: Iterable[SpanRecord]) -> dict[str, Any]:
+    """Records as one OTLP/JSON ``ExportTraceServiceRequest``, grouped by resource and scope."""
+    resources: dict[str, tuple[SpanRecord, dict[str, list[dict[str, Any]]]]] = {}
+    scopes: dict[tuple[str, str], SpanRecord] = {}
+    for record in records:
+        rkey = _attr_key(record.resource_attributes)
+        skey = json.dumps(
+            [record.scope_name, record.scope_version, _attr_key(record.scope_attributes)]
+        )
+        entry = resources.setdefault(rkey, (record, {}))
+        entry[1].setdefault(skey, []).append(encode_span(record))
+        scopes.setdefault((rkey, skey), record)
+    resource_spans = []
+    for rkey, (first, by_scope) in resources.items():
+        scope_spans = []
+        for skey, spans in by_scope.items():
+            head = scopes[(rkey, skey)]
+            scope: dict[str, Any] = {"name": head.scope_name}
+            if head.scope_version:
+                scope["version"] = head.scope_version
+            if head.scope_attributes:
+                scope["attributes"] = encode_attributes(head.scope_attributes)
+            scope_spans.append({"scope": scope, "spans": spans})
+        resource_spans.append(
+            {
+                "resource": {"attributes": encode_attributes(first.resource_attributes)},
+                "scopeSpans": scope_spans,
+            }
+        )
+    return {"resourceSpans": resource_spans}
+
+
+def _attr_key(attributes: Mapping[str, AttrValue]) -> str:
+    return json.dumps(encode_attributes(attributes), sort_keys=True)
+
+
+def dumps_request(records: Iterable[SpanRecord]) -> str:
+    """One JSON Lines line (without the newline) holding ``records``."""
+    return json.dumps(encode_request(records), separators=(",", ":"), ensure_ascii=False)
+
+
+class OtlpJsonLinesExporter(SpanExporter):
+    """Appends each exported batch to a file as one OTLP/JSON line (the Collector's file format).
+
+    Args:
+        path: the file to append to; its directory is created.
+        stream: write to this text stream instead of a file (tests, stdout).
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, stream: IO[str] | None = None) -> None:
+        if (path is None) == (stream is None):
+            raise ValueError("give exactly one of path or stream")
+        self._lock = threading.Lock()
+        self._owns = stream is None
+        if stream is None:
+            assert path is not None
+            directory = os.path.dirname(os.fspath(path))
+            if directory:
+                os.makedirs(directory, exist_ok=True)
+            stream = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in shutdown()
+        self._stream: IO[str] = stream
+        self._closed = False
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._closed:
+            return SpanExportResult.FAILURE
+        try:
+            line = dumps_request(span_to_record(s) for s in spans)
+            with self._lock:
+                self._stream.write(line + "\n")
+                self._stream.flush()
+        except Exception:
+            internal_error("otlp_json_exporter.export")
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        with self._lock:
+            if not self._closed:
+                self._stream.flush()
+        return True
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._owns:
+                self._stream.close()
+            else:
+                self._stream.flush()

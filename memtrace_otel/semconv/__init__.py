@@ -1,0 +1,63 @@
+"""The trace contract's names and closed value sets (``docs/semantic-conventions.md``).
+
+Attribute names live in :mod:`memtrace_otel.semconv.attributes`; value sets are enums here;
+refs are parsed by :func:`parse_ref`; :class:`SpanRecord` is the neutral span every source
+converts into.
+"""
+
+from memtrace_otel.semconv import attributes
+from memtrace_otel.semconv.record import (
+    SPAN_KINDS,
+    STATUS_CODES,
+    AttrValue,
+    EventRecord,
+    LinkRecord,
+    SpanRecord,
+    frozen_attributes,
+)
+from memtrace_otel.semconv.refs import Ref, format_ref, is_ref, parse_ref
+from memtrace_otel.semconv.values import (
+    DEFAULT_STAGE_BY_KIND,
+    ERROR_TYPE_BY_KIND,
+    GEN_AI_OPERATION_BY_KIND,
+    MEMORY_STORE_OPERATIONS,
+    UPSERT_MEMORY,
+    CaptureMode,
+    Category,
+    ErrorType,
+    JudgeVerdict,
+    OpKind,
+    Role,
+    Stage,
+)
+
+CONTRACT_VERSION = "0.1"
+"""The version of ``shared/spec/semconv.md`` this package implements."""
+
+__all__ = [
+    "CONTRACT_VERSION",
+    "DEFAULT_STAGE_BY_KIND",
+    "ERROR_TYPE_BY_KIND",
+    "GEN_AI_OPERATION_BY_KIND",
+    "MEMORY_STORE_OPERATIONS",
+    "SPAN_KINDS",
+    "STATUS_CODES",
+    "UPSERT_MEMORY",
+    "AttrValue",
+    "CaptureMode",
+    "Category",
+    "ErrorType",
+    "EventRecord",
+    "JudgeVerdict",
+    "LinkRecord",
+    "OpKind",
+    "Ref",
+    "Role",
+    "SpanRecord",
+    "Stage",
+    "attributes",
+    "format_ref",
+    "frozen_attributes",
+    "is_ref",
+    "parse_ref",
+]

@@ -1,0 +1,94 @@
+"""Every attribute, event and link name of the trace contract (``docs/semantic-conventions.md``).
+
+This is the only module that spells a ``"memtrace.`` string; everything else imports the constant.
+Upstream OpenTelemetry GenAI names (``gen_ai.*``) are reused where they exist.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- Operation span attributes (contract section 2) -------------------------------------------
+MEMTRACE_OP_KIND: Final = "memtrace.op.kind"
+"""Required. The operation kind, one of :class:`memtrace_otel.semconv.OpKind`."""
+MEMTRACE_OP_NAME: Final = "memtrace.op.name"
+"""Required. The concrete step, e.g. ``mem0.fact_extraction``."""
+MEMTRACE_OP_INPUTS: Final = "memtrace.op.inputs"
+"""Required. ``string[]`` of variable refs (``<id>@<version>``) the op read."""
+MEMTRACE_OP_OUTPUTS: Final = "memtrace.op.outputs"
+"""Required. ``string[]`` of variable refs the op wrote."""
+MEMTRACE_STAGE: Final = "memtrace.stage"
+"""Required. One of :class:`memtrace_otel.semconv.Stage`."""
+MEMTRACE_SYSTEM: Final = "memtrace.system"
+"""Recommended. ``long_context``, ``rag``, ``mem0``, ``evermemos`` or the user's own name."""
+MEMTRACE_CASE_ID: Final = "memtrace.case.id"
+"""Conditional. On every op that serves one question (retrieval, response, evaluation)."""
+MEMTRACE_PROMPT_REF: Final = "memtrace.prompt.ref"
+"""Conditional. On LLM-backed ops: the variable ref of the prompt template used."""
+MEMTRACE_JUDGE_VERDICT: Final = "memtrace.judge.verdict"
+"""On ``judge`` ops: ``correct`` or ``incorrect`` (:class:`memtrace_otel.semconv.JudgeVerdict`)."""
+
+# --- Variable events (contract section 3) ------------------------------------------------------
+MEMTRACE_VARIABLE_EVENT: Final = "memtrace.variable"
+"""Name of the span event recorded per output variable and per untraced input."""
+MEMTRACE_VARIABLE_REF: Final = "memtrace.variable.ref"
+"""Required on variable events and on lineage links: ``<id>@<version>``."""
+MEMTRACE_VARIABLE_ROLE: Final = "memtrace.variable.role"
+"""Required. ``input`` or ``output`` (:class:`memtrace_otel.semconv.Role`)."""
+MEMTRACE_VARIABLE_CATEGORY: Final = "memtrace.variable.category"
+"""Required. One of :class:`memtrace_otel.semconv.Category`."""
+MEMTRACE_VARIABLE_DIGEST: Final = "memtrace.variable.digest"
+"""Required. ``sha256:<hex>`` of the canonical value; present also when content is not captured."""
+MEMTRACE_VARIABLE_VALUE: Final = "memtrace.variable.value"
+"""Conditional. The value as a string (JSON when structured), only when capture allows."""
+MEMTRACE_VARIABLE_TRUNCATED: Final = "memtrace.variable.truncated"
+"""Conditional. ``true`` when the value was cut to the size limit."""
+MEMTRACE_VARIABLE_DELETED: Final = "memtrace.variable.deleted"
+"""Conditional. ``true`` on a tombstone."""
+MEMTRACE_VARIABLE_META: Final = "memtrace.variable.meta"
+"""Optional. A JSON object: timestamps, speaker, score, source message refs."""
+
+# --- Verdicts written back as telemetry (contract section 5) -----------------------------------
+MEMTRACE_ATTRIBUTION_SPAN: Final = "memtrace.attribution"
+"""Name of the verdict span, in a new trace, linked to the culprit op span."""
+MEMTRACE_ATTRIBUTION_CASE_ID: Final = "memtrace.attribution.case_id"
+MEMTRACE_ATTRIBUTION_ERROR_TYPE: Final = "memtrace.attribution.error_type"
+MEMTRACE_ATTRIBUTION_OP_ID: Final = "memtrace.attribution.op_id"
+MEMTRACE_ATTRIBUTION_OP_NAME: Final = "memtrace.attribution.op_name"
+MEMTRACE_ATTRIBUTION_METHOD: Final = "memtrace.attribution.method"
+MEMTRACE_ATTRIBUTION_CONFIDENCE: Final = "memtrace.attribution.confidence"
+MEMTRACE_ATTRIBUTION_EVIDENCE_REFS: Final = "memtrace.attribution.evidence_refs"
+
+# --- Upstream OpenTelemetry GenAI names (reused, never redefined) -------------------------------
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_MEMORY_STORE_ID: Final = "gen_ai.memory.store.id"
+GEN_AI_MEMORY_RECORD_ID: Final = "gen_ai.memory.record.id"
+GEN_AI_MEMORY_RECORD_COUNT: Final = "gen_ai.memory.record.count"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+GEN_AI_SYSTEM: Final = "gen_ai.system"
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+GEN_AI_EVALUATION_EXPLANATION: Final = "gen_ai.evaluation.explanation"
+
+# --- Standard OpenTelemetry names we read ------------------------------------------------------
+SERVICE_NAME: Final = "service.name"
+
+# --- Environment variables ---------------------------------------------------------------------
+ENV_CAPTURE_MESSAGE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""Upstream switch for content capture (``NO_CONTENT`` default)."""
+ENV_MEMTRACE_CAPTURE_CONTENT: Final = "MEMTRACE_CAPTURE_CONTENT"
+"""Project override of the upstream switch; same values."""
+ENV_MEMTRACE_MAX_VALUE_LENGTH: Final = "MEMTRACE_MAX_VALUE_LENGTH"
+"""Largest captured value in characters before it is cut and marked ``truncated``."""
+ENV_MEMTRACE_REGISTRY_SIZE: Final = "MEMTRACE_REGISTRY_SIZE"
+"""How many ref -> writer entries the in-process writer registry keeps."""
+ENV_MEMTRACE_TRACES_FILE: Final = "MEMTRACE_TRACES_FILE"
+"""Path of the embedded default's OTLP JSON Lines file."""
+
+ALL_ATTRIBUTE_NAMES: Final[tuple[str, ...]] = tuple(
+    value
+    for key, value in dict(globals()).items()
+    if key.isupper() and isinstance(value, str) and not key.startswith("ENV_")
+)
+"""Every span, event and link name above (environment variables excluded)."""
