@@ -46,7 +46,7 @@ def internal_error(where: str) -> None:
         where: a short name of the place that failed (``"capture"``, ``"processor.on_end"``).
     """
     if _loud():
-        raise  # noqa: PLE0704 - called from an except block by contract
+        raise
     exc = sys.exc_info()[1]
     key = (where, type(exc).__name__, str(exc)[:200])
     with _seen_lock:
@@ -76,3 +76,14 @@ def quiet_internal_errors() -> Iterator[None]:
         yield
     finally:
         _force_quiet.reset(token)
+
+
+def data_warning(key: str, message: str, *args: object) -> None:
+    """Log a problem with the user's *data* (not our bug) once per ``key``; never raises."""
+    with _seen_lock:
+        _counts[key] = _counts.get(key, 0) + 1
+        first = ("data", key, "") not in _seen
+        if first and len(_seen) < _MAX_REMEMBERED:
+            _seen.add(("data", key, ""))
+    if first:
+        logger.warning(message, *args)

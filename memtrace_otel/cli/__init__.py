@@ -1,1 +1,65 @@
-"""(filled in by later issues)"""
+"""The ``memtrace`` command: ``main(argv) -> int``, one module per subcommand.
+
+Data goes to stdout, messages and progress to stderr. Typed errors from
+:mod:`memtrace_otel.errors` become one line on stderr and exit code 2; Ctrl-C exits 130.
+Each subcommand module exposes ``register(subparsers)``, which adds its parser and sets
+``func`` (a callable taking the parsed namespace and returning an exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+from memtrace_otel import __version__
+from memtrace_otel.errors import MemtraceError
+
+# Subcommand modules, in the order ``--help`` lists them.
+_COMMAND_MODULES: tuple[str, ...] = ()
+
+EXIT_OK = 0
+EXIT_FAILURES = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="memtrace",
+        description=(
+            "Record LLM memory systems as memory evolution graphs on OpenTelemetry "
+            "and find the operation that caused each wrong answer."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"memtrace-otel {__version__}")
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for name in _COMMAND_MODULES:
+        module = importlib.import_module(f"memtrace_otel.cli.{name}")
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI with ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return func(args)
+    except KeyboardInterrupt:
+        print("memtrace: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except MemtraceError as exc:
+        print(f"memtrace: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def console_main() -> None:
+    """Entry point of the ``memtrace`` console script."""
+    sys.exit(main())

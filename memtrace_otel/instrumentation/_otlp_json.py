@@ -120,7 +120,11 @@ def encode_span(record: SpanRecord) -> dict[str, Any]:
         ]
     if record.links:
         span["links"] = [
-            {"traceId": li.trace_id, "spanId": li.span_id, "attributes": encode_attributes(li.attributes)}
+            {
+                "traceId": li.trace_id,
+                "spanId": li.span_id,
+                "attributes": encode_attributes(li.attributes),
+            }
             for li in record.links
         ]
     status: dict[str, Any] = {}
@@ -181,7 +185,9 @@ class OtlpJsonLinesExporter(SpanExporter):
         stream: write to this text stream instead of a file (tests, stdout).
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, stream: IO[str] | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, *, stream: IO[str] | None = None
+    ) -> None:
         if (path is None) == (stream is None):
             raise ValueError("give exactly one of path or stream")
         self._lock = threading.Lock()

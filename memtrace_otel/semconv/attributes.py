@@ -86,9 +86,27 @@ ENV_MEMTRACE_REGISTRY_SIZE: Final = "MEMTRACE_REGISTRY_SIZE"
 ENV_MEMTRACE_TRACES_FILE: Final = "MEMTRACE_TRACES_FILE"
 """Path of the embedded default's OTLP JSON Lines file."""
 
+
+# --- Names that are not attributes -------------------------------------------------------------
+OP_SPAN_NAME_PREFIX: Final = "memtrace."
+"""Ops that touch no memory store are named ``memtrace.<kind> <op.name>``."""
+METADATA_TRACEPARENT: Final = "memtrace_traceparent"
+"""Key under which a memory record's metadata carries its writer's W3C ``traceparent``."""
+
+_NOT_ATTRIBUTES = frozenset(
+    ["MEMTRACE_VARIABLE_EVENT", "MEMTRACE_ATTRIBUTION_SPAN", "OP_SPAN_NAME_PREFIX", "METADATA_TRACEPARENT"]
+)
+
+SPAN_AND_EVENT_NAMES: Final[tuple[str, ...]] = (MEMTRACE_VARIABLE_EVENT, MEMTRACE_ATTRIBUTION_SPAN)
+"""Names of the spans and events the contract defines (not attributes)."""
+
+# Keep this last: it collects every attribute constant defined above.
 ALL_ATTRIBUTE_NAMES: Final[tuple[str, ...]] = tuple(
     value
     for key, value in dict(globals()).items()
-    if key.isupper() and isinstance(value, str) and not key.startswith("ENV_")
+    if key.isupper()
+    and isinstance(value, str)
+    and not key.startswith(("ENV_", "_"))
+    and key not in _NOT_ATTRIBUTES
 )
-"""Every span, event and link name above (environment variables excluded)."""
+"""Every span, event and link attribute name above (not environment variables or span names)."""

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeAlias
 
-AttrValue: TypeAlias = "str | bool | int | float | bytes | tuple[AttrValue, ...] | Mapping[str, AttrValue] | None"
+AttrValue: TypeAlias = (
+    "str | bool | int | float | bytes | tuple[AttrValue, ...] | Mapping[str, AttrValue] | None"
+)
 Attributes: TypeAlias = Mapping[str, AttrValue]
 
 EMPTY_ATTRIBUTES: Attributes = MappingProxyType({})

@@ -1,0 +1,100 @@
+"""Which span wrote which ref: the source of span links, bounded, thread-safe."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+
+from opentelemetry.trace import SpanContext, TraceFlags
+
+from memtrace_otel.semconv.attributes import ENV_MEMTRACE_REGISTRY_SIZE
+
+DEFAULT_REGISTRY_SIZE = 100_000
+
+
+def format_traceparent(ctx: SpanContext) -> str:
+    """A span context as a W3C ``traceparent`` header value.
+
+    >>> ctx = SpanContext(0xABC, 0xDEF, is_remote=False, trace_flags=TraceFlags(1))
+    >>> format_traceparent(ctx)
+    '00-00000000000000000000000000000abc-0000000000000def-01'
+    """
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
+def parse_traceparent(text: str | None) -> SpanContext | None:
+    """Parse a W3C ``traceparent``; ``None`` for anything malformed (it is data, not config).
+
+    >>> parse_traceparent("00-00000000000000000000000000000abc-0000000000000def-01").span_id
+    3567
+    >>> parse_traceparent("garbage") is None
+    True
+    """
+    if not isinstance(text, str):
+        return None
+    parts = text.strip().split("-")
+    if len(parts) < 4 or len(parts[1]) != 32 or len(parts[2]) != 16 or len(parts[3]) != 2:
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+    except ValueError:
+        return None
+    if trace_id == 0 or span_id == 0 or parts[0] == "ff":
+        return None
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))
+
+
+class WriterRegistry:
+    """A bounded map from variable ref to the span context of the op that wrote it.
+
+    The least recently written entries are evicted first; evictions are counted in
+    :attr:`evicted`. A reader whose writer was evicted still works: the ref stays in
+    ``memtrace.op.inputs`` and only the link is missing.
+
+    Args:
+        max_entries: capacity; ``None`` reads ``MEMTRACE_REGISTRY_SIZE``, else 100,000.
+
+    Raises:
+        ValueError: a capacity below 1.
+    """
+
+    def __init__(self, max_entries: int | None = None) -> None:
+        size: object = max_entries
+        where = "max_entries"
+        if size is None and os.environ.get(ENV_MEMTRACE_REGISTRY_SIZE):
+            size, where = os.environ[ENV_MEMTRACE_REGISTRY_SIZE], ENV_MEMTRACE_REGISTRY_SIZE
+        if size is None:
+            size = DEFAULT_REGISTRY_SIZE
+        try:
+            capacity = int(size)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            raise ValueError(f"invalid {where} {size!r}: expected a positive integer") from None
+        if capacity < 1:
+            raise ValueError(f"invalid {where} {size!r}: expected a positive integer")
+        self.max_entries = capacity
+        self.evicted = 0
+        self._entries: OrderedDict[str, SpanContext] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def record(self, ref: str, ctx: SpanContext) -> None:
+        """Remember that the span ``ctx`` wrote ``ref``."""
+        with self._lock:
+            entries = self._entries
+            entries[ref] = ctx
+            entries.move_to_end(ref)
+            if len(entries) > self.max_entries:
+                entries.popitem(last=False)
+                self.evicted += 1
+
+    def lookup(self, ref: str) -> SpanContext | None:
+        """The writer of ``ref``, if known."""
+        return self._entries.get(ref)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        """Forget every entry (tests)."""
+        with self._lock:
+            self._entries.clear()

@@ -1,0 +1,682 @@
+"""The manual API: one context manager and one decorator per op kind.
+
+>>> from opentelemetry.sdk.trace import TracerProvider
+>>> mt = MemTracer(tracer_provider=TracerProvider(), system="demo", store_id="user-1")
+>>> msg = mt.variable("msg:1", "My sister Ana lives in Porto.", category="message")
+>>> with mt.extract("demo.fact_extraction", inputs=[msg]) as op:
+...     fact = op.output(mt.variable("fact:ana", "Ana lives in Porto", category="memory"))
+>>> fact.ref, fact.traceparent is not None
+('fact:ana@1', True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import json
+from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar, Token
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, TracerProvider
+from opentelemetry.util.types import AttributeValue
+
+from memtrace_otel._internal import data_warning, internal_error
+from memtrace_otel.instrumentation._capture import CaptureConfig, canonical_value, digest
+from memtrace_otel.instrumentation._registry import (
+    WriterRegistry,
+    format_traceparent,
+    parse_traceparent,
+)
+from memtrace_otel.instrumentation._suppress import is_tracing_suppressed
+from memtrace_otel.instrumentation._variables import Variable
+from memtrace_otel.semconv import (
+    DEFAULT_STAGE_BY_KIND,
+    GEN_AI_OPERATION_BY_KIND,
+    Category,
+    JudgeVerdict,
+    OpKind,
+    Role,
+    Stage,
+    is_ref,
+)
+from memtrace_otel.semconv import attributes as A
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_DEFAULT_REGISTRY = WriterRegistry()
+_current_op: ContextVar[Op | None] = ContextVar("memtrace_current_op", default=None)
+_RECORD_ID_KINDS = frozenset([OpKind.CREATE, OpKind.UPDATE, OpKind.DELETE])
+
+InputLike = Variable | str
+"""An op input: a :class:`Variable`, or the ref string of a variable a traced op wrote."""
+
+
+def current_op() -> Op | None:
+    """The op whose block (or decorated function) is running, if any."""
+    return _current_op.get()
+
+
+class Op:
+    """One memory operation: a span while its ``with`` block (or decorated call) runs.
+
+    Use the factories on :class:`MemTracer` (``mt.extract(...)``, ``mt.retrieve(...)``, ...)
+    rather than constructing it. Inside the block, :meth:`output` records what the op wrote.
+    The user's exceptions are recorded on the span and propagate unchanged; failures of our
+    own code are logged once and the op degrades to untraced.
+    """
+
+    __slots__ = (
+        "_attributes",
+        "_case_id",
+        "_ctx_token",
+        "_ended",
+        "_gen_ai_operation",
+        "_inputs",
+        "_inputs_changed",
+        "_kind",
+        "_mt",
+        "_name",
+        "_op_token",
+        "_output_ids",
+        "_outputs",
+        "_pending_inputs",
+        "_prompt",
+        "_span",
+        "_stage",
+        "_store_id",
+        "_system",
+    )
+
+    def __init__(
+        self,
+        mt: MemTracer,
+        kind: OpKind,
+        name: str,
+        inputs: Iterable[InputLike],
+        stage: Stage | None,
+        case_id: str | None,
+        prompt: InputLike | None,
+        store_id: str | None,
+        system: str | None,
+        attributes: Mapping[str, AttributeValue] | None,
+        gen_ai_operation: str | None,
+    ) -> None:
+        self._mt = mt
+        self._kind = kind
+        self._name = name
+        self._pending_inputs = inputs
+        self._stage = stage
+        self._case_id = case_id
+        self._prompt = prompt
+        self._store_id = store_id
+        self._system = system
+        self._attributes = attributes
+        self._gen_ai_operation = gen_ai_operation
+        self._span: Span | None = None
+        self._inputs: list[str] = []
+        self._outputs: list[str] = []
+        self._output_ids: list[str] = []
+        self._inputs_changed = False
+        self._ended = False
+        self._ctx_token: object | None = None
+        self._op_token: Token[Op | None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> Op:
+        try:
+            self._start()
+        except Exception:
+            self._abandon()  # first: in loud mode internal_error re-raises
+            internal_error("op.start")
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        span = self._span
+        try:
+            if span is not None and not self._ended:
+                self._finish(span, exc)
+        except Exception:
+            internal_error("op.end")
+        finally:
+            self._ended = True
+            if span is not None:
+                try:
+                    span.end()
+                except Exception:
+                    internal_error("op.end")
+            self._detach()
+        # Returning None lets the user's exception propagate unchanged.
+
+    async def __aenter__(self) -> Op:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def _start(self) -> None:
+        if is_tracing_suppressed():
+            return
+        mt = self._mt
+        links: list[Link] = []
+        external: list[Variable] = []
+        inputs = self._inputs
+        if self._prompt is not None:
+            self._add_input(self._prompt, inputs, links, external)
+        for item in self._pending_inputs:
+            self._add_input(item, inputs, links, external)
+        kind = self._kind
+        attributes: dict[str, AttributeValue] = {
+            A.MEMTRACE_OP_KIND: kind.value,
+            A.MEMTRACE_OP_NAME: self._name,
+            A.MEMTRACE_STAGE: (self._stage or DEFAULT_STAGE_BY_KIND[kind]).value,
+            A.MEMTRACE_OP_INPUTS: inputs,
+        }
+        system = self._system or mt.system
+        if system:
+            attributes[A.MEMTRACE_SYSTEM] = system
+        store_id = self._store_id or mt.store_id
+        if store_id:
+            attributes[A.GEN_AI_MEMORY_STORE_ID] = store_id
+        if self._case_id:
+            attributes[A.MEMTRACE_CASE_ID] = self._case_id
+        if self._prompt is not None and inputs:
+            attributes[A.MEMTRACE_PROMPT_REF] = inputs[0]
+        operation = self._gen_ai_operation or GEN_AI_OPERATION_BY_KIND.get(kind)
+        if operation:
+            attributes[A.GEN_AI_OPERATION_NAME] = operation
+            span_name = operation
+        else:
+            span_name = f"{A.OP_SPAN_NAME_PREFIX}{kind.value} {self._name}"
+        if self._attributes:
+            attributes.update(self._attributes)
+        span = mt._otel_tracer.start_span(
+            span_name, kind=SpanKind.INTERNAL, attributes=attributes, links=links
+        )
+        self._span = span
+        self._ctx_token = otel_context.attach(trace.set_span_in_context(span))
+        self._op_token = _current_op.set(self)
+        if external and span.is_recording():
+            for var in external:
+                span.add_event(A.MEMTRACE_VARIABLE_EVENT, mt._event_attributes(var, Role.INPUT))
+
+    def _add_input(
+        self, item: InputLike, inputs: list[str], links: list[Link], external: list[Variable]
+    ) -> None:
+        registry = self._mt.registry
+        if isinstance(item, Variable):
+            ref = item.ref
+            writer = registry.lookup(ref) or parse_traceparent(item.traceparent)
+            if writer is None:
+                external.append(item)
+        elif isinstance(item, str) and is_ref(item):
+            ref = item
+            writer = registry.lookup(ref)
+        else:
+            data_warning(
+                "op.input.invalid",
+                "memtrace-otel: ignoring op input %r: expected a Variable or an '<id>@<version>' ref",
+                item,
+            )
+            return
+        inputs.append(ref)
+        if writer is not None:
+            links.append(Link(writer, {A.MEMTRACE_VARIABLE_REF: ref}))
+
+    def _finish(self, span: Span, exc: BaseException | None) -> None:
+        if self._inputs_changed:
+            span.set_attribute(A.MEMTRACE_OP_INPUTS, self._inputs)
+        span.set_attribute(A.MEMTRACE_OP_OUTPUTS, self._outputs)
+        if self._kind in _RECORD_ID_KINDS and len(self._output_ids) == 1:
+            span.set_attribute(A.GEN_AI_MEMORY_RECORD_ID, self._output_ids[0])
+        if exc is not None:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+
+    def _detach(self) -> None:
+        if self._op_token is not None:
+            # ValueError: exited in another context than entered (e.g. a different task).
+            with contextlib.suppress(ValueError):
+                _current_op.reset(self._op_token)
+            self._op_token = None
+        if self._ctx_token is not None:
+            otel_context.detach(self._ctx_token)  # type: ignore[arg-type]
+            self._ctx_token = None
+
+    def _abandon(self) -> None:
+        span, self._span = self._span, None
+        self._detach()
+        if span is not None:
+            try:
+                span.end()
+            except Exception:
+                internal_error("op.start")
+
+    # -- recording -------------------------------------------------------------------------
+    @property
+    def span(self) -> Span:
+        """The underlying span (a non-recording span when the op is untraced)."""
+        return self._span if self._span is not None else trace.INVALID_SPAN
+
+    @property
+    def is_traced(self) -> bool:
+        """Whether this op records a span (false when suppressed or degraded)."""
+        return self._span is not None
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Refs of the inputs recorded so far."""
+        return tuple(self._inputs)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Refs of the outputs recorded so far."""
+        return tuple(self._outputs)
+
+    def output(self, var: Variable) -> Variable:
+        """Record that this op wrote ``var``; returns it with its writer's ``traceparent``.
+
+        Untraced, or after the op ended, ``var`` comes back unchanged.
+        """
+        span = self._span
+        if span is None:
+            return var
+        if self._ended:
+            data_warning(
+                "op.output.closed",
+                "memtrace-otel: output %s recorded after its op %r ended; ignored",
+                getattr(var, "ref", var),
+                self._name,
+            )
+            return var
+        try:
+            ref = var.ref
+            self._outputs.append(ref)
+            self._output_ids.append(var.id)
+            ctx = span.get_span_context()
+            self._mt.registry.record(ref, ctx)
+            if span.is_recording():
+                span.add_event(
+                    A.MEMTRACE_VARIABLE_EVENT, self._mt._event_attributes(var, Role.OUTPUT)
+                )
+            return Variable(
+                var.id,
+                var.version,
+                var.value,
+                var.category,
+                var.meta,
+                var.deleted,
+                format_traceparent(ctx),
+            )
+        except Exception:
+            internal_error("op.output")
+            return var
+
+    def input(self, item: InputLike) -> None:
+        """Record one more input after the op started (e.g. a record read mid-way)."""
+        span = self._span
+        if span is None or self._ended:
+            return
+        try:
+            links: list[Link] = []
+            external: list[Variable] = []
+            self._add_input(item, self._inputs, links, external)
+            self._inputs_changed = True
+            for link in links:
+                span.add_link(link.context, link.attributes)
+            if external and span.is_recording():
+                for var in external:
+                    span.add_event(
+                        A.MEMTRACE_VARIABLE_EVENT, self._mt._event_attributes(var, Role.INPUT)
+                    )
+        except Exception:
+            internal_error("op.input")
+
+    def set_attribute(self, key: str, value: AttributeValue) -> None:
+        """Set one more span attribute (e.g. ``gen_ai.usage.input_tokens``)."""
+        if self._span is not None and not self._ended:
+            self._span.set_attribute(key, value)
+
+    def set_verdict(self, verdict: JudgeVerdict | str | bool) -> None:
+        """On a ``judge`` op: whether the answer was right (``memtrace.judge.verdict``)."""
+        if isinstance(verdict, bool):
+            verdict = JudgeVerdict.CORRECT if verdict else JudgeVerdict.INCORRECT
+        try:
+            value = JudgeVerdict(verdict)
+        except ValueError:
+            data_warning("op.verdict", "memtrace-otel: ignoring unknown judge verdict %r", verdict)
+            return
+        self.set_attribute(A.MEMTRACE_JUDGE_VERDICT, value.value)
+
+    @property
+    def traceparent(self) -> str | None:
+        """This op's span context as a W3C ``traceparent`` (``None`` when untraced)."""
+        if self._span is None:
+            return None
+        return format_traceparent(self._span.get_span_context())
+
+
+class MemTracer:
+    """Creates memory-operation spans that follow the trace contract.
+
+    Args:
+        tracer_provider: where spans go; ``None`` uses the global provider.
+        system: ``memtrace.system`` of every op (``mem0``, ``rag``, your own name).
+        store_id: ``gen_ai.memory.store.id`` of every op unless an op names its own.
+        capture: content-capture settings; ``None`` resolves them from the environment.
+        registry: the writer registry used for links; ``None`` shares one per process, so ops
+            of different tracers in one process link to each other.
+
+    Raises:
+        ValueError: a wrong type for any argument.
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: TracerProvider | None = None,
+        system: str | None = None,
+        store_id: str | None = None,
+        capture: CaptureConfig | None = None,
+        registry: WriterRegistry | None = None,
+    ) -> None:
+        from memtrace_otel import __version__
+
+        for label, value in (("system", system), ("store_id", store_id)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"{label} must be a non-empty string, got {value!r}")
+        if capture is not None and not isinstance(capture, CaptureConfig):
+            raise ValueError(f"capture must be a CaptureConfig, got {type(capture).__name__}")
+        if registry is not None and not isinstance(registry, WriterRegistry):
+            raise ValueError(f"registry must be a WriterRegistry, got {type(registry).__name__}")
+        self.system = system
+        self.store_id = store_id
+        self.capture = capture if capture is not None else CaptureConfig()
+        self.registry = registry if registry is not None else _DEFAULT_REGISTRY
+        self._otel_tracer = trace.get_tracer("memtrace_otel", __version__, tracer_provider)
+
+    # -- variables -------------------------------------------------------------------------
+    def variable(
+        self,
+        id: str,
+        value: Any = None,
+        *,
+        version: int = 1,
+        category: Category | str = Category.OTHER,
+        meta: Mapping[str, Any] | None = None,
+        traceparent: str | None = None,
+    ) -> Variable:
+        """A variable ``<id>@<version>`` (version 1 unless given).
+
+        Pass ``traceparent`` when the value was read from a record whose metadata carries its
+        writer's span context, so the reading op links to the writer across processes.
+        """
+        # Variable validates (and converts) the category.
+        return Variable(id, version, value, category, meta, False, traceparent)  # type: ignore[arg-type]
+
+    def traceparent_of(self, ref: str) -> str | None:
+        """The ``traceparent`` of the op that wrote ``ref`` in this process, if remembered."""
+        ctx = self.registry.lookup(ref)
+        return format_traceparent(ctx) if ctx is not None else None
+
+    def _event_attributes(self, var: Variable, role: Role) -> dict[str, AttributeValue]:
+        text = canonical_value(var.value)
+        attrs: dict[str, AttributeValue] = {
+            A.MEMTRACE_VARIABLE_REF: var.ref,
+            A.MEMTRACE_VARIABLE_ROLE: role.value,
+            A.MEMTRACE_VARIABLE_CATEGORY: var.category.value,
+            A.MEMTRACE_VARIABLE_DIGEST: digest(text),
+        }
+        if var.deleted:
+            attrs[A.MEMTRACE_VARIABLE_DELETED] = True
+        elif self.capture.captures_values:
+            value, truncated = self.capture.mask(text)
+            if value is not None:
+                attrs[A.MEMTRACE_VARIABLE_VALUE] = value
+                if truncated:
+                    attrs[A.MEMTRACE_VARIABLE_TRUNCATED] = True
+        if var.meta:
+            attrs[A.MEMTRACE_VARIABLE_META] = json.dumps(
+                var.meta, sort_keys=True, ensure_ascii=False, default=str
+            )
+        return attrs
+
+    # -- ops -------------------------------------------------------------------------------
+    def op(
+        self,
+        kind: OpKind | str,
+        name: str,
+        *,
+        inputs: Iterable[InputLike] = (),
+        stage: Stage | str | None = None,
+        case_id: str | None = None,
+        prompt: InputLike | None = None,
+        store_id: str | None = None,
+        system: str | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
+        gen_ai_operation: str | None = None,
+    ) -> Op:
+        """An op of any kind, as a context manager (``with`` or ``async with``).
+
+        Args:
+            kind: one of the ten op kinds.
+            name: the concrete step, e.g. ``mem0.fact_extraction``.
+            inputs: variables (or refs of traced variables) the op reads.
+            stage: overrides the kind's default stage.
+            case_id: the question this op serves (retrieval, response, evaluation ops).
+            prompt: the prompt template variable of an LLM-backed op (also an input).
+            store_id: overrides the tracer's memory store.
+            system: overrides the tracer's system.
+            attributes: extra span attributes.
+            gen_ai_operation: the upstream ``gen_ai.operation.name`` (e.g. ``upsert_memory``).
+
+        Raises:
+            ValueError: an unknown kind or stage, or an empty name (checked when the op is made).
+        """
+        try:
+            op_kind = OpKind(kind)
+        except ValueError:
+            allowed = ", ".join(k.value for k in OpKind)
+            raise ValueError(f"unknown op kind {kind!r}: expected one of {allowed}") from None
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"op name must be a non-empty string, got {name!r}")
+        op_stage = None
+        if stage is not None:
+            try:
+                op_stage = Stage(stage)
+            except ValueError:
+                allowed = ", ".join(s.value for s in Stage)
+                raise ValueError(f"unknown stage {stage!r}: expected one of {allowed}") from None
+        if isinstance(inputs, str | Variable):
+            inputs = (inputs,)
+        return Op(
+            self,
+            op_kind,
+            name,
+            inputs,
+            op_stage,
+            case_id,
+            prompt,
+            store_id,
+            system,
+            attributes,
+            gen_ai_operation,
+        )
+
+    def ingest(self, name: str, **kwargs: Any) -> Op:
+        """A raw input (message, document) enters the memory system."""
+        return self.op(OpKind.INGEST, name, **kwargs)
+
+    def extract(self, name: str, **kwargs: Any) -> Op:
+        """Memory content derived from inputs: fact extraction, chunking, segmentation."""
+        return self.op(OpKind.EXTRACT, name, **kwargs)
+
+    def create(self, name: str, **kwargs: Any) -> Op:
+        """A new record written to the store."""
+        return self.op(OpKind.CREATE, name, **kwargs)
+
+    def update(self, name: str, **kwargs: Any) -> Op:
+        """A record rewritten: merge, overwrite, summarise, trim a window."""
+        return self.op(OpKind.UPDATE, name, **kwargs)
+
+    def delete(self, name: str, **kwargs: Any) -> Op:
+        """A record removed (its output is a tombstone: ``var.tombstone()``)."""
+        return self.op(OpKind.DELETE, name, **kwargs)
+
+    def retrieve(self, name: str, **kwargs: Any) -> Op:
+        """A query turned into candidate records."""
+        return self.op(OpKind.RETRIEVE, name, **kwargs)
+
+    def filter(self, name: str, **kwargs: Any) -> Op:
+        """Candidates reranked, thresholded, deduplicated or cut."""
+        return self.op(OpKind.FILTER, name, **kwargs)
+
+    def assemble(self, name: str, **kwargs: Any) -> Op:
+        """The answer prompt or context built from records."""
+        return self.op(OpKind.ASSEMBLE, name, **kwargs)
+
+    def generate(self, name: str, **kwargs: Any) -> Op:
+        """The answer produced."""
+        return self.op(OpKind.GENERATE, name, **kwargs)
+
+    def judge(self, name: str, **kwargs: Any) -> Op:
+        """The answer scored against the gold answer (use ``op.set_verdict``)."""
+        return self.op(OpKind.JUDGE, name, **kwargs)
+
+    # -- decorators ------------------------------------------------------------------------
+    def trace_op(
+        self, kind: OpKind | str, name: str, **kwargs: Any
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorate a function or coroutine function as an op.
+
+        Variables among its arguments (also inside lists and tuples) become inputs; a returned
+        :class:`Variable`, or list/tuple of them, become outputs. The function may record more
+        through :func:`current_op`. The return value is passed back untouched.
+
+        Raises:
+            ValueError: an unknown kind or stage, when decorating.
+        """
+        self.op(kind, name, **kwargs)  # validate now, at decoration time
+
+        # One signature covers both: for a coroutine function R is the awaitable it returns.
+        def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+            if inspect.iscoroutinefunction(fn):
+
+                @functools.wraps(fn)
+                async def async_wrapper(*args: Any, **call_kwargs: Any) -> Any:
+                    op = self._op_for_call(kind, name, kwargs, args, call_kwargs)
+                    if op is None:
+                        return await fn(*args, **call_kwargs)
+                    with op:
+                        result = await fn(*args, **call_kwargs)
+                        _record_result(op, result)
+                    return result
+
+                return async_wrapper  # type: ignore[return-value]
+
+            @functools.wraps(fn)
+            def wrapper(*args: Any, **call_kwargs: Any) -> Any:
+                op = self._op_for_call(kind, name, kwargs, args, call_kwargs)
+                if op is None:
+                    return fn(*args, **call_kwargs)
+                with op:
+                    result = fn(*args, **call_kwargs)
+                    _record_result(op, result)
+                return result
+
+            return wrapper
+
+        return decorate
+
+    def _op_for_call(
+        self,
+        kind: OpKind | str,
+        name: str,
+        op_kwargs: dict[str, Any],
+        args: tuple[Any, ...],
+        call_kwargs: dict[str, Any],
+    ) -> Op | None:
+        try:
+            found = [*op_kwargs.get("inputs", ())]
+            for value in (*args, *call_kwargs.values()):
+                if isinstance(value, Variable):
+                    found.append(value)
+                elif isinstance(value, list | tuple):
+                    found.extend(v for v in value if isinstance(v, Variable))
+            return self.op(kind, name, **{**op_kwargs, "inputs": found})
+        except Exception:
+            internal_error("op.decorator")
+            return None
+
+    def trace_ingest(self, name: str, **kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorator form of :meth:`ingest`."""
+        return self.trace_op(OpKind.INGEST, name, **kwargs)
+
+    def trace_extract(self, name: str, **kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorator form of :meth:`extract`."""
+        return self.trace_op(OpKind.EXTRACT, name, **kwargs)
+
+    def trace_create(self, name: str, **kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorator form of :meth:`create`."""
+        return self.trace_op(OpKind.CREATE, name, **kwargs)
+
+    def trace_update(self, name: str, **kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorator form of :meth:`update`."""
+        return self.trace_op(OpKind.UPDATE, name, **kwargs)
+
+    def trace_delete(self, name: str, **kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorator form of :meth:`delete`."""
+        return self.trace_op(OpKind.DELETE, name, **kwargs)
+
+    def trace_retrieve(
+        self, name: str, **kwargs: Any
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorator form of :meth:`retrieve`."""
+        return self.trace_op(OpKind.RETRIEVE, name, **kwargs)
+
+    def trace_filter(self, name: str, **kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorator form of :meth:`filter`."""
+        return self.trace_op(OpKind.FILTER, name, **kwargs)
+
+    def trace_assemble(
+        self, name: str, **kwargs: Any
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorator form of :meth:`assemble`."""
+        return self.trace_op(OpKind.ASSEMBLE, name, **kwargs)
+
+    def trace_generate(
+        self, name: str, **kwargs: Any
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorator form of :meth:`generate`."""
+        return self.trace_op(OpKind.GENERATE, name, **kwargs)
+
+    def trace_judge(self, name: str, **kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorator form of :meth:`judge`."""
+        return self.trace_op(OpKind.JUDGE, name, **kwargs)
+
+
+def _record_result(op: Op, result: Any) -> None:
+    try:
+        if isinstance(result, Variable):
+            op.output(result)
+        elif isinstance(result, list | tuple):
+            for item in result:
+                if isinstance(item, Variable):
+                    op.output(item)
+    except Exception:
+        internal_error("op.result")

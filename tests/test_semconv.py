@@ -1,0 +1,128 @@
+"""The contract's names: one module, no clashes, nobody else spells them."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from memtrace_otel.semconv import ERROR_TYPE_BY_KIND, ErrorType, OpKind, Ref, attributes, parse_ref
+from tests.conftest import REPO, shared_path
+
+
+def test_no_attribute_name_is_both_a_leaf_and_a_prefix_of_another() -> None:
+    names = set(attributes.ALL_ATTRIBUTE_NAMES)
+    clashes = [(a, b) for a in names for b in names if b.startswith(a + ".")]
+    assert clashes == []
+
+
+def test_every_memtrace_name_in_the_shared_contract_is_a_constant() -> None:
+    contract = shared_path("spec", "semconv.md").read_text()
+    import re
+
+    spelled = set(re.findall(r"`(memtrace\.[a-z_.]+)`", contract))
+    spelled = {s.rstrip(".") for s in spelled if not s.endswith(".*")}
+    missing = spelled - set(attributes.ALL_ATTRIBUTE_NAMES) - set(attributes.SPAN_AND_EVENT_NAMES)
+    assert missing == set()
+
+
+def test_no_other_module_spells_a_memtrace_literal() -> None:
+    offenders = []
+    for path in (REPO / "memtrace_otel").rglob("*.py"):
+        if path.parent.name == "semconv":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value.startswith("memtrace.")
+                and id(node) not in docstrings
+            ):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno} {node.value!r}")
+    assert offenders == []
+
+
+def test_every_blamable_kind_maps_to_one_of_the_five_labels() -> None:
+    assert set(ERROR_TYPE_BY_KIND) == set(OpKind)
+    assert {v for v in ERROR_TYPE_BY_KIND.values() if v} == set(ErrorType)
+    assert ERROR_TYPE_BY_KIND[OpKind.INGEST] is None and ERROR_TYPE_BY_KIND[OpKind.JUDGE] is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("a@1", Ref("a", 1)), ("U1:D1:3@12", Ref("U1:D1:3", 12)), ("x@y.com@2", Ref("x@y.com", 2))],
+)
+def test_refs_split_at_the_last_at(text: str, expected: Ref) -> None:
+    assert parse_ref(text) == expected
+    assert str(expected) == text
+
+
+@pytest.mark.parametrize("bad", ["a", "@1", "a@", "a@0", "a@-1", "a@1.5", "a@١"])
+def test_invalid_refs_raise(bad: str) -> None:
+    with pytest.raises(ValueError, match="invalid variable ref"):
+        parse_ref(bad)
+
+
+def test_semconv_doc_names_every_constant() -> None:
+    doc = (REPO / "docs" / "semantic-conventions.md").read_text()
+    missing = [name for name in attributes.ALL_ATTRIBUTE_NAMES if f"`{name}`" not in doc]
+    assert missing == []
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+STAGES = ["semconv", "instrumentation", "instrumentors", "processing", "sources", "graph",
+          "attribution", "optimize", "reporting", "cli"]
+# instrumentation and instrumentors are siblings of one stage.
+RANK = {name: i for i, name in enumerate(STAGES)} | {"instrumentors": 1}
+
+
+def test_each_stage_imports_only_from_earlier_ones() -> None:
+    violations = []
+    for stage in STAGES:
+        for path in (REPO / "memtrace_otel" / stage).rglob("*.py"):
+            for module in _imports(path):
+                parts = module.split(".")
+                if parts[0] != "memtrace_otel" or len(parts) < 2 or parts[1] not in RANK:
+                    continue
+                if RANK[parts[1]] > RANK[stage] or (parts[1] != stage and RANK[parts[1]] == RANK[stage]):
+                    violations.append(f"{path.relative_to(REPO)} imports {module}")
+    assert violations == []
+
+
+def test_all_attribute_names_collects_every_constant_of_the_module() -> None:
+    tree = ast.parse((REPO / "memtrace_otel" / "semconv" / "attributes.py").read_text())
+    defined = {
+        node.target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.AnnAssign)
+        and isinstance(node.target, ast.Name)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    }
+    expected = {
+        value
+        for key, value in defined.items()
+        if not key.startswith("ENV_") and value not in attributes.SPAN_AND_EVENT_NAMES
+        and key not in ("OP_SPAN_NAME_PREFIX", "METADATA_TRACEPARENT")
+    }
+    assert expected == set(attributes.ALL_ATTRIBUTE_NAMES)
