@@ -90,9 +90,10 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
-STAGES = ["semconv", "instrumentation", "instrumentors", "processing", "sources", "graph",
-          "attribution", "optimize", "reporting", "cli"]
-# instrumentation and instrumentors are siblings of one stage.
+STAGES = ["semconv", "instrumentation", "instrumentors", "systems", "processing", "sources",
+          "graph", "attribution", "optimize", "reporting", "cli"]
+# instrumentation and instrumentors are siblings of one stage; the reference memory systems are
+# instrumented applications, so they come right after the instrumentation they use.
 RANK = {name: i for i, name in enumerate(STAGES)} | {"instrumentors": 1}
 
 

@@ -91,6 +91,7 @@ class Op:
         "_stage",
         "_store_id",
         "_system",
+        "_traceparent",
     )
 
     def __init__(
@@ -124,6 +125,7 @@ class Op:
         self._output_ids: list[str] = []
         self._inputs_changed = False
         self._ended = False
+        self._traceparent: str | None = None
         self._ctx_token: object | None = None
         self._op_token: Token[Op | None] | None = None
 
@@ -314,15 +316,9 @@ class Op:
                 span.add_event(
                     A.MEMTRACE_VARIABLE_EVENT, self._mt._event_attributes(var, Role.OUTPUT)
                 )
-            return Variable(
-                var.id,
-                var.version,
-                var.value,
-                var.category,
-                var.meta,
-                var.deleted,
-                format_traceparent(ctx),
-            )
+            if self._traceparent is None:
+                self._traceparent = format_traceparent(ctx)
+            return var.with_traceparent(self._traceparent)
         except Exception:
             internal_error("op.output")
             return var

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from memtrace_otel.semconv import Category, format_ref, parse_ref
@@ -90,4 +90,9 @@ class Variable:
 
     def with_traceparent(self, traceparent: str | None) -> Variable:
         """A copy carrying its writer's ``traceparent``."""
-        return replace(self, traceparent=traceparent)
+        # Hot path (every op output): copy the already validated fields without re-validating.
+        copy = object.__new__(Variable)
+        for name in ("id", "version", "value", "category", "meta", "deleted"):
+            object.__setattr__(copy, name, getattr(self, name))
+        object.__setattr__(copy, "traceparent", traceparent)
+        return copy

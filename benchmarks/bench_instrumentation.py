@@ -1,0 +1,84 @@
+"""Cost of one memtrace op span relative to a bare SDK span with as many attributes.
+
+The op: an ``extract`` with one input ref (written earlier by a traced op, so it becomes a span link)
+and one ~1 KB output value (an event with its sha256 digest, and the value itself when capture is
+on). The baseline: ``tracer.start_as_current_span`` setting the same number of attributes (7).
+Both run on one TracerProvider with a BatchSpanProcessor and a no-op exporter, in the same process.
+
+Goals: <= 1.2 with capture off, <= 1.6 with capture on.
+
+Run: .venv/bin/python benchmarks/bench_instrumentation.py
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _util import best_of, verdict  # noqa: E402
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import (  # noqa: E402
+    BatchSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+
+from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry  # noqa: E402
+from memtrace_otel.semconv import Category  # noqa: E402
+
+N = 5000
+VALUE = ("Ana moved to Porto in May and works as a nurse at the city hospital. " * 15)[:1024]
+
+
+class NullExporter(SpanExporter):
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+def main() -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(NullExporter(), max_queue_size=100_000))
+    tracer = provider.get_tracer("bench")
+    attrs = {f"attr.{i}": f"value-{i}" for i in range(7)}
+
+    def bare() -> None:
+        with tracer.start_as_current_span("bare", attributes=attrs):
+            pass
+
+    results = {}
+    for label, mode in (("off", "NO_CONTENT"), ("on", "SPAN_AND_EVENT")):
+        mt = MemTracer(
+            tracer_provider=provider,
+            system="bench",
+            store_id="u1",
+            capture=CaptureConfig(mode=mode),
+            registry=WriterRegistry(),
+        )
+        with mt.create("bench.seed") as op:
+            source = op.output(mt.variable("msg:1", "seed", category=Category.MESSAGE))
+        out = mt.variable("fact:1", VALUE, category=Category.MEMORY)
+
+        def memtrace_op(mt: MemTracer = mt, source_ref: str = source.ref, out: object = out) -> None:
+            with mt.extract("bench.extract", inputs=[source_ref]) as op:
+                op.output(out)  # type: ignore[arg-type]
+
+        base = best_of(bare, number=N)
+        ours = best_of(memtrace_op, number=N)
+        results[label] = (base, ours)
+
+    provider.shutdown()
+    goals = {"off": 1.2, "on": 1.6}
+    print(f"bench_instrumentation: {N} spans x 7 repeats, best run")
+    for label, (base, ours) in results.items():
+        ratio = ours / base
+        print(
+            f"  capture {label:3}: bare span {base * 1e6:6.2f} us, memtrace op {ours * 1e6:6.2f} us, "
+            f"ratio {ratio:.2f} (goal <= {goals[label]}: {verdict(ratio, goals[label])})"
+        )
+
+
+if __name__ == "__main__":
+    main()
