@@ -1,0 +1,322 @@
+"""The batch job: exported traces + failed cases in, one verdict line per case out.
+
+Work is grouped by memory store (``gen_ai.memory.store.id``): a case's graph spans the traces that
+built the store and the trace that asked the question, and all of them carry the store id.
+Verdicts are appended one line at a time as soon as each is known, so a killed run loses nothing
+it wrote; a rerun skips the cases already in ``--out`` (after repairing a torn last line).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import networkx as nx
+
+from memtrace_otel.attribution._base import Method
+from memtrace_otel.attribution._index import graph_index
+from memtrace_otel.attribution._model import Case, Verdict, load_cases
+from memtrace_otel.errors import DecodeError, MemtraceError
+from memtrace_otel.graph import build_graph
+from memtrace_otel.semconv import JudgeVerdict, SpanRecord
+from memtrace_otel.semconv import attributes as A
+from memtrace_otel.sources import open_source
+
+NO_STORE = ""
+"""Partition key of ops that name no memory store."""
+
+
+@dataclass
+class BatchSummary:
+    """What one run did: counts for the summary table, the exit status and ``summary.json``."""
+
+    cases: int = 0
+    attributed: int = 0
+    resumed: int = 0
+    unattributed: int = 0
+    failed: list[dict[str, str]] = field(default_factory=list)
+    records: int = 0
+    skipped_records: int = 0
+    skipped_by_kind: dict[str, int] = field(default_factory=dict)
+    source_errors: list[str] = field(default_factory=list)
+    skipped_cases: int = 0
+    cases_not_in_traces: list[str] = field(default_factory=list)
+    by_system: dict[str, int] = field(default_factory=dict)
+    by_error_type: dict[str, int] = field(default_factory=dict)
+    by_op_name: dict[str, int] = field(default_factory=dict)
+    by_system_error: dict[str, dict[str, int]] = field(default_factory=dict)
+    method: str = ""
+    seconds: float = 0.0
+    repaired_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """No case failed to run and nothing was skipped."""
+        return not self.failed and self.skipped_records == 0
+
+    def add(self, verdict: Verdict) -> None:
+        """Count one verdict."""
+        if verdict.error_type is None:
+            self.unattributed += 1
+            return
+        self.attributed += 1
+        system = verdict.system or "?"
+        self.by_system[system] = self.by_system.get(system, 0) + 1
+        self.by_error_type[verdict.error_type] = self.by_error_type.get(verdict.error_type, 0) + 1
+        name = verdict.op_name or "?"
+        self.by_op_name[name] = self.by_op_name.get(name, 0) + 1
+        per = self.by_system_error.setdefault(system, {})
+        per[verdict.error_type] = per.get(verdict.error_type, 0) + 1
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data for ``summary.json``."""
+        data = {k: v for k, v in self.__dict__.items()}
+        data["ok"] = self.ok
+        return data
+
+
+def store_of(record: SpanRecord) -> str:
+    """The partition key of a record: its memory store id (``""`` when it names none)."""
+    value = record.attributes.get(A.GEN_AI_MEMORY_STORE_ID)
+    return str(value) if value is not None else NO_STORE
+
+
+def load_store_graphs(
+    sources: Sequence[str], *, strict: bool = False, summary: BatchSummary | None = None
+) -> dict[str, nx.MultiDiGraph]:
+    """Read every source and build one evolution graph per memory store.
+
+    Records of ops with no store id join every store's graph only when a store-less partition is
+    the only one (a single-store app that never set the id).
+    """
+    by_store: dict[str, list[SpanRecord]] = defaultdict(list)
+    for spec in sources:
+        source = open_source(spec, strict=strict)
+        for record in source.records():
+            by_store[store_of(record)].append(record)
+        if summary is not None:
+            summary.records += source.stats.records
+            summary.skipped_records += source.stats.skipped
+            for kind, count in source.stats.skipped_by_kind.items():
+                summary.skipped_by_kind[kind] = summary.skipped_by_kind.get(kind, 0) + count
+            summary.source_errors.extend(source.stats.errors[: 20 - len(summary.source_errors)])
+    return {store: build_graph(records) for store, records in by_store.items()}
+
+
+def completed_case_ids(out: Path) -> tuple[set[str], bool]:
+    """Case ids already in ``out``; a torn last line (a killed run) is cut off first.
+
+    Returns:
+        The ids, and whether the file had to be repaired.
+    """
+    if not out.exists():
+        return set(), False
+    done: set[str] = set()
+    data = out.read_bytes()
+    repaired = False
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1
+        with open(out, "r+b") as handle:
+            handle.truncate(cut)
+        data = data[:cut]
+        repaired = True
+    for number, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            done.add(str(json.loads(line)["case_id"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DecodeError(f"not a verdict line ({exc})", path=str(out), line=number) from None
+    return done, repaired
+
+
+def failed_cases(
+    graphs: dict[str, nx.MultiDiGraph], cases_file: str | None, summary: BatchSummary
+) -> list[tuple[str, Case]]:
+    """``(store, case)`` of every failed case, in a stable order.
+
+    With a cases file: its cases, except those marked (there or by a judge op) ``correct``.
+    Without: every case a judge op marked ``incorrect``.
+    """
+    where: dict[str, str] = {}
+    for store, G in sorted(graphs.items()):
+        for case_id in graph_index(G).case_ops:
+            where.setdefault(case_id, store)
+    chosen: list[tuple[str, Case]] = []
+    if cases_file is not None:
+        skipped: list[str] = []
+        for case in load_cases(cases_file, strict=False, skipped=skipped):
+            found = where.get(case.case_id)
+            verdict = case.verdict
+            if verdict is None and found is not None:
+                verdict = graph_index(graphs[found]).case_from_graph(case.case_id).verdict
+            if verdict == JudgeVerdict.CORRECT:
+                continue
+            if found is None:
+                summary.cases_not_in_traces.append(case.case_id)
+            chosen.append((found if found is not None else NO_STORE, case))
+        summary.skipped_cases += len(skipped)
+        summary.source_errors.extend(skipped[:5])
+        return chosen
+    for store, G in sorted(graphs.items()):
+        index = graph_index(G)
+        for case_id in sorted(index.failed):
+            if where.get(case_id) == store:
+                chosen.append(
+                    (store, Case(case_id=case_id, verdict=JudgeVerdict.INCORRECT, source="trace"))
+                )
+    return chosen
+
+
+def run_batch(
+    sources: Sequence[str],
+    method: Method,
+    *,
+    cases_file: str | None = None,
+    out: str | os.PathLike[str] | None = None,
+    strict: bool = False,
+    progress: TextIO | None = None,
+    on_verdict: Callable[[Verdict], None] | None = None,
+    graphs: dict[str, nx.MultiDiGraph] | None = None,
+) -> tuple[list[Verdict], BatchSummary]:
+    """Attribute every failed case of ``sources``.
+
+    Args:
+        sources: file paths, directories, globs or backend URLs.
+        method: the attribution method.
+        cases_file: a cases file; without it failed cases come from judge ops.
+        out: a verdicts file to append to (resumable); ``None`` keeps verdicts in memory only.
+        strict: stop at the first bad record instead of skipping and counting it.
+        progress: where to draw a progress line (stderr in the CLI), or ``None``.
+        on_verdict: called with each new verdict (write-back, live reports).
+        graphs: already built store graphs (skips loading ``sources``).
+
+    Returns:
+        The verdicts of this run (resumed cases excluded) and the summary.
+    """
+    started = time.perf_counter()
+    summary = BatchSummary(method=method.name)
+    if graphs is None:
+        graphs = load_store_graphs(sources, strict=strict, summary=summary)
+    work = failed_cases(graphs, cases_file, summary)
+    summary.cases = len(work)
+    out_path = Path(out) if out is not None else None
+    done: set[str] = set()
+    if out_path is not None:
+        done, summary.repaired_out = completed_case_ids(out_path)
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(out_path, "a", encoding="utf-8") if out_path is not None else None  # noqa: SIM115
+    verdicts: list[Verdict] = []
+    empty = nx.MultiDiGraph()
+    try:
+        for number, (store, case) in enumerate(work, 1):
+            if case.case_id in done:
+                summary.resumed += 1
+                continue
+            G = graphs.get(store, empty)
+            try:
+                verdict = method.attribute(G, case)
+            except (MemtraceError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+                summary.failed.append(
+                    {"case_id": case.case_id, "error": f"{type(exc).__name__}: {exc}"}
+                )
+                continue
+            verdicts.append(verdict)
+            summary.add(verdict)
+            if handle is not None:
+                handle.write(verdict.to_json() + "\n")  # one write per line: appends stay whole
+                handle.flush()
+            if on_verdict is not None:
+                on_verdict(verdict)
+            if progress is not None and (number % 50 == 0 or number == len(work)):
+                progress.write(f"\rattributing: {number}/{len(work)} cases")
+                progress.flush()
+    finally:
+        if handle is not None:
+            os.fsync(handle.fileno())
+            handle.close()
+        if progress is not None and work:
+            progress.write("\n")
+    summary.seconds = round(time.perf_counter() - started, 3)
+    return verdicts, summary
+
+
+def summary_table(summary: BatchSummary) -> str:
+    """The summary as a plain-text table (per system, error type and op name)."""
+    lines = [
+        f"{summary.cases} failed cases, {summary.attributed} attributed, "
+        f"{summary.unattributed} without a culprit, {len(summary.failed)} failed to run, "
+        f"{summary.resumed} resumed; {summary.records} span records read, "
+        f"{summary.skipped_records} skipped; method {summary.method}, {summary.seconds:.2f} s",
+    ]
+    errors = sorted(summary.by_error_type)
+    if errors:
+        width = max(len(s) for s in summary.by_system_error) if summary.by_system_error else 6
+        lines.append("")
+        lines.append(
+            "system".ljust(width) + "  " + "  ".join(e.ljust(15) for e in errors) + "  total"
+        )
+        for system in sorted(summary.by_system_error):
+            row = summary.by_system_error[system]
+            lines.append(
+                system.ljust(width)
+                + "  "
+                + "  ".join(str(row.get(e, 0)).ljust(15) for e in errors)
+                + f"  {sum(row.values())}"
+            )
+        lines.append("")
+        lines.append("culprit op name".ljust(40) + "  count")
+        for name, count in Counter(summary.by_op_name).most_common(15):
+            lines.append(name.ljust(40) + f"  {count}")
+    if summary.skipped_by_kind:
+        lines.append("")
+        lines.append(
+            "skipped records: "
+            + ", ".join(f"{k}: {v}" for k, v in sorted(summary.skipped_by_kind.items()))
+        )
+    if summary.cases_not_in_traces:
+        lines.append(f"cases not in the traces: {len(summary.cases_not_in_traces)}")
+    for failure in summary.failed[:10]:
+        lines.append(f"failed: {failure['case_id']}: {failure['error']}")
+    return "\n".join(lines)
+
+
+def summary_markdown(summary: BatchSummary) -> str:
+    """The summary as Markdown (``summary.md``)."""
+    table = summary_table(summary)
+    return "# Attribution summary\n\n```text\n" + table + "\n```\n"
+
+
+def write_summary(summary: BatchSummary, directory: str | os.PathLike[str]) -> None:
+    """Write ``summary.json`` and ``summary.md`` into ``directory``."""
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "summary.json").write_text(
+        json.dumps(summary.to_json(), indent=2, sort_keys=True) + "\n"
+    )
+    (folder / "summary.md").write_text(summary_markdown(summary))
+
+
+def read_verdicts(path: str | os.PathLike[str]) -> Iterable[Verdict]:
+    """The verdicts of a verdicts file."""
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if line.strip():
+                try:
+                    yield Verdict.from_json(json.loads(line))
+                except (ValueError, TypeError) as exc:
+                    raise DecodeError(
+                        f"not a verdict ({exc})", path=str(path), line=number
+                    ) from None
+
+
+def eprint(*parts: object) -> None:
+    """Print to stderr."""
+    print(*parts, file=sys.stderr)

@@ -1,0 +1,169 @@
+"""A per-graph index the methods share: ops by case, messages by store, cases read from judges.
+
+Built once per graph (cached weakly, rebuilt when the graph grows), so attributing thousands of
+cases does not rescan the whole graph for each.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from memtrace_otel.attribution._model import Case
+from memtrace_otel.graph import READ, VERSION, WRITE
+from memtrace_otel.semconv import Category, JudgeVerdict, OpKind
+
+
+def order_key(data: dict[str, Any]) -> tuple[int, int, str, str]:
+    """Execution order of an op node: ``(start, end, trace_id, span_id)``."""
+    return (data["start"], data["end"], data["trace_id"], data["span_id"])
+
+
+@dataclass
+class GraphIndex:
+    """Lookups over one evolution graph."""
+
+    G: nx.MultiDiGraph
+    size: int
+    case_ops: dict[str, list[str]] = field(default_factory=dict)
+    store_messages: dict[str | None, list[str]] = field(default_factory=dict)
+    failed: set[str] = field(default_factory=set)
+    judged: set[str] = field(default_factory=set)
+
+    def ops_of(self, case_id: str) -> list[str]:
+        """The case's ops in execution order (empty when the case is not in the graph)."""
+        return self.case_ops.get(case_id, [])
+
+    def inputs(self, op: str) -> list[str]:
+        """Variables the op read."""
+        return [v for v, keyed in self.G._pred[op].items() if READ in keyed]
+
+    def outputs(self, op: str) -> list[str]:
+        """Variables the op wrote."""
+        return [v for v, keyed in self.G._succ[op].items() if WRITE in keyed]
+
+    def readers(self, var: str) -> list[str]:
+        """Ops that read the variable."""
+        return [o for o, keyed in self.G._succ[var].items() if READ in keyed]
+
+    def next_version(self, var: str) -> str | None:
+        """The variable's next version, if it is in the graph."""
+        for succ, keyed in self.G._succ[var].items():
+            if VERSION in keyed:
+                return str(succ)
+        return None
+
+    def writer(self, var: str) -> str | None:
+        """The op that wrote the variable (first writer), if loaded."""
+        for pred, keyed in self.G._pred[var].items():
+            if WRITE in keyed:
+                return str(pred)
+        return None
+
+    def case_from_graph(self, case_id: str) -> Case:
+        """What the traces say about a case: question, gold answers, prediction, verdict."""
+        G = self.G
+        question, gold, prediction = "", [], None
+        verdict = None
+        for op in self.ops_of(case_id):
+            data = G._node[op]
+            if data["kind"] == OpKind.JUDGE and data.get("judge_verdict"):
+                verdict = data["judge_verdict"]
+            for var in self.inputs(op) + self.outputs(op):
+                vd = G._node[var]
+                value = vd.get("value")
+                if value is None:
+                    continue
+                category = vd.get("category")
+                if category == Category.QUERY and not question:
+                    question = _as_text(value)
+                elif category == Category.GOLD:
+                    gold.extend(_as_answers(value))
+                elif category == Category.PREDICTION:
+                    prediction = _as_text(value)
+        return Case(
+            case_id=case_id,
+            question=question,
+            gold_answers=tuple(dict.fromkeys(gold)),
+            verdict=verdict,
+            prediction=prediction,
+            source="trace",
+        )
+
+
+def _as_text(value: str) -> str:
+    try:
+        decoded = json.loads(value)
+    except (ValueError, TypeError):
+        return value
+    if isinstance(decoded, str):
+        return decoded
+    if isinstance(decoded, dict):
+        for key in ("text", "content", "question", "answer", "query"):
+            if isinstance(decoded.get(key), str):
+                return str(decoded[key])
+    return value
+
+
+def _as_answers(value: str) -> list[str]:
+    try:
+        decoded = json.loads(value)
+    except (ValueError, TypeError):
+        return [value]
+    if isinstance(decoded, list):
+        return [str(v) for v in decoded]
+    if isinstance(decoded, dict):
+        answers = decoded.get("answers") or decoded.get("gold_answers") or decoded.get("answer")
+        if isinstance(answers, list):
+            return [str(v) for v in answers]
+        if answers is not None:
+            return [str(answers)]
+    return [_as_text(value)]
+
+
+_cache: weakref.WeakKeyDictionary[nx.MultiDiGraph, GraphIndex] = weakref.WeakKeyDictionary()
+
+
+def graph_index(G: nx.MultiDiGraph) -> GraphIndex:
+    """The (cached) index of ``G``."""
+    size = G.number_of_nodes() + G.number_of_edges()
+    index = _cache.get(G)
+    if index is not None and index.size == size:
+        return index
+    case_ops: dict[str, list[tuple[tuple[int, int, str, str], str]]] = defaultdict(list)
+    messages: dict[str | None, list[str]] = defaultdict(list)
+    failed: set[str] = set()
+    judged: set[str] = set()
+    for node, data in G._node.items():
+        if data.get("type") == "op":
+            case = data.get("case")
+            if case is not None:
+                case_ops[str(case)].append((order_key(data), node))
+                if data.get("kind") == OpKind.JUDGE and data.get("judge_verdict"):
+                    judged.add(str(case))
+                    if data["judge_verdict"] == JudgeVerdict.INCORRECT:
+                        failed.add(str(case))
+        elif data.get("category") == Category.MESSAGE:
+            writer = next((p for p, k in G._pred[node].items() if WRITE in k), None)
+            readers = [o for o, k in G._succ[node].items() if READ in k]
+            store = None
+            for op in ([writer] if writer else []) + readers:
+                store = G._node[op].get("store")
+                if store is not None:
+                    break
+            messages[store].append(node)
+    index = GraphIndex(
+        G=G,
+        size=size,
+        case_ops={c: [n for _, n in sorted(ops)] for c, ops in case_ops.items()},
+        store_messages={s: sorted(m) for s, m in messages.items()},
+        failed=failed,
+        judged=judged,
+    )
+    _cache[G] = index
+    return index

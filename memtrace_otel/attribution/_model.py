@@ -1,0 +1,169 @@
+"""Cases and verdicts: the batch job's input and output records (contract section 5)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from memtrace_otel.errors import DecodeError
+from memtrace_otel.semconv import ErrorType, JudgeVerdict
+
+
+@dataclass(frozen=True)
+class Case:
+    """One question whose answer is judged.
+
+    Attributes:
+        case_id: the ``memtrace.case.id`` of the question's ops.
+        question: the question text ("" when unknown).
+        gold_answers: acceptable answers.
+        evidence_refs: refs of the source messages holding the answer (``msg:...@1``), if known.
+        verdict: ``correct``/``incorrect`` when known (from the cases file or a judge op).
+        prediction: the system's answer, when known.
+        source: where the case came from (``cases.jsonl:12`` or ``trace``).
+    """
+
+    case_id: str
+    question: str = ""
+    gold_answers: tuple[str, ...] = ()
+    evidence_refs: tuple[str, ...] = ()
+    verdict: str | None = None
+    prediction: str | None = None
+    source: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The earliest decisive faulty op of one failed case.
+
+    ``error_type`` and ``op_id`` are ``None`` when the method could not name a culprit (the
+    ``reason`` says why). ``unchecked`` lists what could not be verified (values not captured,
+    traces missing); ``missing_traces`` the linked traces that were not loaded.
+    """
+
+    case_id: str
+    error_type: str | None
+    op_id: str | None
+    op_name: str | None
+    method: str
+    confidence: float
+    evidence_refs: tuple[str, ...] = ()
+    reason: str = ""
+    system: str | None = None
+    store_id: str | None = None
+    unchecked: tuple[str, ...] = ()
+    missing_traces: tuple[str, ...] = ()
+    trace_id: str | None = None
+
+    def to_json(self) -> str:
+        """One JSON Lines line (without the newline)."""
+        data = asdict(self)
+        data["evidence_refs"] = list(self.evidence_refs)
+        data["unchecked"] = list(self.unchecked)
+        data["missing_traces"] = list(self.missing_traces)
+        return json.dumps(data, ensure_ascii=False, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Verdict:
+        """A verdict from a decoded JSON object (unknown keys ignored)."""
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        for key in ("evidence_refs", "unchecked", "missing_traces"):
+            if key in known:
+                known[key] = tuple(known[key] or ())
+        return cls(**known)
+
+
+_ERROR_TYPES = {e.value for e in ErrorType}
+_VERDICTS = {v.value for v in JudgeVerdict}
+
+
+def _str_list(value: Any, *, path: str, line: int, field_name: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return (str(value),)
+    if isinstance(value, list) and all(
+        isinstance(v, str | int | float) and not isinstance(v, bool) for v in value
+    ):
+        return tuple(str(v) for v in value)
+    raise DecodeError(
+        "expected a string or a list of strings", path=path, line=line, field=field_name
+    )
+
+
+def parse_case(obj: Any, *, path: str = "", line: int = 0) -> Case:
+    """One cases-file object as a :class:`Case`.
+
+    Raises:
+        DecodeError: not an object, no ``case_id``, or a field of the wrong type.
+    """
+    if not isinstance(obj, dict):
+        raise DecodeError("expected a JSON object", path=path, line=line)
+    case_id = obj.get("case_id")
+    if not isinstance(case_id, str | int) or isinstance(case_id, bool) or str(case_id) == "":
+        raise DecodeError("missing or empty case_id", path=path, line=line, field="case_id")
+    question = obj.get("question", "")
+    if not isinstance(question, str):
+        raise DecodeError("expected a string", path=path, line=line, field="question")
+    verdict = obj.get("verdict")
+    if verdict is not None and verdict not in _VERDICTS:
+        raise DecodeError(
+            f"expected one of {sorted(_VERDICTS)}", path=path, line=line, field="verdict"
+        )
+    prediction = obj.get("prediction")
+    if prediction is not None and not isinstance(prediction, str):
+        prediction = json.dumps(prediction)
+    return Case(
+        case_id=str(case_id),
+        question=question,
+        gold_answers=_str_list(
+            obj.get("gold_answers"), path=path, line=line, field_name="gold_answers"
+        ),
+        evidence_refs=_str_list(
+            obj.get("evidence_refs"), path=path, line=line, field_name="evidence_refs"
+        ),
+        verdict=verdict,
+        prediction=prediction,
+        source=f"{path}:{line}",
+    )
+
+
+def load_cases(
+    path: str | os.PathLike[str], *, strict: bool = True, skipped: list[str] | None = None
+) -> Iterator[Case]:
+    """Read a cases file (JSON Lines, contract section 5).
+
+    Args:
+        path: the file.
+        strict: raise on the first bad line; otherwise skip it and append its error to ``skipped``.
+        skipped: collects the messages of skipped lines in lenient mode.
+
+    Raises:
+        DecodeError: a bad line in strict mode, naming the file, line and field.
+    """
+    name = os.fspath(path)
+    with open(name, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            if not raw.strip():
+                continue
+            try:
+                try:
+                    obj = json.loads(raw.decode("utf-8"))
+                except UnicodeDecodeError as exc:
+                    raise DecodeError(f"not UTF-8 ({exc.reason})", path=name, line=number) from None
+                except json.JSONDecodeError as exc:
+                    raise DecodeError(f"invalid JSON: {exc.msg}", path=name, line=number) from None
+                yield parse_case(obj, path=name, line=number)
+            except DecodeError as exc:
+                if strict:
+                    raise
+                if skipped is not None:
+                    skipped.append(str(exc))
+
+
+def is_error_type(value: object) -> bool:
+    """Whether ``value`` is one of the five labels."""
+    return value in _ERROR_TYPES

@@ -1,0 +1,128 @@
+"""Attribution on hand-written traces: each planted fault is named, correct cases are not blamed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memtrace_otel.attribution import (
+    EvidenceMethod,
+    get_method,
+    load_cases,
+    read_verdicts,
+    run_batch,
+)
+from memtrace_otel.errors import DecodeError
+from tests._pipeline import EXPECTED, FAULTS, write_workload
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return write_workload(tmp_path_factory.mktemp("attribution"))
+
+
+@pytest.mark.parametrize("fault", sorted(EXPECTED))
+def test_evidence_names_each_planted_fault(workload: tuple[Path, Path], fault: str) -> None:
+    traces, cases = workload
+    verdicts, _summary = run_batch([str(traces)], EvidenceMethod(), cases_file=str(cases))
+    by_case = {v.case_id: v for v in verdicts}
+    verdict = by_case[f"case-{fault}"]
+    assert (verdict.error_type, verdict.op_name) == EXPECTED[fault], verdict.reason
+    assert verdict.op_id is not None and len(verdict.op_id) == 16
+    assert verdict.evidence_refs == (f"msg:case-{fault}:1@1",)
+    assert verdict.store_id == f"user-{fault}" and verdict.system == "test"
+
+
+def test_correct_cases_are_not_blamed(workload: tuple[Path, Path]) -> None:
+    traces, cases = workload
+    verdicts, summary = run_batch([str(traces)], EvidenceMethod(), cases_file=str(cases))
+    assert "case-none" not in {v.case_id for v in verdicts}
+    assert summary.cases == len(FAULTS) - 1
+
+
+def test_failed_cases_come_from_judge_ops_without_a_cases_file(workload: tuple[Path, Path]) -> None:
+    traces, _ = workload
+    verdicts, _ = run_batch([str(traces)], EvidenceMethod())
+    assert {v.case_id for v in verdicts} == {f"case-{f}" for f in EXPECTED}
+    # the question, gold answer and evidence were found from the traces alone
+    by_case = {v.case_id: v for v in verdicts}
+    assert by_case["case-extraction"].error_type == "ExtractionError"
+    assert "evidence located by search, not given" in by_case["case-extraction"].unchecked
+
+
+def test_without_captured_values_the_verdict_says_what_it_could_not_check(tmp_path: Path) -> None:
+    traces, cases = write_workload(tmp_path, capture="NO_CONTENT", faults=("deletion", "retrieval"))
+    verdicts, _ = run_batch([str(traces)], EvidenceMethod(), cases_file=str(cases))
+    by_case = {v.case_id: v for v in verdicts}
+    # structure alone still shows the deletion (a tombstone) ...
+    assert by_case["case-deletion"].error_type == "DeletionError"
+    # ... while content losses cannot be seen, and the verdict says so with lower confidence
+    assert by_case["case-retrieval"].unchecked
+    assert (
+        by_case["case-retrieval"].confidence < by_case["case-deletion"].confidence
+        or by_case["case-deletion"].unchecked
+    )
+
+
+def test_constant_baselines(workload: tuple[Path, Path]) -> None:
+    traces, cases = workload
+    gen, _ = run_batch([str(traces)], get_method("blame-generate"), cases_file=str(cases))
+    ret, _ = run_batch([str(traces)], get_method("blame-retrieve"), cases_file=str(cases))
+    assert {v.op_name for v in gen} == {"test.answer"} and {v.error_type for v in gen} == {
+        "ResponseError"
+    }
+    assert {v.op_name for v in ret} == {"test.search"} and {v.error_type for v in ret} == {
+        "RetrievalError"
+    }
+
+
+def test_resume_skips_done_cases_and_repairs_a_torn_last_line(
+    workload: tuple[Path, Path], tmp_path: Path
+) -> None:
+    traces, cases = workload
+    out = tmp_path / "verdicts.jsonl"
+    first, _ = run_batch([str(traces)], EvidenceMethod(), cases_file=str(cases), out=out)
+    lines = out.read_text().splitlines()
+    assert len(lines) == len(first) == 7
+    # simulate a kill mid-write: two complete lines and half of the third
+    out.write_text(lines[0] + "\n" + lines[1] + "\n" + lines[2][: len(lines[2]) // 2])
+    again, summary = run_batch([str(traces)], EvidenceMethod(), cases_file=str(cases), out=out)
+    assert summary.repaired_out and summary.resumed == 2 and len(again) == 5
+    final = list(read_verdicts(out))
+    assert sorted(v.case_id for v in final) == sorted(v.case_id for v in first)
+    assert {v.case_id: v for v in final} == {v.case_id: v for v in first}
+
+
+def test_a_case_id_not_in_the_traces_is_reported_not_crashed(
+    workload: tuple[Path, Path], tmp_path: Path
+) -> None:
+    traces, cases = workload
+    extra = tmp_path / "cases.jsonl"
+    extra.write_text(cases.read_text() + json.dumps({"case_id": "ghost", "question": "?"}) + "\n")
+    verdicts, summary = run_batch([str(traces)], EvidenceMethod(), cases_file=str(extra))
+    ghost = next(v for v in verdicts if v.case_id == "ghost")
+    assert ghost.error_type is None and "not in the traces" in ghost.reason
+    assert summary.cases_not_in_traces == ["ghost"]
+
+
+def test_cases_file_errors_name_file_line_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "cases.jsonl"
+    path.write_text('{"case_id": "a"}\n{"question": "no id"}\n')
+    with pytest.raises(
+        DecodeError, match=r"cases.jsonl:2: field case_id: missing or empty case_id"
+    ):
+        list(load_cases(path))
+    path.write_text('{"case_id": "a", "gold_answers": {"x": 1}}\n')
+    with pytest.raises(DecodeError, match="field gold_answers"):
+        list(load_cases(path))
+    skipped: list[str] = []
+    path.write_text('{"case_id": "a"}\nnot json\n{"case_id": "b", "verdict": "maybe"}\n')
+    assert [c.case_id for c in load_cases(path, strict=False, skipped=skipped)] == ["a"]
+    assert len(skipped) == 2 and "invalid JSON" in skipped[0] and "field verdict" in skipped[1]
+
+
+def test_unknown_method_raises() -> None:
+    with pytest.raises(ValueError, match="unknown method 'oracle'"):
+        get_method("oracle")
