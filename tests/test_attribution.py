@@ -126,3 +126,80 @@ def test_cases_file_errors_name_file_line_and_field(tmp_path: Path) -> None:
 def test_unknown_method_raises() -> None:
     with pytest.raises(ValueError, match="unknown method 'oracle'"):
         get_method("oracle")
+
+
+def test_cli_attribute_writes_verdicts_and_summary(
+    workload: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memtrace_otel.cli import main
+
+    traces, cases = workload
+    out, report = tmp_path / "v.jsonl", tmp_path / "report"
+    code = main(
+        [
+            "attribute",
+            str(traces),
+            "--cases",
+            str(cases),
+            "--out",
+            str(out),
+            "--report",
+            str(report),
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    assert len(out.read_text().splitlines()) == 7
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["attributed"] == 7 and summary["by_error_type"]["RetrievalError"] == 2
+    assert "ExtractionError" in capsys.readouterr().err
+
+
+def test_cli_write_back_needs_an_endpoint(
+    workload: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memtrace_otel.cli import main
+
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    assert main(["attribute", str(workload[0]), "--write-back"]) == 2
+    assert "needs OTEL_EXPORTER_OTLP_ENDPOINT" in capsys.readouterr().err
+
+
+def test_write_back_sends_verdict_spans_linked_to_the_culprit(
+    workload: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memtrace_otel.cli import main
+    from tests._otlp_receiver import otlp_receiver
+
+    traces, cases = workload
+    with otlp_receiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        out = tmp_path / "v.jsonl"
+        assert (
+            main(
+                [
+                    "attribute",
+                    str(traces),
+                    "--cases",
+                    str(cases),
+                    "--out",
+                    str(out),
+                    "--write-back",
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
+    verdicts = {v.case_id: v for v in read_verdicts(out)}
+    spans = [s for s in receiver.spans if s.name == "memtrace.attribution"]
+    assert len(spans) == len(verdicts) == 7
+    for span in spans:
+        attrs = {a.key: a.value for a in span.attributes}
+        verdict = verdicts[attrs["memtrace.attribution.case_id"].string_value]
+        assert attrs["memtrace.attribution.error_type"].string_value == verdict.error_type
+        assert attrs["gen_ai.evaluation.explanation"].string_value == verdict.reason
+        [link] = span.links
+        assert link.span_id.hex() == verdict.op_id and link.trace_id.hex() == verdict.trace_id
+        assert span.trace_id.hex() != verdict.trace_id  # a trace of its own

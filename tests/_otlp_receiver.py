@@ -1,0 +1,61 @@
+"""An in-process OTLP/HTTP trace receiver on loopback: the real exporter posts protobuf to it."""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+
+class Receiver:
+    """Collects the spans of every request it gets."""
+
+    def __init__(self) -> None:
+        self.spans: list[Any] = []
+        self.lock = threading.Lock()
+        self.url = ""
+
+
+@contextmanager
+def otlp_receiver() -> Iterator[Receiver]:
+    """Serve ``POST /v1/traces`` on a free port of 127.0.0.1 for the duration of the block."""
+    receiver = Receiver()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if self.headers.get("Content-Encoding") == "gzip":
+                body = gzip.decompress(body)
+            request = ExportTraceServiceRequest()
+            request.ParseFromString(body)
+            with receiver.lock:
+                for rs in request.resource_spans:
+                    for ss in rs.scope_spans:
+                        receiver.spans.extend(ss.spans)
+            payload = ExportTraceServiceResponse().SerializeToString()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    receiver.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield receiver
+    finally:
+        server.shutdown()
+        server.server_close()
