@@ -203,3 +203,37 @@ def test_write_back_sends_verdict_spans_linked_to_the_culprit(
         [link] = span.links
         assert link.span_id.hex() == verdict.op_id and link.trace_id.hex() == verdict.trace_id
         assert span.trace_id.hex() != verdict.trace_id  # a trace of its own
+
+
+def test_incomplete_traces_name_the_missing_trace_and_lower_confidence(
+    workload: tuple[Path, Path], tmp_path: Path
+) -> None:
+    traces, cases = workload
+    lines = traces.read_text().splitlines()
+
+    def spans(line: str) -> list[dict[str, object]]:
+        doc = json.loads(line)
+        return [s for rs in doc["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+
+    record_id = {
+        "key": "gen_ai.memory.record.id",
+        "value": {"stringValue": "mem:msg:case-retrieval:1"},
+    }
+    dropped = {
+        s["traceId"] for line in lines for s in spans(line) if record_id in s.get("attributes", [])
+    }
+    assert len(dropped) == 1
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text(
+        "".join(line + "\n" for line in lines if not {s["traceId"] for s in spans(line)} & dropped)
+    )
+    full = {
+        v.case_id: v for v in run_batch([str(traces)], EvidenceMethod(), cases_file=str(cases))[0]
+    }
+    cut = {
+        v.case_id: v for v in run_batch([str(partial)], EvidenceMethod(), cases_file=str(cases))[0]
+    }
+    verdict = cut["case-retrieval"]
+    assert verdict.missing_traces == tuple(dropped)
+    assert verdict.confidence < full["case-retrieval"].confidence
+    assert full["case-retrieval"].missing_traces == ()

@@ -38,7 +38,6 @@ from memtrace_otel.attribution._text import (
     recall,
     reciprocal_rank_fusion,
 )
-from memtrace_otel.graph import linked_trace_ids
 from memtrace_otel.semconv import Category, OpKind
 
 # Ops whose job is to carry memory content forward; a loss there is their fault.
@@ -98,7 +97,7 @@ class EvidenceMethod:
                 G, case, method=self.name, reason=f"case {case.case_id!r} is not in the traces"
             )
         case = _merge(case, index.case_from_graph(case.case_id))
-        missing = tuple(_missing_traces(G, ops))
+        missing = tuple(_missing_traces(index, ops))
         unchecked: list[str] = []
         if missing:
             unchecked.append(f"{len(missing)} linked trace(s) not loaded")
@@ -332,14 +331,9 @@ def _carries(G: nx.MultiDiGraph, var: str, signature: Signature, carriers: set[s
         if c != signature.ref or data.get("category") == Category.CANDIDATES
     ):
         return True
-    meta = data.get("meta") or {}
-    sources = meta.get("source_refs") if isinstance(meta, dict) else None
-    text = _text(value)
-    if signature.carries(text):
-        return True
-    # A memory that names the evidence as its source but lost the content does not carry it.
-    del sources
-    return False
+    # Content decides: a memory whose meta names the evidence as its source but lost the
+    # content does not carry it.
+    return signature.carries(_text(value))
 
 
 def _text(value: str | None) -> str:
@@ -374,12 +368,16 @@ def _break_reason(G: nx.MultiDiGraph, op: str) -> str:
     return "the evidence was not extracted into memory"
 
 
-def _missing_traces(G: nx.MultiDiGraph, ops: list[str]) -> list[str]:
-    if not ops:
+def _missing_traces(index: GraphIndex, ops: list[str]) -> list[str]:
+    """Traces the case's ops (and what they read) link to but that are not loaded."""
+    if not index.missing_traces:
         return []
-    missing = set(linked_trace_ids(G))
-    if not missing:
-        return []
+    G = index.G
+    missing: set[str] = set()
+    for op in ops:
+        for link in G.nodes[op].get("links", ()):
+            if link["trace_id"] in index.missing_traces:
+                missing.add(link["trace_id"])
     return sorted(missing)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import networkx as nx
 
 from memtrace_otel.attribution._model import Case
-from memtrace_otel.graph import READ, VERSION, WRITE
+from memtrace_otel.graph import READ, VERSION, WRITE, linked_trace_ids
 from memtrace_otel.semconv import Category, JudgeVerdict, OpKind
 
 
@@ -34,6 +34,7 @@ class GraphIndex:
     store_messages: dict[str | None, list[str]] = field(default_factory=dict)
     failed: set[str] = field(default_factory=set)
     judged: set[str] = field(default_factory=set)
+    missing_traces: frozenset[str] = frozenset()
 
     def ops_of(self, case_id: str) -> list[str]:
         """The case's ops in execution order (empty when the case is not in the graph)."""
@@ -164,6 +165,7 @@ def graph_index(G: nx.MultiDiGraph) -> GraphIndex:
         store_messages={s: sorted(m) for s, m in messages.items()},
         failed=failed,
         judged=judged,
+        missing_traces=frozenset(linked_trace_ids(G)),
     )
     _cache[G] = index
     return index
