@@ -64,11 +64,30 @@ class GraphError(MemtraceError):
     """A graph query was given something the graph does not hold."""
 
 
+class ModelError(MemtraceError):
+    """A model endpoint (the LLM judge of model-based attribution) failed for good.
+
+    Raised after bounded retries (rate limits, server errors, timeouts, refused connections) or
+    when the model's reply stayed malformed after one corrective retry.
+
+    Attributes:
+        reason: what went wrong.
+        status: the HTTP status of the last answer, or ``None`` (no answer, or a malformed one).
+    """
+
+    def __init__(self, reason: str, *, status: int | None = None) -> None:
+        self.reason = reason
+        self.status = status
+        suffix = f" (HTTP {status})" if status is not None else ""
+        super().__init__(f"model endpoint: {reason}{suffix}")
+
+
 __all__ = [
     "BackendError",
     "DecodeError",
     "GraphError",
     "MemtraceError",
+    "ModelError",
     "SourceError",
     "UnsupportedFormatError",
 ]

@@ -237,3 +237,15 @@ def test_incomplete_traces_name_the_missing_trace_and_lower_confidence(
     assert verdict.missing_traces == tuple(dropped)
     assert verdict.confidence < full["case-retrieval"].confidence
     assert full["case-retrieval"].missing_traces == ()
+
+
+def test_cli_model_method_without_endpoint_is_a_one_line_error(
+    workload: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memtrace_otel.cli import main
+
+    for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "MEMTRACE_ATTRIBUTION_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    assert main(["attribute", str(workload[0]), "--method", "llm"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("memtrace: error:") and len(err.strip().splitlines()) == 1

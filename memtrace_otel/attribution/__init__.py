@@ -24,12 +24,19 @@ from memtrace_otel.attribution._batch import (
 )
 from memtrace_otel.attribution._evidence import EvidenceMethod
 from memtrace_otel.attribution._index import GraphIndex, graph_index
+from memtrace_otel.attribution._literature import AllAtOnce, BinarySearch, StepByStep
+from memtrace_otel.attribution._llm import LLMMethod, ModelMethod
 from memtrace_otel.attribution._model import Case, Verdict, load_cases, parse_case
+from memtrace_otel.attribution._model_client import ChatModel, ModelSession, OpenAIChatModel
 
 _FACTORIES: dict[str, Callable[..., Method]] = {
     "evidence": EvidenceMethod,
     "blame-generate": BlameGenerate,
     "blame-retrieve": BlameRetrieve,
+    "llm": LLMMethod,
+    "all-at-once": AllAtOnce,
+    "step-by-step": StepByStep,
+    "binary-search": BinarySearch,
 }
 
 
@@ -59,13 +66,21 @@ def get_method(name: str, **options: Any) -> Method:
 
 
 __all__ = [
+    "AllAtOnce",
     "BatchSummary",
+    "BinarySearch",
     "BlameGenerate",
     "BlameRetrieve",
     "Case",
+    "ChatModel",
     "EvidenceMethod",
     "GraphIndex",
+    "LLMMethod",
     "Method",
+    "ModelMethod",
+    "ModelSession",
+    "OpenAIChatModel",
+    "StepByStep",
     "Verdict",
     "blame",
     "completed_case_ids",

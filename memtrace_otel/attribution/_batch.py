@@ -55,6 +55,7 @@ class BatchSummary:
     method: str = ""
     seconds: float = 0.0
     repaired_out: bool = False
+    model_usage: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

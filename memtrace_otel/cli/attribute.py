@@ -67,7 +67,11 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the batch job; exit 0 when every case ran and no record was skipped, else 1."""
-    method = get_method(args.method)
+    try:
+        method = get_method(args.method)
+    except ValueError as exc:  # e.g. a model-based method with no endpoint configured
+        print(f"memtrace: error: {exc}", file=sys.stderr)
+        return 2
     on_verdict = None
     provider = None
     if args.write_back:
@@ -94,6 +98,13 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if provider is not None:
             provider.shutdown()
+    usage = getattr(method, "usage", None)
+    if isinstance(usage, dict):
+        summary.model_usage = dict(usage)
+        print(
+            "model usage: " + ", ".join(f"{k}={v}" for k, v in sorted(usage.items())),
+            file=sys.stderr,
+        )
     if args.out is None:
         for verdict in verdicts:
             print(verdict.to_json())
