@@ -50,7 +50,7 @@ class Progress:
         elif stats.traces_fetched:
             parts.append(f"{stats.traces_fetched} traces")
         if stats.files:
-            parts.append(f"{stats.files} files")
+            parts.append(f"{stats.files} file{'s' if stats.files != 1 else ''}")
         if stats.skipped:
             parts.append(f"{stats.skipped} skipped")
         return "exporting: " + ", ".join(parts)

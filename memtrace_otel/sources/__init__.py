@@ -1,1 +1,128 @@
-"""(filled in by later issues)"""
+"""Trace sources: read span records from files and live backends, wherever users keep traces.
+
+One entry point, :func:`open_source`, takes a path, a directory, a glob, or a backend URL
+(``jaeger+http(s)://host:16686?service=...``, ``tempo+http(s)://host:3200?q=...``) and returns a
+:class:`Source` whose :meth:`Source.records` streams neutral
+:class:`~memtrace_otel.semconv.SpanRecord` objects; :attr:`Source.stats` counts what was read
+and skipped. File formats are recognised by content: OTLP/JSON (lines or documents, the
+Collector's, Jaeger api_v3's and Tempo's envelopes), the Collector's length-prefixed proto
+files, gzip and zstd, Jaeger v1 JSON, and smartcomment/MemTraceBench graph exports.
+
+Lenient mode (the default, as the batch job uses it) skips and counts bad records; strict mode
+raises :class:`~memtrace_otel.errors.DecodeError` naming file, line and field.
+
+>>> import json, tempfile, os
+>>> line = {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "0af7651916cd43dd8448eb211c80319c",
+...     "spanId": "b7ad6b7169203331", "name": "memtrace.extract rag.chunk"}]}]}]}
+>>> folder = tempfile.mkdtemp()
+>>> with open(os.path.join(folder, "traces.jsonl"), "w") as f:
+...     _ = f.write(json.dumps(line) + "\\n" + "not json\\n")
+>>> source = open_source(folder)
+>>> [r.name for r in source.records()]
+['memtrace.extract rag.chunk']
+>>> source.stats.skipped_by_kind
+{'invalid_json': 1}
+>>> import shutil; shutil.rmtree(folder)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from memtrace_otel.sources._backends import (
+    JaegerSource,
+    TempoSource,
+    backend_from_url,
+    parse_duration,
+    parse_time,
+)
+from memtrace_otel.sources._common import SourceStats
+from memtrace_otel.sources._documents import decode_document, decode_jaeger, decode_otlp_json
+from memtrace_otel.sources._export import ExportResult, export_source
+from memtrace_otel.sources._files import expand_paths
+from memtrace_otel.sources._http import HttpOptions
+from memtrace_otel.sources._jaeger import ARRAY_ATTRIBUTES
+from memtrace_otel.sources._memtracebench import (
+    OP_KIND_BY_CATEGORY,
+    OP_KIND_BY_NAME,
+    OTHER_KIND,
+    BenchCase,
+    BenchGraph,
+    BenchLabel,
+    decode_memtracebench,
+    load_memtracebench,
+)
+from memtrace_otel.sources._otlp_proto import decode_otlp_proto
+from memtrace_otel.sources._source import FileSource, Source, iter_records
+
+BACKEND_SCHEMES = ("jaeger+http://", "jaeger+https://", "tempo+http://", "tempo+https://")
+
+
+def open_source(
+    spec: str | os.PathLike[str],
+    *,
+    strict: bool = False,
+    http: HttpOptions | None = None,
+    **options: Any,
+) -> Source:
+    """Open a trace source from a spec string.
+
+    Args:
+        spec: a file, a directory (read recursively), a glob, or a backend URL:
+            ``jaeger+http(s)://host:port[/base]?service=..&lookback=..`` or
+            ``tempo+http(s)://host:port[/base]?q=<TraceQL>&lookback=..`` (see ``docs/sources.md``
+            for every parameter).
+        strict: raise at the first bad record instead of skipping and counting it.
+        http: timeouts, retries, auth and TLS for backends.
+        **options: backend options (override the URL's parameters), or ``dedupe_window`` for
+            files.
+
+    Raises:
+        ValueError: a malformed backend URL or option, or a plain ``http://`` URL.
+
+    >>> open_source("jaeger+http://127.0.0.1:16686?service=rag&lookback=2h")
+    JaegerSource('http://127.0.0.1:16686')
+    """
+    text = os.fspath(spec)
+    if text.startswith(BACKEND_SCHEMES):
+        return backend_from_url(text, strict=strict, http=http, **options)
+    if text.startswith(("http://", "https://")):
+        raise ValueError(
+            f"{text}: say which backend it is: jaeger+{text.split(':')[0]}://... or "
+            f"tempo+{text.split(':')[0]}://..."
+        )
+    if http is not None:
+        raise ValueError("http options apply to backend sources only")
+    return FileSource(text, strict=strict, **options)
+
+
+__all__ = [
+    "ARRAY_ATTRIBUTES",
+    "BACKEND_SCHEMES",
+    "OP_KIND_BY_CATEGORY",
+    "OP_KIND_BY_NAME",
+    "OTHER_KIND",
+    "BenchCase",
+    "BenchGraph",
+    "BenchLabel",
+    "ExportResult",
+    "FileSource",
+    "HttpOptions",
+    "JaegerSource",
+    "Source",
+    "SourceStats",
+    "TempoSource",
+    "decode_document",
+    "decode_jaeger",
+    "decode_memtracebench",
+    "decode_otlp_json",
+    "decode_otlp_proto",
+    "expand_paths",
+    "export_source",
+    "iter_records",
+    "load_memtracebench",
+    "open_source",
+    "parse_duration",
+    "parse_time",
+]

@@ -1,0 +1,396 @@
+"""Shared pieces of the loaders: statistics, the strict/lenient error policy, ids and enums.
+
+Decoders never decide whether a bad record stops the run: they report it to an ``on_error``
+callback with a *kind* (a short reason class such as ``invalid_json``), and the caller's policy
+either raises the typed error (strict) or counts it and goes on (lenient).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import gc
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from memtrace_otel.errors import DecodeError
+
+# --- Kinds of skipped input (the keys of SourceStats.skipped_by_kind) --------------------------
+INVALID_JSON = "invalid_json"
+INVALID_UTF8 = "invalid_utf8"
+INVALID_SPAN = "invalid_span"
+INVALID_RECORD = "invalid_record"
+DUPLICATE_SPAN = "duplicate_span"
+EMPTY_FILE = "empty_file"
+EMPTY_LINE = "empty_line"
+TRUNCATED = "truncated"
+UNSUPPORTED_FORMAT = "unsupported_format"
+UNREADABLE = "unreadable"
+
+MAX_ERROR_MESSAGES = 10
+"""How many error messages :class:`SourceStats` keeps (the counts are always complete)."""
+
+
+@dataclass
+class SourceStats:
+    """What a source has read so far.
+
+    Attributes:
+        records: span records yielded.
+        skipped: records (spans, lines, files) skipped in lenient mode.
+        skipped_by_kind: ``skipped`` split by reason (``invalid_json``, ``duplicate_span``, ...).
+        errors: the first :data:`MAX_ERROR_MESSAGES` error messages, each naming file, line and
+            field.
+        files: files opened.
+        traces_fetched: traces fetched from a live backend.
+        traces_missing: trace ids a backend did not have (HTTP 404).
+        traces_total: traces a backend search matched, when known (for progress).
+        links_not_followed: linked traces left unfetched because a bound was reached.
+    """
+
+    records: int = 0
+    skipped: int = 0
+    skipped_by_kind: dict[str, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    files: int = 0
+    traces_fetched: int = 0
+    traces_missing: int = 0
+    traces_total: int | None = None
+    links_not_followed: int = 0
+
+    def skip(self, kind: str, message: str) -> None:
+        """Count one skipped item of ``kind`` and keep its message if there is room."""
+        self.skipped += 1
+        self.skipped_by_kind[kind] = self.skipped_by_kind.get(kind, 0) + 1
+        if len(self.errors) < MAX_ERROR_MESSAGES:
+            self.errors.append(message)
+
+    def summary(self) -> str:
+        """One line for humans, e.g. ``1200 records from 3 files; 2 skipped (invalid_json: 2)``.
+
+        >>> s = SourceStats(records=5, files=1)
+        >>> s.skip("invalid_json", "a.jsonl:3: invalid JSON")
+        >>> s.summary()
+        '5 records from 1 file; 1 skipped (invalid_json: 1)'
+        """
+        parts = [f"{self.records} records"]
+        if self.files:
+            parts[0] += f" from {self.files} file{'s' if self.files != 1 else ''}"
+        if self.traces_fetched:
+            parts[0] += f" in {self.traces_fetched} fetched traces"
+        if self.skipped:
+            kinds = ", ".join(f"{k}: {v}" for k, v in sorted(self.skipped_by_kind.items()))
+            parts.append(f"{self.skipped} skipped ({kinds})")
+        if self.traces_missing:
+            parts.append(f"{self.traces_missing} traces not found")
+        if self.links_not_followed:
+            parts.append(f"{self.links_not_followed} linked traces not fetched (bound reached)")
+        return "; ".join(parts)
+
+
+OnError = Callable[[str, DecodeError], None]
+"""Called with (kind, error) for each bad record; raises (strict) or records it (lenient)."""
+
+
+def raise_on_error(kind: str, error: DecodeError) -> None:
+    """The strict policy: every bad record stops the run."""
+    raise error
+
+
+def collect_into(errors: list[DecodeError]) -> OnError:
+    """A lenient policy for the public decoders: bad records go to ``errors``."""
+
+    def on_error(kind: str, error: DecodeError) -> None:
+        errors.append(error)
+
+    return on_error
+
+
+def policy(strict: bool, stats: SourceStats) -> OnError:
+    """The policy of a source: raise when ``strict``, else count into ``stats``."""
+    if strict:
+        return raise_on_error
+
+    def on_error(kind: str, error: DecodeError) -> None:
+        stats.skip(kind, str(error))
+
+    return on_error
+
+
+class Bad(Exception):
+    """A field of the record being decoded is wrong; caught by the decoder's record loop.
+
+    Internal: the loop turns it into a :class:`~memtrace_otel.errors.DecodeError` with the full
+    field path, file and line, so nothing but typed errors leaves a decoder.
+    """
+
+    def __init__(self, field: str, reason: str, kind: str = INVALID_SPAN) -> None:
+        super().__init__(reason)
+        self.field = field
+        self.reason = reason
+        self.kind = kind
+
+
+def join_field(prefix: str, field: str) -> str:
+    """``prefix.field`` (or ``prefix[3]`` when ``field`` is an index), either may be empty."""
+    if not prefix:
+        return field
+    if not field:
+        return prefix
+    return f"{prefix}{field}" if field.startswith("[") else f"{prefix}.{field}"
+
+
+# --- Ids ---------------------------------------------------------------------------------------
+_HEX32 = re.compile(r"[0-9a-fA-F]{32}")
+_HEX16 = re.compile(r"[0-9a-fA-F]{16}")
+_HEX_ANY = re.compile(r"[0-9a-fA-F]{1,32}")
+ZERO_TRACE_ID = "0" * 32
+ZERO_SPAN_ID = "0" * 16
+
+
+def _b64_id(value: str, nbytes: int) -> str | None:
+    text = value.replace("-", "+").replace("_", "/")
+    text += "=" * (-len(text) % 4)
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw.hex() if len(raw) == nbytes else None
+
+
+def otlp_trace_id(value: object, field: str) -> str:
+    """A trace id from OTLP/JSON (hex, any case) or protobuf JSON (base64), as 32 lowercase hex.
+
+    Hex and base64 never collide: 16 bytes are 32 hex characters but 24 (padded) or 22 base64
+    characters, and a padded base64 id contains ``=``.
+
+    >>> otlp_trace_id("5B8EFFF798038103D269B633813FC60C", "traceId")
+    '5b8efff798038103d269b633813fc60c'
+    >>> otlp_trace_id("W47/95gDgQPSabYzgT/GDA==", "traceId")
+    '5b8efff798038103d269b633813fc60c'
+    """
+    if type(value) is str:
+        if len(value) == 32 and _HEX32.fullmatch(value):
+            low = value.lower()
+            if low != ZERO_TRACE_ID:
+                return low
+            raise Bad(field, "the trace id is all zeros (invalid)")
+        decoded = _b64_id(value, 16) if value else None
+        if decoded is not None and decoded != ZERO_TRACE_ID:
+            return decoded
+        if not value:
+            raise Bad(field, "missing trace id")
+    elif value is None:
+        raise Bad(field, "missing trace id")
+    raise Bad(
+        field, f"invalid trace id {_short(value)}: expected 32 hex digits or base64 of 16 bytes"
+    )
+
+
+def otlp_span_id(value: object, field: str) -> str:
+    """A span id from OTLP/JSON (16 hex) or protobuf JSON (base64 of 8 bytes), lowercase hex.
+
+    >>> otlp_span_id("EEE19B7EC3C1B174", "spanId"), otlp_span_id("7uGbfsPBsXQ=", "spanId")
+    ('eee19b7ec3c1b174', 'eee19b7ec3c1b174')
+    """
+    if type(value) is str:
+        if len(value) == 16 and _HEX16.fullmatch(value):
+            low = value.lower()
+            if low != ZERO_SPAN_ID:
+                return low
+            raise Bad(field, "the span id is all zeros (invalid)")
+        decoded = _b64_id(value, 8) if value else None
+        if decoded is not None and decoded != ZERO_SPAN_ID:
+            return decoded
+        if not value:
+            raise Bad(field, "missing span id")
+    elif value is None:
+        raise Bad(field, "missing span id")
+    raise Bad(
+        field, f"invalid span id {_short(value)}: expected 16 hex digits or base64 of 8 bytes"
+    )
+
+
+def otlp_parent_id(value: object, field: str) -> str | None:
+    """A parent span id, ``None`` when absent, empty or all zeros (a root span)."""
+    if value is None or value == "":
+        return None
+    if type(value) is str and len(value) == 16 and _HEX16.fullmatch(value):
+        low = value.lower()
+        return None if low == ZERO_SPAN_ID else low
+    if type(value) is str:
+        decoded = _b64_id(value, 8)
+        if decoded is not None:
+            return None if decoded == ZERO_SPAN_ID else decoded
+    raise Bad(field, f"invalid parent span id {_short(value)}")
+
+
+def padded_hex_id(value: object, width: int, field: str) -> str:
+    """A Jaeger/Tempo hex id that may lack leading zeros, left-padded to ``width`` digits.
+
+    Jaeger's 64-bit trace ids (16 digits) are padded to 32 like every shorter id.
+
+    >>> padded_hex_id("2be38093ead7a083", 32, "traceID")
+    '00000000000000002be38093ead7a083'
+    >>> padded_hex_id("ff", 16, "spanID")
+    '00000000000000ff'
+    """
+    if type(value) is str and 0 < len(value) <= width and _HEX_ANY.fullmatch(value):
+        text = value.lower().rjust(width, "0")
+        if text.strip("0"):
+            return text
+        raise Bad(field, "the id is all zeros (invalid)")
+    if value is None or value == "":
+        raise Bad(field, "missing id")
+    raise Bad(field, f"invalid id {_short(value)}: expected up to {width} hex digits")
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def short_repr(value: object) -> str:
+    """``repr(value)`` cut to 60 characters, for error messages."""
+    return _short(value)
+
+
+# --- Integers as OTLP/JSON writes them ----------------------------------------------------------
+_INT_TEXT = re.compile(r"-?[0-9]{1,20}")
+
+
+def int64(value: object, field: str) -> int:
+    """An int64 written as a JSON string (the OTLP/JSON rule) or a JSON number.
+
+    >>> int64("1544712660000000000", "t"), int64(7, "t")
+    (1544712660000000000, 7)
+    """
+    if type(value) is int:
+        return value
+    if type(value) is str and _INT_TEXT.fullmatch(value):
+        return int(value)
+    if type(value) is float and value.is_integer():
+        return int(value)
+    raise Bad(field, f"expected an integer, got {_short(value)}")
+
+
+def time_nanos(value: object, field: str) -> int:
+    """A timestamp in nanoseconds: absent means 0, negative is invalid."""
+    if value is None:
+        return 0
+    number = int64(value, field)
+    if number < 0:
+        raise Bad(field, f"negative timestamp {number}")
+    return number
+
+
+# --- Enums: integers (OTLP/JSON) or names (protobuf JSON, e.g. Tempo) --------------------------
+SPAN_KIND_NAMES = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
+STATUS_NAMES = ("UNSET", "OK", "ERROR")
+
+
+def span_kind(value: object, field: str) -> str:
+    """``kind`` as a number (unknown numbers read as ``UNSPECIFIED``, enums are open) or a name.
+
+    >>> span_kind(2, "kind"), span_kind("SPAN_KIND_CLIENT", "kind"), span_kind(None, "kind")
+    ('SERVER', 'CLIENT', 'UNSPECIFIED')
+    """
+    if value is None:
+        return "UNSPECIFIED"
+    if type(value) is int:
+        return SPAN_KIND_NAMES[value] if 0 <= value < len(SPAN_KIND_NAMES) else "UNSPECIFIED"
+    if type(value) is str:
+        name = value[10:] if value.startswith("SPAN_KIND_") else value.upper()
+        if name in SPAN_KIND_NAMES:
+            return name
+        if value.isdigit():
+            return span_kind(int(value), field)
+    raise Bad(field, f"invalid span kind {_short(value)}")
+
+
+def status_code(value: object, field: str) -> str:
+    """``status.code`` as a number or a name (``STATUS_CODE_ERROR``).
+
+    >>> status_code(2, "status.code"), status_code("STATUS_CODE_OK", "status.code")
+    ('ERROR', 'OK')
+    """
+    if value is None:
+        return "UNSET"
+    if type(value) is int:
+        return STATUS_NAMES[value] if 0 <= value < len(STATUS_NAMES) else "UNSET"
+    if type(value) is str:
+        name = value[12:] if value.startswith("STATUS_CODE_") else value.upper()
+        if name in STATUS_NAMES:
+            return name
+        if value.isdigit():
+            return status_code(int(value), field)
+    raise Bad(field, f"invalid status code {_short(value)}")
+
+
+class GcPaused:
+    """Pause the cyclic garbage collector while one line or record is decoded.
+
+    Decoding builds thousands of small acyclic containers (JSON dicts, then records); with the
+    collector running, each line triggers several collections that traverse all of them,
+    which costs as much as the decoding itself. Nothing we build here can form a cycle, and
+    the pause ends before control returns to the caller (records are yielded after it), so
+    the application's own garbage is collected as usual. A collector the application turned
+    off stays off.
+    """
+
+    __slots__ = ("_resume",)
+
+    def __enter__(self) -> None:
+        self._resume = gc.isenabled()
+        if self._resume:
+            gc.disable()
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._resume:
+            gc.enable()
+
+
+_T = TypeVar("_T")
+
+
+def positional_constructor(cls: type[_T]) -> Callable[..., _T]:
+    """A fast ``cls(*every_field)`` for a frozen, slotted dataclass such as ``SpanRecord``.
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``, which looks
+    the name up every time; for the 18 fields of a span record that is a third of the loader's
+    decoding time. This builds (once, from ``dataclasses.fields``, so it follows any change to
+    the class) a function that calls each slot's descriptor directly, the way the generated
+    ``__init__`` does in spirit. Every field must be passed, in declaration order.
+
+    Raises:
+        TypeError: ``cls`` is not a slotted dataclass, or has a ``__post_init__`` that this
+            constructor would skip.
+    """
+    if not dataclasses.is_dataclass(cls) or not hasattr(cls, "__slots__"):
+        raise TypeError(f"{cls.__name__} is not a slotted dataclass")
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__} has a __post_init__; use its constructor")
+    names = [f.name for f in dataclasses.fields(cls)]
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    namespace.update({f"_set_{name}": getattr(cls, name).__set__ for name in names})
+    body = "\n".join(f"    _set_{name}(record, {name})" for name in names)
+    source = f"def make({', '.join(names)}):\n    record = _new(_cls)\n{body}\n    return record\n"
+    exec(source, namespace)  # the technique dataclasses itself uses to build __init__
+    make: Callable[..., _T] = namespace["make"]
+    make.__qualname__ = f"positional_constructor({cls.__name__})"
+    return make
+
+
+def source_label(path: str, line: int | None) -> str:
+    """The ``source`` of a record: ``path:line`` (line 1 for a whole document)."""
+    return f"{path}:{line if line is not None else 1}"
+
+
+def make_error(
+    reason: str, *, path: str, line: int | None, field: str | None = None
+) -> DecodeError:
+    """A :class:`DecodeError` naming file, line and field."""
+    return DecodeError(reason, path=path, line=line, field=field or None)

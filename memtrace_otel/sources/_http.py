@@ -1,0 +1,230 @@
+"""A small JSON-over-HTTP client on the standard library, for the live backends.
+
+Timeouts, retries with exponential backoff on 429 and 5xx (honouring ``Retry-After``), bearer or
+basic auth, extra headers and TLS options. We use ``urllib`` rather than adding an HTTP
+dependency: the query APIs are plain GETs returning JSON, and the batch job makes few, large
+requests, so connection pooling would not pay for a new core dependency.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from memtrace_otel import __version__
+from memtrace_otel.errors import BackendError
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+"""HTTP statuses worth retrying: rate limits and server-side failures."""
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """How to talk to a backend.
+
+    Args:
+        timeout: seconds for one request (connect and read).
+        retries: extra attempts after a 429, a 5xx, a timeout or a refused connection.
+        backoff: seconds before the first retry; doubled each time (with jitter), capped at
+            ``max_backoff``. A ``Retry-After`` header (seconds) wins when it is larger.
+        max_backoff: the longest wait between attempts.
+        token: a bearer token (``Authorization: Bearer ...``).
+        username: basic-auth user (with ``password``); also taken from ``user:pass@`` in the URL.
+        password: basic-auth password.
+        headers: extra request headers (e.g. ``X-Scope-OrgID`` for a multi-tenant Tempo).
+        verify: check the server's TLS certificate.
+        ca_file: a PEM bundle of CAs to trust instead of the system's.
+        client_cert: a PEM client certificate (mutual TLS), with ``client_key`` if separate.
+        client_key: the client certificate's key.
+
+    Raises:
+        ValueError: a negative number, or both a token and a user.
+    """
+
+    timeout: float = 30.0
+    retries: int = 4
+    backoff: float = 0.5
+    max_backoff: float = 30.0
+    token: str | None = field(default=None, repr=False)
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    verify: bool = True
+    ca_file: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.timeout <= 0:
+            raise ValueError(f"timeout must be > 0, got {self.timeout}")
+        if self.retries < 0 or self.backoff < 0 or self.max_backoff < 0:
+            raise ValueError("retries, backoff and max_backoff must be >= 0")
+        if self.token and self.username:
+            raise ValueError("give a bearer token or a basic-auth user, not both")
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS context these options describe."""
+        context = ssl.create_default_context(cafile=self.ca_file)
+        if not self.verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if self.client_cert:
+            context.load_cert_chain(self.client_cert, self.client_key)
+        return context
+
+
+@dataclass(frozen=True)
+class Response:
+    """A finished request: status and body (parsed JSON when the body is JSON, else ``None``)."""
+
+    status: int
+    body: Any
+    text: str
+
+
+class HttpClient:
+    """GETs JSON from one base URL with the retry and auth policy of :class:`HttpOptions`.
+
+    Args:
+        base_url: ``http(s)://host:port[/prefix]``; ``user:pass@`` in it becomes basic auth.
+        options: timeouts, retries, auth, TLS.
+        sleep: the function that waits between retries (tests pass a fake).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        options: HttpOptions | None = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"invalid backend URL {base_url!r}: expected http(s)://host[:port]")
+        options = options or HttpOptions()
+        if parts.username and not options.username and not options.token:
+            options = HttpOptions(
+                **{
+                    **options.__dict__,
+                    "username": urllib.parse.unquote(parts.username),
+                    "password": urllib.parse.unquote(parts.password or ""),
+                }
+            )
+        netloc = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+        if parts.port:
+            netloc += f":{parts.port}"
+        # Credentials never appear in the URL we print.
+        self.base_url = urllib.parse.urlunsplit(
+            (parts.scheme, netloc, parts.path.rstrip("/"), "", "")
+        )
+        self.options = options
+        self._sleep = sleep
+        handlers: list[urllib.request.BaseHandler] = []
+        if parts.scheme == "https":
+            handlers.append(urllib.request.HTTPSHandler(context=options.ssl_context()))
+        # Ignore proxy settings from the environment: backends are addressed directly.
+        handlers.append(urllib.request.ProxyHandler({}))
+        self._opener = urllib.request.build_opener(*handlers)
+        self._headers = {"Accept": "application/json", "User-Agent": f"memtrace-otel/{__version__}"}
+        if options.token:
+            self._headers["Authorization"] = f"Bearer {options.token}"
+        elif options.username:
+            pair = f"{options.username}:{options.password or ''}".encode()
+            self._headers["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
+        self._headers.update(options.headers)
+        self.requests = 0
+        """Requests sent, retries included."""
+
+    def url(self, path: str, params: Mapping[str, str | int | None] | None = None) -> str:
+        """The full URL of ``path`` with the non-empty ``params``."""
+        query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
+        return f"{self.base_url}{path}" + (f"?{query}" if query else "")
+
+    def get(self, path: str, params: Mapping[str, str | int | None] | None = None) -> Response:
+        """GET ``path``; retry 429/5xx/network errors; return 2xx and 404, raise on the rest.
+
+        Raises:
+            BackendError: a 4xx other than 404 (after a 401/403 the message says so), or a
+                retryable failure that outlasted the retries.
+        """
+        url = self.url(path, params)
+        attempt = 0
+        while True:
+            attempt += 1
+            self.requests += 1
+            request = urllib.request.Request(url, headers=self._headers, method="GET")
+            retry_after: float | None = None
+            try:
+                with self._opener.open(request, timeout=self.options.timeout) as reply:
+                    status = reply.status
+                    raw = reply.read()
+            except urllib.error.HTTPError as exc:
+                status = exc.code
+                raw = exc.read() if exc.fp is not None else b""
+                retry_after = _retry_after(exc.headers.get("Retry-After") if exc.headers else None)
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+                reason = getattr(exc, "reason", exc)
+                if attempt > self.options.retries:
+                    raise BackendError(f"cannot reach the backend: {reason}", url=url) from None
+                self._wait(attempt, None)
+                continue
+            text = raw.decode("utf-8", "replace")
+            if status in RETRY_STATUSES and attempt <= self.options.retries:
+                self._wait(attempt, retry_after)
+                continue
+            if 200 <= status < 300 or status == 404:
+                return Response(status, _json_or_none(text), text)
+            if status in (401, 403):
+                raise BackendError(
+                    "authentication failed: check the token or user", url=url, status=status
+                )
+            detail = _error_message(text)
+            raise BackendError(
+                f"request failed: {detail}" if detail else "request failed", url=url, status=status
+            )
+
+    def _wait(self, attempt: int, retry_after: float | None) -> None:
+        delay = min(self.options.max_backoff, self.options.backoff * 2 ** (attempt - 1))
+        delay *= 0.5 + random.random() / 2  # jitter: many workers must not retry in lockstep
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.options.max_backoff))
+        self._sleep(delay)
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date: fall back to our own backoff
+
+
+def _json_or_none(text: str) -> Any:
+    if not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _error_message(text: str) -> str:
+    body = _json_or_none(text)
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])[:300]
+        errors = body.get("errors")
+        if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+            return str(errors[0].get("msg") or errors[0])[:300]
+    return text.strip()[:300]

@@ -1,0 +1,161 @@
+"""The :class:`Source` interface, file sources and duplicate detection."""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Sequence
+
+from memtrace_otel.semconv import SpanRecord
+from memtrace_otel.sources._common import (
+    DUPLICATE_SPAN,
+    OnError,
+    SourceStats,
+    make_error,
+    policy,
+)
+from memtrace_otel.sources._documents import BenchSink
+from memtrace_otel.sources._files import expand_paths, read_file
+from memtrace_otel.sources._memtracebench import BenchCase, BenchLabel
+
+DEFAULT_DEDUPE_WINDOW = 1 << 18
+"""Spans remembered per generation for duplicate detection (two generations are kept)."""
+
+
+class Source(ABC):
+    """Where span records come from: files or a live backend.
+
+    Iterate :meth:`records` once; :attr:`stats` fills in as it goes. MemTraceBench imports also
+    fill :attr:`cases` and :attr:`labels` (complete once the records are exhausted).
+
+    Args:
+        strict: raise the first :class:`~memtrace_otel.errors.DecodeError` instead of skipping
+            and counting bad records.
+        dedupe_window: how many recent spans duplicate detection remembers (in each of two
+            generations, so memory stays bounded whatever the input size); ``0`` turns it off.
+    """
+
+    def __init__(self, *, strict: bool = False, dedupe_window: int = DEFAULT_DEDUPE_WINDOW) -> None:
+        if dedupe_window < 0:
+            raise ValueError(f"dedupe_window must be >= 0, got {dedupe_window}")
+        self.strict = strict
+        self.dedupe_window = dedupe_window
+        self.stats = SourceStats()
+        self._bench = BenchSink()
+        self.on_error: OnError = policy(strict, self.stats)
+
+    @property
+    def cases(self) -> list[BenchCase]:
+        """Cases found in MemTraceBench files read so far."""
+        return self._bench.cases
+
+    @property
+    def labels(self) -> list[BenchLabel]:
+        """Annotated faults (labels) found in MemTraceBench files read so far."""
+        return self._bench.labels
+
+    @abstractmethod
+    def _raw_records(self) -> Iterator[SpanRecord]:
+        """Every decoded record, duplicates included."""
+
+    def records(self) -> Iterator[SpanRecord]:
+        """The span records, streamed, with duplicate spans skipped (or raised when strict).
+
+        A span is a duplicate when its (trace id, span id) was seen among the last
+        ``dedupe_window`` to ``2 * dedupe_window`` spans: the Collector re-sends batches on
+        retry, and a query may return a trace twice.
+        """
+        stats = self.stats
+        window = self.dedupe_window
+        if window == 0:
+            for record in self._raw_records():
+                stats.records += 1
+                yield record
+            return
+        recent: dict[int, str] = {}
+        older: dict[int, str] = {}
+        for record in self._raw_records():
+            key = hash((record.trace_id, record.span_id))
+            first = recent.get(key)
+            if first is None:
+                first = older.get(key)
+            if first is not None:
+                path, _, line = record.source.rpartition(":")
+                self.on_error(
+                    DUPLICATE_SPAN,
+                    make_error(
+                        f"duplicate span {record.span_id} of trace {record.trace_id} "
+                        f"(first seen at {first})",
+                        path=path,
+                        line=int(line) if line.isdigit() else None,
+                        field="spanId",
+                    ),
+                )
+                continue
+            recent[key] = record.source
+            if len(recent) >= window:
+                older, recent = recent, {}
+            stats.records += 1
+            yield record
+
+    def __iter__(self) -> Iterator[SpanRecord]:
+        return self.records()
+
+
+class FileSource(Source):
+    """Trace files: a file, a directory (recursive) or a glob, or several of them.
+
+    Args:
+        paths: one spec or a sequence of specs.
+        strict: see :class:`Source`.
+        dedupe_window: see :class:`Source`.
+
+    Raises:
+        SourceError: (when iterating) a spec names nothing.
+    """
+
+    def __init__(
+        self,
+        paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        strict: bool = False,
+        dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
+    ) -> None:
+        super().__init__(strict=strict, dedupe_window=dedupe_window)
+        self.specs: list[str | os.PathLike[str]] = (
+            [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+        )
+
+    def _raw_records(self) -> Iterator[SpanRecord]:
+        for spec in self.specs:
+            for path in expand_paths(spec):
+                self.stats.files += 1
+                yield from read_file(path, self.on_error, self._bench)
+
+    def __repr__(self) -> str:
+        return f"FileSource({self.specs!r}, strict={self.strict})"
+
+
+def iter_records(
+    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    *,
+    strict: bool = False,
+    stats: SourceStats | None = None,
+) -> Iterator[SpanRecord]:
+    """Stream the span records of trace files (paths, directories or globs).
+
+    Args:
+        paths: one spec or several.
+        strict: raise at the first bad record instead of skipping and counting it.
+        stats: if given, filled with the counts as the records are read.
+
+    Raises:
+        DecodeError: a bad record (strict only), naming file, line and field.
+        SourceError: a spec names nothing.
+    """
+    specs = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+    source = FileSource(specs, strict=strict)
+    if stats is not None:
+        source.stats = stats
+        source.on_error = policy(strict, stats)
+    return source.records()

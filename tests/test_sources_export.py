@@ -1,0 +1,88 @@
+"""``memtrace export`` on files: OTLP JSON Lines out, a summary and progress on stderr."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from memtrace_otel.cli import main
+from memtrace_otel.cli.export import Progress
+from memtrace_otel.sources import SourceStats, open_source
+
+
+def _line(*span_numbers: int) -> str:
+    spans = [
+        {
+            "traceId": f"{1:032x}",
+            "spanId": f"{n:016x}",
+            "name": f"op{n}",
+            "startTimeUnixNano": str(n),
+        }
+        for n in span_numbers
+    ]
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}) + "\n"
+
+
+def test_export_merges_files_and_reports_skips(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "a.jsonl").write_text(_line(1, 2) + "{broken\n")
+    (inputs / "b.jsonl").write_text(_line(2, 3))
+    out = tmp_path / "out"
+    assert main(["export", str(inputs), "--out", str(out), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "wrote 3 spans" in err
+    assert "2 skipped (duplicate_span: 1, invalid_json: 1)" in err
+    assert f"{inputs / 'a.jsonl'}:2: invalid JSON" in err
+    records = list(open_source(str(out / "traces.jsonl"), strict=True).records())
+    assert [r.name for r in records] == ["op1", "op2", "op3"]
+    assert not (out / "traces.jsonl.partial").exists()
+
+
+def test_strict_export_stops_with_a_typed_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(_line(1) + "{broken\n")
+    assert main(["export", str(bad), "--out", str(tmp_path / "out"), "--strict"]) == 2
+    assert f"{bad}:2" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "traces.jsonl").exists()
+
+
+def test_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", "http://localhost:16686", "--out", str(tmp_path)]) == 2
+    assert "jaeger+http://" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["export", str(tmp_path), "--out", str(tmp_path), "--header", "no-colon"])
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_line_and_terminal_redraw() -> None:
+    stats = SourceStats(records=1500, traces_fetched=3, traces_total=4, files=0, skipped=2)
+    stream = _Tty()
+    progress = Progress(stream, interval=0)
+    text = progress.line(stats)
+    assert text.startswith("exporting: [###############.....] 3/4 traces, 1,500 spans")
+    assert text.endswith("2 skipped")
+    progress.update(stats)
+    progress.done()
+    assert stream.getvalue().startswith("\r\033[K" + "exporting:")
+    assert stream.getvalue().endswith("\r\033[K")
+    plain = io.StringIO()
+    quiet = Progress(plain, quiet=True, interval=0)
+    quiet.update(stats)
+    assert plain.getvalue() == ""
+    logged = Progress(plain, interval=0)
+    logged.update(stats)
+    assert plain.getvalue().endswith("2 skipped\n")  # a line per update when not a terminal
