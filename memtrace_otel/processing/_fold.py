@@ -1,0 +1,828 @@
+"""The one builder of the memory evolution graph: span records in, a networkx ``MultiDiGraph`` out.
+
+Both the live processor and every offline source fold :class:`SpanRecord` objects with
+:func:`add_records`; :func:`build_graph` is the same fold into a new graph. The schema (node and
+edge attributes, ``G.graph`` keys) is described in ``docs/graph.md``.
+
+How order independence works. Everything an op contributes is stored where it can be found
+again: the op's own attributes on its node, and what its ``memtrace.variable`` event said about
+a variable as the attributes of the edge between the op and that variable. A variable's attributes are
+then *derived* from its incident edges by a fixed ranking (the writer's output event first, else
+the earliest reader's input event), so they do not depend on which span arrived first. Anomalies
+are kept in a dictionary keyed by what they are about and written back sorted. Duplicate spans
+are detected by span id: identical copies are skipped, differing copies keep the copy with the
+smaller canonical form and are reported.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import gc
+import itertools
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import networkx as nx
+
+from memtrace_otel.semconv import attributes as sc
+from memtrace_otel.semconv.record import SpanRecord
+from memtrace_otel.semconv.values import DEFAULT_STAGE_BY_KIND, OpKind, Role
+
+__all__ = [
+    "READ",
+    "VERSION",
+    "WRITE",
+    "add_records",
+    "build_graph",
+    "fold_records",
+    "new_graph",
+    "op_order_key",
+    "remove_ops",
+]
+
+READ = "read"
+"""Edge key of ``variable -> op`` edges: the op read the variable."""
+WRITE = "write"
+"""Edge key of ``op -> variable`` edges: the op wrote the variable."""
+VERSION = "version"
+"""Edge key of the derived ``<id>@v -> <id>@v+1`` edges."""
+
+OP_KIND_OTHER = "other"
+_KINDS = frozenset(kind.value for kind in OpKind)
+_DEFAULT_STAGE = {kind.value: stage.value for kind, stage in DEFAULT_STAGE_BY_KIND.items()}
+
+# Span attributes that get a node attribute of their own; the rest go to ``attributes``.
+_DEDICATED = frozenset(
+    {
+        sc.MEMTRACE_OP_KIND,
+        sc.MEMTRACE_OP_NAME,
+        sc.MEMTRACE_OP_INPUTS,
+        sc.MEMTRACE_OP_OUTPUTS,
+        sc.MEMTRACE_STAGE,
+        sc.MEMTRACE_SYSTEM,
+        sc.GEN_AI_MEMORY_STORE_ID,
+        sc.MEMTRACE_CASE_ID,
+        sc.MEMTRACE_PROMPT_REF,
+        sc.MEMTRACE_JUDGE_VERDICT,
+    }
+)
+
+# The variable attributes derived from a variable event (and their values without one).
+_NO_EVENT: dict[str, Any] = {
+    "category": None,
+    "digest": None,
+    "value": None,
+    "truncated": False,
+    "deleted": False,
+    "meta": None,
+}
+
+_NOT_OP: dict[str, Any] = {"type": None}  # what a span id that is not a loaded op looks like
+
+Event = dict[str, Any]
+AnomalyKey = tuple[str, tuple[str, ...], str]
+
+
+def new_graph() -> nx.MultiDiGraph:
+    """An empty evolution graph with its ``G.graph`` keys in place.
+
+    >>> sorted(new_graph().graph)
+    ['anomalies', 'non_op_spans', 'trace_ids']
+    """
+    G = nx.MultiDiGraph()
+    G.graph.update(anomalies=[], trace_ids=[], non_op_spans={})
+    return G
+
+
+def build_graph(records: Iterable[SpanRecord]) -> nx.MultiDiGraph:
+    """Build the memory evolution graph of ``records``.
+
+    Only spans carrying ``memtrace.op.kind`` or ``memtrace.op.name`` become op nodes; other spans
+    are remembered in ``G.graph["non_op_spans"]`` (span id -> parent span id) so that ops whose
+    parent is such a span are not reported as orphans. Bad input never stops the build: it is
+    listed in ``G.graph["anomalies"]``.
+
+    Args:
+        records: span records in any order; duplicates are folded once.
+
+    Returns:
+        A new ``networkx.MultiDiGraph`` (schema in ``docs/graph.md``).
+
+    >>> from memtrace_otel.semconv import SpanRecord, attributes as sc
+    >>> extract = SpanRecord(
+    ...     trace_id="0" * 31 + "1", span_id="00000000000000a1", name="memtrace.extract fx",
+    ...     attributes={sc.MEMTRACE_OP_KIND: "extract", sc.MEMTRACE_OP_NAME: "fx",
+    ...                 sc.MEMTRACE_OP_INPUTS: ("msg:1@1",), sc.MEMTRACE_OP_OUTPUTS: ("fact:1@1",)})
+    >>> G = build_graph([extract])
+    >>> sorted(G.edges(keys=True))
+    [('00000000000000a1', 'fact:1@1', 'write'), ('msg:1@1', '00000000000000a1', 'read')]
+    >>> G.nodes["msg:1@1"]["external"], G.nodes["fact:1@1"]["writer"]
+    (True, '00000000000000a1')
+    """
+    G = new_graph()
+    add_records(G, records)
+    return G
+
+
+def add_records(G: nx.MultiDiGraph, records: Iterable[SpanRecord]) -> None:
+    """Fold ``records`` into ``G`` in place.
+
+    The result is the graph :func:`build_graph` would make from all records ever folded into
+    ``G``, whatever the arrival order; folding the same span again changes nothing.
+
+    Args:
+        G: a graph made by :func:`new_graph`, :func:`build_graph` or a JSON round trip.
+        records: span records in any order.
+
+    >>> from memtrace_otel.semconv import SpanRecord, attributes as sc
+    >>> def op(span_id, kind, inputs, outputs):
+    ...     return SpanRecord(trace_id="0" * 31 + "1", span_id=span_id, name=kind, attributes={
+    ...         sc.MEMTRACE_OP_KIND: kind, sc.MEMTRACE_OP_NAME: kind,
+    ...         sc.MEMTRACE_OP_INPUTS: inputs, sc.MEMTRACE_OP_OUTPUTS: outputs})
+    >>> G = new_graph()
+    >>> add_records(G, [op("00000000000000b2", "update", ("m@1",), ("m@2",))])
+    >>> add_records(G, [op("00000000000000b1", "create", (), ("m@1",))])
+    >>> G.has_edge("m@1", "m@2", key="version"), G.nodes["m@1"]["external"]
+    (True, False)
+    """
+    with _cyclic_gc_paused():
+        fold_records(G, records)
+
+
+def fold_records(G: nx.MultiDiGraph, records: Iterable[SpanRecord]) -> None:
+    """:func:`add_records` without pausing the garbage collector (for the live processor)."""
+    fold = _Fold(G)
+    for record in records:
+        fold.add(record)
+    fold.finish()
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for an offline fold.
+
+    Folding allocates millions of small dicts that live on, so the collector keeps rescanning the
+    whole growing graph (a large build got twice as slow per span at 10x the size). The fold
+    creates no reference cycles, so nothing is left for the collector; it is restored after.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def remove_ops(G: nx.MultiDiGraph, span_ids: Iterable[str]) -> int:
+    """Remove op nodes (and variables no op touches any more), keeping ``G`` consistent.
+
+    Used by the live processor to evict old data. Anomalies about removed spans are dropped;
+    ``duplicate_write`` and ``cycle`` anomalies are recomputed around them.
+
+    Returns:
+        How many op nodes were removed.
+
+    >>> from memtrace_otel.semconv import SpanRecord, attributes as sc
+    >>> G = build_graph([SpanRecord("0" * 31 + "1", "00000000000000c1", "create", attributes={
+    ...     sc.MEMTRACE_OP_KIND: "create", sc.MEMTRACE_OP_OUTPUTS: ("m@1",)})])
+    >>> remove_ops(G, ["00000000000000c1", "not-there"]), G.number_of_nodes()
+    (1, 0)
+    """
+    fold = _Fold(G)
+    removed = 0
+    for span_id in span_ids:
+        if G.nodes.get(span_id, {}).get("type") == "op":
+            fold.remove_op(span_id, forget=True)
+            removed += 1
+    fold.finish()
+    return removed
+
+
+def op_order_key(op: Mapping[str, Any]) -> tuple[int, int, str, str]:
+    """The execution-order key of an op node's attributes: ``(start, end, trace_id, span_id)``.
+
+    >>> op_order_key({"start": 5, "end": 9, "trace_id": "t", "span_id": "s", "kind": "judge"})
+    (5, 9, 't', 's')
+    """
+    return (op["start"], op["end"], op["trace_id"], op["span_id"])
+
+
+class _Fold:
+    """One ``add_records`` call: the changes so far and what must be recomputed at the end."""
+
+    def __init__(self, G: nx.MultiDiGraph) -> None:
+        self.G = G
+        graph = G.graph
+        self.anomalies: dict[AnomalyKey, dict[str, Any]] = {
+            _anomaly_key(a): a for a in graph.get("anomalies", ())
+        }
+        self.trace_ids: set[str] = set(graph.get("trace_ids", ()))
+        self.non_op: dict[str, str | None] = graph.setdefault("non_op_spans", {})
+        self.touched: set[str] = set()  # variables whose derived attributes must be recomputed
+        self.new_vars: set[str] = set()  # variables that may need version edges
+        self.cycle_heads: set[str] = set()  # heads of new edges: any new cycle runs through one
+        self.new_spans: set[str] = set()  # new plain (non-op) spans
+        self.new_ops: set[str] = set()
+        self.evicted: set[str] = set()  # removed ops whose anomalies must go
+        self.writer_counts: dict[str, int] = {}  # of the variables derived in finish()
+
+    # --- adding ---------------------------------------------------------------------------------
+
+    def add(self, record: SpanRecord) -> None:
+        attrs = record.attributes
+        self.trace_ids.add(record.trace_id)
+        span_id = record.span_id
+        if sc.MEMTRACE_OP_KIND not in attrs and sc.MEMTRACE_OP_NAME not in attrs:
+            # A span id is an op when any copy of it says so; the op wins whatever the order.
+            if span_id not in self.G._node and span_id not in self.non_op:
+                self.non_op[span_id] = record.parent_span_id or None
+                self.new_spans.add(span_id)
+            return
+        self.non_op.pop(span_id, None)
+        anomalies: list[dict[str, Any]] = []
+        op, reads, writes = _op_from_record(record, anomalies)
+        existing = self.G._node.get(span_id)
+        if existing is not None and not self._replace_duplicate(
+            span_id, existing, op, reads, writes
+        ):
+            return
+        for anomaly in anomalies:
+            self.anomalies[_anomaly_key(anomaly)] = anomaly
+        self._insert_op(span_id, op, reads, writes)
+
+    def _replace_duplicate(
+        self,
+        span_id: str,
+        existing: dict[str, Any],
+        op: dict[str, Any],
+        reads: dict[str, Event | None],
+        writes: dict[str, Event | None],
+    ) -> bool:
+        """Whether a second copy of an op's span should replace the one in the graph."""
+        old_reads, old_writes = self._edge_events(span_id)
+        if existing == op and old_reads == reads and old_writes == writes:
+            return False
+        anomaly = _anomaly(
+            "conflicting_span",
+            [span_id],
+            None,
+            "several different spans share this span id; the graph keeps the one with the "
+            "smallest canonical form",
+        )
+        self.anomalies[_anomaly_key(anomaly)] = anomaly
+        if _canonical(existing, old_reads, old_writes) <= _canonical(op, reads, writes):
+            return False
+        self.remove_op(span_id, forget=False)
+        return True
+
+    def _edge_events(self, span_id: str) -> tuple[dict[str, Event | None], dict[str, Event | None]]:
+        succ, pred = self.G._succ, self.G._pred
+        reads = {ref: succ[ref][span_id][READ] or None for ref in pred[span_id]}
+        writes = {ref: keyed[WRITE] or None for ref, keyed in succ[span_id].items()}
+        return reads, writes
+
+    def _insert_op(
+        self,
+        span_id: str,
+        op: dict[str, Any],
+        reads: dict[str, Event | None],
+        writes: dict[str, Event | None],
+    ) -> None:
+        # networkx's own adjacency dictionaries are filled directly: add_node/add_edge copy
+        # attribute dicts and re-check keys, which is most of the cost of a large build.
+        G = self.G
+        nodes, succ, pred = G._node, G._succ, G._pred
+        nodes[span_id] = op
+        op_succ: dict[str, dict[str, dict[str, Any]]] = {}
+        op_pred: dict[str, dict[str, dict[str, Any]]] = {}
+        succ[span_id] = op_succ
+        pred[span_id] = op_pred
+        self.new_ops.add(span_id)
+        touched = self.touched
+        for ref, event in reads.items():
+            if ref not in nodes:
+                self._new_var(ref)
+            touched.add(ref)
+            keyed = {READ: event or {}}
+            succ[ref][span_id] = keyed
+            op_pred[ref] = keyed
+        for ref, event in writes.items():
+            if ref not in nodes:
+                self._new_var(ref)
+            touched.add(ref)
+            keyed = {WRITE: event or {}}
+            op_succ[ref] = keyed
+            pred[ref][span_id] = keyed
+            self.cycle_heads.add(ref)
+
+    def _new_var(self, ref: str) -> None:
+        ident, _, version = ref.rpartition("@")
+        self.G._node[ref] = {"type": "variable", "id": ident, "version": int(version)}
+        self.G._succ[ref] = {}
+        self.G._pred[ref] = {}
+        self.new_vars.add(ref)
+
+    # --- removing -------------------------------------------------------------------------------
+
+    def remove_op(self, span_id: str, *, forget: bool) -> None:
+        """Remove an op; ``forget`` (eviction) also drops the anomalies about it, in finish().
+
+        Without ``forget`` (a conflicting copy replaces it), the anomalies that came from this
+        copy go now, before the replacement adds its own; the conflict itself is kept.
+        """
+        G = self.G
+        self.touched.update(G._pred[span_id])
+        self.touched.update(G._succ[span_id])
+        G.remove_node(span_id)
+        self.new_ops.discard(span_id)
+        if forget:
+            self.evicted.add(span_id)
+            return
+        for key, anomaly in list(self.anomalies.items()):
+            if span_id in anomaly["span_ids"] and anomaly["type"] not in (
+                "conflicting_span",
+                "duplicate_write",
+            ):
+                self._drop_anomaly(key, anomaly, span_id)
+
+    def _drop_anomaly(self, key: AnomalyKey, anomaly: dict[str, Any], span_id: str) -> None:
+        if anomaly["type"] == "cycle":
+            # The cycle may be broken now; its other ops are rechecked in finish().
+            self.cycle_heads.update(s for s in anomaly["span_ids"] if s != span_id)
+        del self.anomalies[key]
+
+    def _forget_evicted(self) -> None:
+        evicted = self.evicted
+        for key, anomaly in list(self.anomalies.items()):
+            for span_id in anomaly["span_ids"]:
+                if span_id in evicted:
+                    self._drop_anomaly(key, anomaly, span_id)
+                    break
+
+    # --- finishing ------------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        G = self.G
+        if self.evicted:
+            self._forget_evicted()
+        for ref in self.touched:
+            if ref in G._node:
+                self._derive_variable(ref)
+        for ref in self.new_vars:
+            if ref in G._node:
+                self._link_versions(ref)
+        self._check_parents()
+        self._check_duplicate_writes()
+        self._check_cycles()
+        G.graph["anomalies"] = [self.anomalies[k] for k in sorted(self.anomalies)]
+        G.graph["trace_ids"] = sorted(self.trace_ids)
+
+    def _derive_variable(self, ref: str) -> None:
+        """Recompute a variable's attributes from its incident edges (or drop an orphan).
+
+        The writer is the first writing op in execution order. The value and the rest come from
+        one event: a writer's output event before any reader's input event, then the earliest
+        event, then the smallest span id, so the choice does not depend on arrival order.
+        """
+        G = self.G
+        nodes = G._node
+        writers = []
+        best: tuple[int, int, str] | None = None
+        best_event: Event | None = None
+        for op, keyed in G._pred[ref].items():
+            data = keyed.get(WRITE)
+            if data is None:
+                continue
+            writers.append(op)
+            if data:
+                candidate = (0, data["time"], op)
+                if best is None or candidate < best:
+                    best, best_event = candidate, data
+        readers = 0
+        for op, keyed in G._succ[ref].items():
+            data = keyed.get(READ)
+            if data is None:
+                continue
+            readers += 1
+            if data and (best is None or best[0] == 1):
+                candidate = (1, data["time"], op)
+                if best is None or candidate < best:
+                    best, best_event = candidate, data
+        if not writers and not readers:
+            G.remove_node(ref)
+            return
+        node = nodes[ref]
+        if best_event is None:
+            node.update(_NO_EVENT)
+        else:
+            node["category"] = best_event["category"]
+            node["digest"] = best_event["digest"]
+            node["value"] = best_event["value"]
+            node["truncated"] = best_event["truncated"]
+            node["deleted"] = best_event["deleted"]
+            node["meta"] = best_event["meta"]
+        if not writers:
+            writer = None
+            node["time"] = best_event["time"] if best_event is not None else None
+        else:
+            writer = writers[0]
+            if len(writers) > 1:
+                writer = min(writers, key=lambda op: op_order_key(nodes[op]))
+            node["time"] = nodes[writer]["end"]
+        node["writer"] = writer
+        node["external"] = writer is None
+        node["source_span"] = best[2] if best is not None else None
+        self.writer_counts[ref] = len(writers)
+
+    def _link_versions(self, ref: str) -> None:
+        nodes = self.G._node
+        node = nodes[ref]
+        ident, version = node["id"], node["version"]
+        before = f"{ident}@{version - 1}"
+        after = f"{ident}@{version + 1}"
+        if version > 1 and before in nodes:
+            self._add_version_edge(before, ref)
+        if after in nodes:
+            self._add_version_edge(ref, after)
+
+    def _add_version_edge(self, older: str, newer: str) -> None:
+        succ = self.G._succ
+        keyed = succ[older].get(newer)
+        if keyed is None:
+            keyed = {}
+            succ[older][newer] = keyed
+            self.G._pred[newer][older] = keyed
+        if VERSION not in keyed:
+            keyed[VERSION] = {}
+            self.cycle_heads.add(newer)
+
+    def _check_parents(self) -> None:
+        nodes, non_op = self.G._node, self.non_op
+
+        def loaded(span_id: str) -> bool:
+            return span_id in non_op or nodes.get(span_id, _NOT_OP).get("type") == "op"
+
+        for key, anomaly in list(self.anomalies.items()):
+            if anomaly["type"] == "missing_parent" and loaded(anomaly["parent_span_id"]):
+                del self.anomalies[key]
+        for span_id in self.new_ops:
+            parent = nodes[span_id]["parent_span_id"]
+            if parent is not None and not loaded(parent):
+                anomaly = _anomaly(
+                    "missing_parent",
+                    [span_id],
+                    None,
+                    f"parent span {parent} is not loaded",
+                    parent_span_id=parent,
+                )
+                self.anomalies[_anomaly_key(anomaly)] = anomaly
+        self._check_parent_cycles()
+
+    def _check_parent_cycles(self) -> None:
+        """Report parent chains that loop (seen in broken traces); never walk one twice."""
+        nodes, non_op = self.G._node, self.non_op
+        done: set[str] = set()
+        for start in itertools.chain(self.new_ops, self.new_spans):
+            path: dict[str, int] = {}
+            span: str | None = start
+            while span is not None and span not in done and span not in path:
+                if span in non_op:
+                    parent = non_op[span]
+                else:
+                    data = nodes.get(span, _NOT_OP)
+                    if data.get("type") != "op":
+                        break  # not loaded (or removed): the chain ends here
+                    parent = data["parent_span_id"]
+                path[span] = len(path)
+                span = parent
+            if span is not None and span in path:
+                cycle = sorted(list(path)[path[span] :])
+                anomaly = _anomaly(
+                    "parent_cycle", cycle, None, "the spans' parent links form a loop"
+                )
+                self.anomalies[_anomaly_key(anomaly)] = anomaly
+            done.update(path)
+
+    def _check_duplicate_writes(self) -> None:
+        touched = self.touched
+        for key in [k for k in self.anomalies if k[0] == "duplicate_write" and k[2] in touched]:
+            del self.anomalies[key]
+        pred = self.G._pred
+        for ref, count in self.writer_counts.items():
+            if count > 1:
+                writers = sorted(op for op, keyed in pred[ref].items() if WRITE in keyed)
+                anomaly = _anomaly(
+                    "duplicate_write", writers, ref, f"{count} ops wrote the same version"
+                )
+                self.anomalies[_anomaly_key(anomaly)] = anomaly
+
+    def _check_cycles(self) -> None:
+        """Report data-flow cycles through the new edges (a memory graph should be acyclic)."""
+        G = self.G
+        nodes = G._node
+        heads = {n for n in self.cycle_heads if n in nodes}
+        heads.update(n for n in self.new_ops if n in nodes)
+        if not heads:
+            return
+        succ, pred = G._succ, G._pred
+        # A new cycle runs through the head of a new edge, so it lies among their descendants.
+        # When most of the graph is new (a fresh build), the whole graph is the region.
+        if 2 * len(heads) > len(nodes):
+            region = set(nodes)
+        else:
+            region = set(heads)
+            stack = list(heads)
+            while stack:
+                for nxt in succ[stack.pop()]:
+                    if nxt not in region:
+                        region.add(nxt)
+                        stack.append(nxt)
+        for key in [k for k in self.anomalies if k[0] == "cycle" and region.intersection(k[1])]:
+            del self.anomalies[key]
+        if _ordered_by_time(G, region):
+            return
+        # Kahn's algorithm peels off every node not on or behind a cycle.
+        if len(region) == len(nodes):
+            indegree = {n: len(pred[n]) for n in region}
+        else:
+            indegree = {n: sum(1 for p in pred[n] if p in region) for n in region}
+        ready = [n for n, d in indegree.items() if d == 0]
+        while ready:
+            node = ready.pop()
+            del indegree[node]
+            for nxt in succ[node]:
+                if nxt in indegree:
+                    indegree[nxt] -= 1
+                    if indegree[nxt] == 0:
+                        ready.append(nxt)
+        if not indegree:
+            return
+        for component in nx.strongly_connected_components(G.subgraph(indegree)):
+            if len(component) == 1:
+                (only,) = component
+                if only not in succ[only]:
+                    continue
+            ops = sorted(n for n in component if G._node[n].get("type") == "op")
+            refs = sorted(n for n in component if G._node[n].get("type") != "op")
+            anomaly = _anomaly(
+                "cycle", ops, None, "data flow loops through " + ", ".join(refs), refs=refs
+            )
+            self.anomalies[_anomaly_key(anomaly)] = anomaly
+
+
+def _ordered_by_time(G: nx.MultiDiGraph, region: Iterable[str]) -> bool:
+    """A quick proof that ``region`` has no cycle: a potential that rises along every edge.
+
+    An op's potential is ``3 * end + 1``, a written variable's ``3 * writer's end + 2``, an
+    external variable's ``-1``. It rises along a write edge, along a read edge when the reader
+    ended after the writer, and along a version edge when the newer version was written later,
+    which is how well-formed traces look. False means "not proven" (clock ties, skew, real
+    cycles): the caller then runs the exact check.
+    """
+    try:
+        return _potential_rises(G, region)
+    except (KeyError, TypeError):  # a graph not made by this module: use the exact check
+        return False
+
+
+def _potential_rises(G: nx.MultiDiGraph, region: Iterable[str]) -> bool:
+    nodes, succ = G._node, G._succ
+    for node in region:
+        data = nodes[node]
+        if data["type"] == "op":
+            here = 3 * data["end"] + 1
+        elif data.get("writer") is None:
+            here = -1
+        else:
+            here = 3 * data["time"] + 2
+        for nxt in succ[node]:
+            after = nodes[nxt]
+            if after["type"] == "op":
+                there = 3 * after["end"] + 1
+            elif after.get("writer") is None:
+                there = -1
+            else:
+                there = 3 * after["time"] + 2
+            if there <= here:
+                return False
+    return True
+
+
+# --- span record -> op attributes ---------------------------------------------------------------
+
+
+def _op_from_record(
+    record: SpanRecord, anomalies: list[dict[str, Any]]
+) -> tuple[dict[str, Any], dict[str, Event | None], dict[str, Event | None]]:
+    """The op node attributes of a span and the events it recorded per read and written ref."""
+    attrs = record.attributes
+    get = attrs.get
+    span_id = record.span_id
+    raw_kind = get(sc.MEMTRACE_OP_KIND)
+    kind = raw_kind if type(raw_kind) is str and raw_kind in _KINDS else OP_KIND_OTHER
+    if raw_kind is not None and kind == OP_KIND_OTHER and raw_kind != OP_KIND_OTHER:
+        anomalies.append(_anomaly("unknown_kind", [span_id], None, f"unknown op kind {raw_kind!r}"))
+    inputs = _refs(get(sc.MEMTRACE_OP_INPUTS), span_id, anomalies)
+    outputs = _refs(get(sc.MEMTRACE_OP_OUTPUTS), span_id, anomalies)
+    name = get(sc.MEMTRACE_OP_NAME)
+    stage = get(sc.MEMTRACE_STAGE)
+    op: dict[str, Any] = {
+        "type": "op",
+        "kind": kind,
+        "name": _scalar(name) if name is not None else record.name,
+        "span_name": record.name,
+        "stage": _scalar(stage) if stage is not None else _DEFAULT_STAGE.get(kind),
+        "system": _scalar(get(sc.MEMTRACE_SYSTEM)),
+        "store": _scalar(get(sc.GEN_AI_MEMORY_STORE_ID)),
+        "case": _scalar(get(sc.MEMTRACE_CASE_ID)),
+        "prompt_ref": _scalar(get(sc.MEMTRACE_PROMPT_REF)),
+        "trace_id": record.trace_id,
+        "span_id": span_id,
+        "parent_span_id": record.parent_span_id or None,
+        "start": record.start_time_unix_nano,
+        "end": record.end_time_unix_nano,
+        "status": record.status_code,
+        "inputs": inputs,
+        "outputs": outputs,
+        "judge_verdict": _scalar(get(sc.MEMTRACE_JUDGE_VERDICT)),
+        "links": [
+            {
+                "trace_id": link.trace_id,
+                "span_id": link.span_id,
+                "ref": _scalar(link.attributes.get(sc.MEMTRACE_VARIABLE_REF)),
+            }
+            for link in record.links
+        ],
+        "service": _scalar(record.resource_attributes.get(sc.SERVICE_NAME)),
+        "attributes": {
+            k: v if type(v) in _SCALARS else _plain(v)
+            for k, v in attrs.items()
+            if k not in _DEDICATED
+        },
+    }
+    reads: dict[str, Event | None] = dict.fromkeys(inputs)
+    writes: dict[str, Event | None] = dict.fromkeys(outputs)
+    for event in record.events:
+        if event.name != sc.MEMTRACE_VARIABLE_EVENT:
+            continue
+        ev_attrs = event.attributes
+        raw_ref = ev_attrs.get(sc.MEMTRACE_VARIABLE_REF)
+        ref = raw_ref if type(raw_ref) is str else ""  # unhashable values cannot be looked up
+        if ref in writes and (
+            ev_attrs.get(sc.MEMTRACE_VARIABLE_ROLE) == Role.OUTPUT or ref not in reads
+        ):
+            target = writes
+        elif ref in reads:
+            target = reads
+        elif _valid_ref(ref):
+            anomalies.append(
+                _anomaly(
+                    "undeclared_event",
+                    [span_id],
+                    ref,
+                    "a variable event names a ref that is neither an input nor an output",
+                )
+            )
+            continue
+        else:
+            anomalies.append(
+                _anomaly(
+                    "invalid_ref",
+                    [span_id],
+                    raw_ref if isinstance(raw_ref, str) else repr(raw_ref),
+                    "a variable event has no valid memtrace.variable.ref",
+                )
+            )
+            continue
+        parsed = _event(ev_attrs, event.time_unix_nano, span_id, ref, anomalies)
+        previous = target[ref]
+        if previous is None or _event_rank(parsed) < _event_rank(previous):
+            target[ref] = parsed
+    return op, reads, writes
+
+
+def _event(
+    attrs: Mapping[str, Any], time: int, span_id: str, ref: str, anomalies: list[dict[str, Any]]
+) -> Event:
+    """What a ``memtrace.variable`` event says about ``ref``, as plain data."""
+    get = attrs.get
+    value = get(sc.MEMTRACE_VARIABLE_VALUE)
+    if value is not None and type(value) is not str:
+        value = json.dumps(_plain(value), ensure_ascii=False, sort_keys=True)
+    meta: Any = get(sc.MEMTRACE_VARIABLE_META)
+    if meta is not None:
+        meta = _parse_meta(meta, span_id, ref, anomalies)
+    role = get(sc.MEMTRACE_VARIABLE_ROLE)
+    category = get(sc.MEMTRACE_VARIABLE_CATEGORY)
+    digest = get(sc.MEMTRACE_VARIABLE_DIGEST)
+    return {
+        "role": role if type(role) is str else _scalar(role),
+        "category": category if type(category) is str else _scalar(category),
+        "digest": digest if type(digest) is str else _scalar(digest),
+        "value": value,
+        "truncated": get(sc.MEMTRACE_VARIABLE_TRUNCATED) is True,
+        "deleted": get(sc.MEMTRACE_VARIABLE_DELETED) is True,
+        "meta": meta,
+        "time": time,
+    }
+
+
+def _parse_meta(
+    meta: Any, span_id: str, ref: str, anomalies: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    if isinstance(meta, Mapping):
+        return _plain(meta)  # type: ignore[no-any-return]
+    try:
+        parsed = json.loads(meta) if isinstance(meta, str) else None
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        return parsed
+    anomalies.append(
+        _anomaly(
+            "invalid_meta", [span_id], ref, f"{sc.MEMTRACE_VARIABLE_META} is not a JSON object"
+        )
+    )
+    return None
+
+
+def _event_rank(event: Event) -> tuple[int, str, str]:
+    # Two events for one ref in one span is bad input; pick one deterministically.
+    return (event["time"], event["digest"] or "", event["value"] or "")
+
+
+def _refs(raw: Any, span_id: str, anomalies: list[dict[str, Any]]) -> list[str]:
+    """Valid refs of an inputs/outputs attribute, deduplicated, in attribute order."""
+    if raw is None:
+        return []
+    items = (raw,) if type(raw) is str else raw
+    if not isinstance(items, tuple | list):
+        anomalies.append(
+            _anomaly("invalid_ref", [span_id], repr(raw), "inputs/outputs is not a list of refs")
+        )
+        return []
+    refs: list[str] = []
+    for item in items:
+        if type(item) is str and _valid_ref(item):
+            if item not in refs:
+                refs.append(item)
+        else:
+            anomalies.append(
+                _anomaly(
+                    "invalid_ref",
+                    [span_id],
+                    item if isinstance(item, str) else repr(item),
+                    "expected '<id>@<version>' with an integer version >= 1",
+                )
+            )
+    return refs
+
+
+def _valid_ref(text: str) -> bool:
+    # semconv.parse_ref's rule, inlined: this runs for every ref of every span.
+    ident, _, version = text.rpartition("@")
+    return bool(ident) and version.isdecimal() and version.isascii() and version.lstrip("0") != ""
+
+
+_SCALARS = frozenset({str, bool, int, float, type(None)})
+
+
+def _scalar(value: Any) -> Any:
+    return value if type(value) in _SCALARS else _plain(value)
+
+
+def _plain(value: Any) -> Any:
+    """An attribute value as plain JSON-able Python (tuples -> lists, mappings -> dicts)."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    return str(value)
+
+
+# --- anomalies ----------------------------------------------------------------------------------
+
+
+def _anomaly(
+    kind: str, span_ids: list[str], ref: str | None, detail: str, **extra: Any
+) -> dict[str, Any]:
+    return {"type": kind, "span_ids": span_ids, "ref": ref, "detail": detail, **extra}
+
+
+def _anomaly_key(anomaly: Mapping[str, Any]) -> AnomalyKey:
+    return (anomaly["type"], tuple(anomaly["span_ids"]), anomaly["ref"] or "")
+
+
+def _canonical(
+    op: Mapping[str, Any], reads: Mapping[str, Event | None], writes: Mapping[str, Event | None]
+) -> str:
+    return json.dumps(
+        [op, sorted(reads.items()), sorted(writes.items())], sort_keys=True, default=str
+    )

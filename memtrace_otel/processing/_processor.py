@@ -1,0 +1,387 @@
+"""The live span processor: keeps the memory evolution graph of the running app up to date.
+
+``on_end`` only appends the ended span (immutable from then on) to a bounded buffer, or counts
+it as dropped. Folding (conversion with ``span_to_record`` and :func:`add_records`) happens in a
+background thread every ``fold_interval`` seconds, or when the buffer is half full, and on
+demand in :meth:`EvolutionGraphProcessor.graph`, ``force_flush`` and ``shutdown``. Memory is
+bounded: past ``max_ops`` op nodes, the stores that were active least recently are evicted.
+Nothing here raises into the app: faults go to :func:`memtrace_otel._internal.internal_error`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+import networkx as nx
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+
+from memtrace_otel._internal import internal_error
+from memtrace_otel.instrumentation._otlp_json import span_to_record
+from memtrace_otel.processing._fold import fold_records, new_graph, remove_ops
+from memtrace_otel.semconv import SpanRecord
+from memtrace_otel.semconv import attributes as sc
+
+__all__ = [
+    "DEFAULT_FOLD_INTERVAL",
+    "DEFAULT_MAX_BUFFER",
+    "DEFAULT_MAX_OPS",
+    "EvolutionGraphProcessor",
+]
+
+DEFAULT_MAX_BUFFER = 8192
+"""Ended spans buffered between folds (``MEMTRACE_PROCESSOR_MAX_BUFFER``)."""
+DEFAULT_MAX_OPS = 100_000
+"""Op nodes kept before eviction (``MEMTRACE_PROCESSOR_MAX_OPS``)."""
+DEFAULT_FOLD_INTERVAL = 1.0
+"""Seconds between background folds (``MEMTRACE_PROCESSOR_FOLD_INTERVAL``); 0: on demand only."""
+
+_CHUNK = 512  # spans folded per step: deadlines are checked between steps
+_LOW_WATER = 0.9  # eviction frees room down to this share of the limit, so it runs rarely
+
+
+class EvolutionGraphProcessor(SpanProcessor):
+    """An OpenTelemetry ``SpanProcessor`` that folds ended spans into an evolution graph.
+
+    Add it beside the exporting processor::
+
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        graphs = EvolutionGraphProcessor()
+        provider.add_span_processor(graphs)
+        ...
+        G = graphs.graph()  # a snapshot, safe to query while the app goes on
+
+    Each limit is resolved as argument > environment variable > default.
+
+    >>> from opentelemetry.sdk.trace import TracerProvider
+    >>> from memtrace_otel.instrumentation import MemTracer
+    >>> provider = TracerProvider()
+    >>> graphs = EvolutionGraphProcessor(fold_interval=0)
+    >>> provider.add_span_processor(graphs)
+    >>> mt = MemTracer(tracer_provider=provider, store_id="u1")
+    >>> with mt.create("store.add") as op:
+    ...     fact = op.output(mt.variable("fact:1", "likes tea", category="memory"))
+    >>> G = graphs.graph()
+    >>> [(d["kind"], d["outputs"]) for _, d in G.nodes(data=True) if d["type"] == "op"]
+    [('create', ['fact:1@1'])]
+    >>> graphs.stats["received"], graphs.stats["dropped"]
+    (1, 0)
+    >>> graphs.shutdown()
+
+    Args:
+        max_buffer: ended spans held between folds; when full, spans are dropped and counted.
+        max_ops: op nodes kept; beyond it the least recently active stores (by the end time of
+            their latest op) are evicted whole, oldest first, down to 90% of the limit; a single
+            store larger than that loses its oldest ops. Plain (non-op) spans remembered for
+            parent checks are bounded by the same number, oldest first.
+        fold_interval: seconds between folds in a background daemon thread; ``0`` starts no
+            thread and folds only in :meth:`graph`, :meth:`force_flush` and :meth:`shutdown`.
+
+    Raises:
+        ValueError: a limit (argument or environment variable) is not a positive number.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_buffer: int | None = None,
+        max_ops: int | None = None,
+        fold_interval: float | None = None,
+    ) -> None:
+        self.max_buffer = _resolve_int(
+            max_buffer, sc.ENV_MEMTRACE_PROCESSOR_MAX_BUFFER, DEFAULT_MAX_BUFFER
+        )
+        self.max_ops = _resolve_int(max_ops, sc.ENV_MEMTRACE_PROCESSOR_MAX_OPS, DEFAULT_MAX_OPS)
+        self.fold_interval = _resolve_interval(fold_interval)
+        self._graph = new_graph()
+        self._buffer: deque[ReadableSpan] = deque()
+        self._buffer_lock = threading.Lock()
+        self._graph_lock = threading.RLock()  # held while folding and while reading the graph
+        self._wake = threading.Event()
+        self._closed = False
+        self._op_count = 0
+        self._store_activity: dict[Any, int] = {}  # store id -> end time of its latest op
+        self._stats: dict[str, int] = dict.fromkeys(
+            (
+                "received",
+                "dropped",
+                "folded",
+                "conversion_errors",
+                "fold_errors",
+                "folds",
+                "evicted_ops",
+                "evicted_stores",
+                "evicted_non_op_spans",
+            ),
+            0,
+        )
+        self._thread: threading.Thread | None = None
+        self._start_thread()
+        if hasattr(os, "register_at_fork"):
+            weak_self = weakref.WeakMethod(self._at_fork_reinit)
+            os.register_at_fork(after_in_child=lambda: (weak_self() or _noop)())
+
+    # --- the SpanProcessor interface -----------------------------------------------------------
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Nothing to do when a span starts."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Buffer the ended span, or count it as dropped; O(1), never raises."""
+        try:
+            with self._buffer_lock:
+                if self._closed or len(self._buffer) >= self.max_buffer:
+                    self._stats["dropped"] += 1
+                    return
+                self._buffer.append(span)
+                self._stats["received"] += 1
+                half_full = len(self._buffer) * 2 >= self.max_buffer
+            if half_full and self._thread is not None:
+                self._wake.set()
+        except Exception:
+            internal_error("processor.on_end")
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Fold every buffered span, within ``timeout_millis``; False when time ran out."""
+        try:
+            return self._fold(time.monotonic() + max(timeout_millis, 0) / 1000)
+        except Exception:
+            internal_error("processor.force_flush")
+            return False
+
+    def shutdown(self, timeout_millis: int = 30000) -> None:
+        """Stop the background thread and fold what is buffered, within ``timeout_millis``.
+
+        Spans ending afterwards are dropped; the graph stays readable.
+        """
+        try:
+            deadline = time.monotonic() + max(timeout_millis, 0) / 1000
+            with self._buffer_lock:
+                if self._closed:
+                    return
+                self._closed = True
+            self._wake.set()
+            thread = self._thread
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(max(deadline - time.monotonic(), 0))
+            self._fold(deadline)
+        except Exception:
+            internal_error("processor.shutdown")
+
+    # --- reading the graph ---------------------------------------------------------------------
+
+    def graph(self) -> nx.MultiDiGraph:
+        """Fold what is buffered and return a copy of the graph (safe to use while spans go on).
+
+        Returns an empty graph if folding fails (and reports the fault); never raises.
+        """
+        try:
+            with self._graph_lock:
+                self._fold(None)
+                return _snapshot(self._graph)
+        except Exception:
+            internal_error("processor.graph")
+            return new_graph()
+
+    @contextlib.contextmanager
+    def locked_graph(self) -> Iterator[nx.MultiDiGraph]:
+        """The live graph, folded up to now, without copying; no fold runs inside the block.
+
+        Keep the block short: spans keep being buffered (and dropped once the buffer is full).
+        Do not modify the graph.
+        """
+        with self._graph_lock:
+            try:
+                self._fold(None)
+            except Exception:
+                internal_error("processor.locked_graph")
+            yield self._graph
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: ``received``, ``dropped``, ``folded``, ``conversion_errors``, ``fold_errors``,
+        ``folds``, ``evicted_ops``, ``evicted_stores``, ``evicted_non_op_spans``, plus the
+        current ``buffered`` spans and ``ops`` in the graph."""
+        with self._buffer_lock:
+            stats = dict(self._stats)
+            stats["buffered"] = len(self._buffer)
+        stats["ops"] = self._op_count
+        return stats
+
+    # --- folding -------------------------------------------------------------------------------
+
+    def _fold(self, deadline: float | None) -> bool:
+        """Fold buffered spans chunk by chunk; True when the buffer was emptied in time."""
+        with self._graph_lock:
+            while True:
+                with self._buffer_lock:
+                    if not self._buffer:
+                        return True
+                    count = min(len(self._buffer), _CHUNK)
+                    batch = [self._buffer.popleft() for _ in range(count)]
+                self._fold_batch(batch)
+                if deadline is not None and time.monotonic() >= deadline:
+                    with self._buffer_lock:
+                        return not self._buffer
+
+    def _fold_batch(self, batch: list[ReadableSpan]) -> None:
+        records: list[SpanRecord] = []
+        for span in batch:
+            try:
+                records.append(span_to_record(span))
+            except Exception:
+                self._count("conversion_errors")
+                internal_error("processor.convert")
+        G = self._graph
+        try:
+            new_ops = {
+                r.span_id
+                for r in records
+                if (sc.MEMTRACE_OP_KIND in r.attributes or sc.MEMTRACE_OP_NAME in r.attributes)
+                and r.span_id not in G._node
+            }
+            fold_records(G, records)
+            self._op_count += len(new_ops)
+            for record in records:
+                if record.span_id in new_ops:
+                    store = record.attributes.get(sc.GEN_AI_MEMORY_STORE_ID)
+                    last = self._store_activity.get(store, 0)
+                    self._store_activity[store] = max(last, record.end_time_unix_nano)
+            self._count("folded", len(records))
+            self._count("folds")
+            self._evict()
+        except Exception:
+            self._count("fold_errors")
+            internal_error("processor.fold")
+
+    def _evict(self) -> None:
+        G = self._graph
+        non_op: dict[str, str | None] = G.graph["non_op_spans"]
+        if len(non_op) > self.max_ops:
+            excess = len(non_op) - int(self.max_ops * _LOW_WATER)
+            for span_id in list(itertools.islice(non_op, excess)):
+                del non_op[span_id]
+            self._count("evicted_non_op_spans", excess)
+            self._refresh_trace_ids()
+        if self._op_count <= self.max_ops:
+            return
+        target = int(self.max_ops * _LOW_WATER)
+        by_store: dict[Any, list[tuple[int, str]]] = {}
+        for node, data in G._node.items():
+            if data.get("type") == "op":
+                by_store.setdefault(data.get("store"), []).append((data["end"], node))
+        victims: list[str] = []
+        remaining = self._op_count
+        for store in sorted(by_store, key=lambda s: (self._store_activity.get(s, 0), str(s))):
+            if remaining <= target:
+                break
+            ops = by_store[store]
+            if remaining - len(ops) >= target:
+                del self._store_activity[store]
+                self._count("evicted_stores")
+            else:
+                # Evicting part of this store is enough: its oldest ops go.
+                ops = sorted(ops)[: remaining - target]
+            victims.extend(span_id for _, span_id in ops)
+            remaining -= len(ops)
+        removed = remove_ops(G, victims)
+        self._op_count -= removed
+        self._count("evicted_ops", removed)
+        self._refresh_trace_ids()
+
+    def _refresh_trace_ids(self) -> None:
+        G = self._graph
+        G.graph["trace_ids"] = sorted(
+            {data["trace_id"] for data in G._node.values() if data.get("type") == "op"}
+        )
+
+    def _count(self, name: str, amount: int = 1) -> None:
+        with self._buffer_lock:
+            self._stats[name] += amount
+
+    # --- the background thread -----------------------------------------------------------------
+
+    def _start_thread(self) -> None:
+        if self.fold_interval <= 0:
+            self._thread = None
+            return
+        self._thread = threading.Thread(target=self._run, name="memtrace-graph-fold", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self.fold_interval)
+            self._wake.clear()
+            with self._buffer_lock:
+                closed = self._closed
+            if closed:
+                return
+            try:
+                self._fold(None)
+            except Exception:
+                internal_error("processor.background_fold")
+
+    def _at_fork_reinit(self) -> None:
+        # The child has one thread: locks may be held by threads that no longer exist.
+        self._buffer_lock = threading.Lock()
+        self._graph_lock = threading.RLock()
+        self._wake = threading.Event()
+        self._buffer.clear()
+        if not self._closed:
+            self._start_thread()
+
+
+def _snapshot(G: nx.MultiDiGraph) -> nx.MultiDiGraph:
+    copy: nx.MultiDiGraph = G.copy()
+    copy.graph = dict(G.graph)
+    copy.graph["non_op_spans"] = dict(G.graph["non_op_spans"])
+    copy.graph["anomalies"] = [dict(a) for a in G.graph["anomalies"]]
+    copy.graph["trace_ids"] = list(G.graph["trace_ids"])
+    return copy
+
+
+def _noop() -> None:
+    pass
+
+
+def _resolve_int(value: int | None, env: str, default: int) -> int:
+    source = "argument"
+    if value is None:
+        raw = os.environ.get(env, "").strip()
+        if not raw:
+            return default
+        source = env
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"{env}={raw!r}: expected a positive integer") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{source} {value!r}: expected a positive integer")
+    return value
+
+
+def _resolve_interval(value: float | None) -> float:
+    env = sc.ENV_MEMTRACE_PROCESSOR_FOLD_INTERVAL
+    source = "fold_interval"
+    if value is None:
+        raw = os.environ.get(env, "").strip()
+        if not raw:
+            return DEFAULT_FOLD_INTERVAL
+        source = env
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError(f"{env}={raw!r}: expected a number of seconds >= 0") from None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{source} {value!r}: expected a number of seconds >= 0")
+    if value == float("inf"):
+        raise ValueError(f"{source} {value!r}: expected a finite number of seconds")
+    return float(value)
