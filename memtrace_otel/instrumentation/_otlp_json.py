@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any
 
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
@@ -21,6 +22,7 @@ from memtrace_otel._internal import internal_error
 from memtrace_otel.semconv import (
     SPAN_KINDS,
     STATUS_CODES,
+    Attributes,
     AttrValue,
     EventRecord,
     LinkRecord,
@@ -61,12 +63,26 @@ def span_to_record(span: ReadableSpan) -> SpanRecord:
             )
             for link in span.links
         ),
-        resource_attributes=frozen_attributes(span.resource.attributes),
+        resource_attributes=_resource_attributes(span.resource),
         scope_name=scope.name if scope is not None else "",
         scope_version=(scope.version or "") if scope is not None else "",
         scope_attributes=frozen_attributes(getattr(scope, "attributes", None)),
         trace_state=ctx.trace_state.to_header() if ctx.trace_state else "",
     )
+
+
+_resource_cache: tuple[object, Attributes] | None = None
+
+
+def _resource_attributes(resource: Resource) -> Attributes:
+    """Frozen resource attributes; every span of a provider shares one resource, so remember it."""
+    global _resource_cache
+    cached = _resource_cache
+    if cached is not None and cached[0] is resource:
+        return cached[1]
+    frozen = frozen_attributes(resource.attributes)
+    _resource_cache = (resource, frozen)
+    return frozen
 
 
 def encode_any_value(value: AttrValue) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from memtrace_otel.semconv import attributes
 from memtrace_otel.semconv.record import (
     SPAN_KINDS,
     STATUS_CODES,
+    Attributes,
     AttrValue,
     EventRecord,
     LinkRecord,
@@ -44,6 +45,7 @@ __all__ = [
     "STATUS_CODES",
     "UPSERT_MEMORY",
     "AttrValue",
+    "Attributes",
     "CaptureMode",
     "Category",
     "ErrorType",

@@ -110,7 +110,12 @@ METADATA_TRACEPARENT: Final = "memtrace_traceparent"
 """Key under which a memory record's metadata carries its writer's W3C ``traceparent``."""
 
 _NOT_ATTRIBUTES = frozenset(
-    ["MEMTRACE_VARIABLE_EVENT", "MEMTRACE_ATTRIBUTION_SPAN", "OP_SPAN_NAME_PREFIX", "METADATA_TRACEPARENT"]
+    [
+        "MEMTRACE_VARIABLE_EVENT",
+        "MEMTRACE_ATTRIBUTION_SPAN",
+        "OP_SPAN_NAME_PREFIX",
+        "METADATA_TRACEPARENT",
+    ]
 )
 
 SPAN_AND_EVENT_NAMES: Final[tuple[str, ...]] = (MEMTRACE_VARIABLE_EVENT, MEMTRACE_ATTRIBUTION_SPAN)

@@ -37,7 +37,12 @@ def frozen_attributes(attributes: Mapping[str, Any] | None) -> Attributes:
     return MappingProxyType({k: _freeze(v) for k, v in attributes.items()})
 
 
+_SCALARS = frozenset([str, bool, int, float, bytes, type(None)])
+
+
 def _freeze(value: Any) -> AttrValue:
+    if type(value) in _SCALARS:  # the common case, without the slow ABC check below
+        return value  # type: ignore[no-any-return]
     if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)
     if isinstance(value, Mapping) and not isinstance(value, MappingProxyType):
