@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -45,24 +46,64 @@ _CARRYING_KINDS = frozenset(
     {OpKind.EXTRACT.value, OpKind.CREATE.value, OpKind.UPDATE.value, OpKind.DELETE.value}
 )
 _RETRIEVAL_KINDS = frozenset({OpKind.RETRIEVE.value, OpKind.FILTER.value})
-_CONTEXT_LIMIT = 6  # context tokens of an evidence message used in its signature
+_CONTENT_CATEGORIES = frozenset(
+    {Category.CANDIDATES.value, Category.CONTEXT.value, Category.MEMORY.value}
+)
+_NOT_MEMORY = frozenset({Category.QUERY.value, Category.PROMPT.value, Category.GOLD.value})
+_CONTEXT_LIMIT = 6
+_SHORT = 40  # content tokens: a fact or a record, not a window
+_SENTENCE = re.compile(
+    r"(?<=[.!?])\s+"
+)  # context tokens of an evidence message used in its signature
 
 
 @dataclass(frozen=True)
 class Signature:
-    """What a variable must hold to carry one evidence message."""
+    """What a variable must hold to carry one evidence message.
+
+    ``answer``: the gold-answer tokens the message holds; ``context``: its most salient other
+    tokens; ``words``: all its content tokens.
+    """
 
     answer: frozenset[str]
     context: frozenset[str]
+    words: frozenset[str]
     ref: str
 
-    def carries(self, value: str) -> bool:
-        words = content_tokens(value)
-        if self.answer:
-            if recall(self.answer, words) < (1.0 if len(self.answer) <= 2 else 0.6):
-                return False
-            return not self.context or recall(self.context, words) >= 0.2
-        return recall(self.context, words) >= 0.5
+    def carries(self, text: str, *, derived: bool) -> bool:
+        """Whether ``text`` still holds the evidence.
+
+        Long values (a long-context window, a document, a candidate list) are tested segment by
+        segment, so an answer word elsewhere in the window does not count. ``derived``: the
+        variable names the evidence (or a carrier) among its sources, so a short paraphrase
+        (an extracted fact) only needs the answer itself.
+        """
+        for segment in _segments(text):
+            words = set(content_tokens(segment))
+            if not words:
+                continue
+            if recall(self.words, words) >= 0.6:
+                return True  # (nearly) verbatim
+            if self.answer:
+                if self._has_answer(words) and (not self.context or self.context & words):
+                    return True
+            elif len(self.context & words) >= 2:
+                return True
+        if derived:
+            words = content_tokens(text)
+            if len(words) <= _SHORT:
+                return (
+                    self._has_answer(set(words)) if self.answer else bool(self.context & set(words))
+                )
+        return False
+
+    def _has_answer(self, words: set[str]) -> bool:
+        return recall(self.answer, words) >= (1.0 if len(self.answer) <= 2 else 0.6)
+
+
+def _segments(text: str) -> list[str]:
+    """Lines and sentences of a value (JSON strings were joined by newlines already)."""
+    return [part for line in text.splitlines() for part in _SENTENCE.split(line) if part.strip()]
 
 
 @dataclass
@@ -88,6 +129,7 @@ class EvidenceMethod:
         if max_evidence < 1:
             raise ValueError(f"max_evidence must be >= 1, got {max_evidence}")
         self.max_evidence = max_evidence
+        self.bearing_only = False
 
     def attribute(self, G: nx.MultiDiGraph, case: Case) -> Verdict:
         index = graph_index(G)
@@ -125,9 +167,17 @@ class EvidenceMethod:
             unchecked.append("evidence located by search, not given")
 
         culprits: list[tuple[tuple[int, int, str, str], str, str, str]] = []
-        for ref in evidence:
-            signature = _signature(G, ref, case.gold_answers)
-            trail = self._trace_construction(index, ref, signature, question_start, set(ops))
+        signatures = {ref: _signature(G, ref, case.gold_answers) for ref in evidence}
+        # Follow the messages that hold the answer itself when there are any: a message that
+        # only sets the scene (e.g. "I moved to Helsinki" for "where did she live before?") has
+        # no content test strong enough to tell a loss from a rewrite.
+        bearing = [ref for ref in evidence if signatures[ref].answer]
+        searched_records = set(_searched(index, ops))
+        for ref in (bearing or evidence) if self.bearing_only else evidence:
+            signature = signatures[ref]
+            trail = self._trace_construction(
+                index, ref, signature, question_start, set(ops), searched_records
+            )
             if trail.unchecked:
                 unchecked.append(f"values of {ref}'s descendants not captured")
             found = self._locate(index, case, ops, trail, signature)
@@ -194,6 +244,7 @@ class EvidenceMethod:
         signature: Signature,
         before: int,
         case_ops: set[str],
+        searched: set[str],
     ) -> _Trail:
         """Follow ``evidence`` forward through the ops that ran before the question."""
         G = index.G
@@ -213,6 +264,10 @@ class EvidenceMethod:
         while queue:
             key, op = heapq.heappop(queue)
             data = G.nodes[op]
+            if data["kind"] in _RETRIEVAL_KINDS:
+                # A search while writing memory (mem0's per-fact lookup) reads what is stored;
+                # its candidates are not new copies of the evidence.
+                continue
             carrying_outputs = []
             for out in index.outputs(op):
                 verdict = _carries(G, out, signature, trail.carriers)
@@ -225,9 +280,27 @@ class EvidenceMethod:
                 for out in carrying_outputs:
                     trail.carriers.add(out)
                     push_readers(out)
-            elif data["kind"] in _CARRYING_KINDS:
+            elif data["kind"] in _CARRYING_KINDS and self._consumes(
+                index, op, trail.carriers, searched
+            ):
                 trail.breaks.append((key, op, _break_reason(G, op)))
         return trail
+
+    @staticmethod
+    def _consumes(index: GraphIndex, op: str, carriers: set[str], searched: set[str]) -> bool:
+        """Whether ``op`` was the last holder of a carrier it read.
+
+        A stored record that an op merely consults (mem0's update decision reads the existing
+        memories) lives on; only the op that writes its next version, or the op that consumes
+        an intermediate (a fact, a buffer) nobody else carries forward, can lose it.
+        """
+        for var in index.inputs(op):
+            if var not in carriers or var in searched:
+                continue
+            successor = index.next_version(var)
+            if successor is None or index.writer(successor) == op:
+                return True
+        return False
 
     def _locate(
         self, index: GraphIndex, case: Case, ops: list[str], trail: _Trail, signature: Signature
@@ -235,7 +308,7 @@ class EvidenceMethod:
         """The op where this evidence was lost, or ``None`` if it reached the context."""
         G = index.G
         retrievals = [op for op in ops if G.nodes[op]["kind"] == OpKind.RETRIEVE]
-        searched = [v for op in retrievals for v in index.inputs(op)]
+        searched = _searched(index, ops)
         stored = [
             v for v in searched if v in trail.carriers or _carries(G, v, signature, trail.carriers)
         ]
@@ -275,6 +348,8 @@ class EvidenceMethod:
                 carriers.update(carrying)
                 if kind == OpKind.ASSEMBLE:
                     reached_context = True
+            elif not any(G.nodes[o].get("category") in _CONTENT_CATEGORIES for o in outs):
+                continue  # a check (e.g. a sufficiency decision), not a content transformation
             elif kind == OpKind.FILTER:
                 return op, "a filter dropped the retrieved evidence"
             elif kind == OpKind.ASSEMBLE:
@@ -291,6 +366,18 @@ class EvidenceMethod:
             assemble = next(op for op in ops if G.nodes[op]["kind"] == OpKind.ASSEMBLE)
             return assemble, "the retrieved evidence was left out of the assembled context"
         return None
+
+
+def _searched(index: GraphIndex, ops: list[str]) -> list[str]:
+    """The records the case's retrieve ops searched (their inputs, less query and prompt)."""
+    G = index.G
+    return [
+        v
+        for op in ops
+        if G.nodes[op]["kind"] == OpKind.RETRIEVE
+        for v in index.inputs(op)
+        if G.nodes[v].get("category") not in _NOT_MEMORY
+    ]
 
 
 def _merge(given: Case, traced: Case) -> Case:
@@ -314,7 +401,7 @@ def _signature(G: nx.MultiDiGraph, ref: str, gold_answers: Iterable[str]) -> Sig
         answer.update(t for t in content_tokens(gold) if t in words)
     context = [t for t in dict.fromkeys(words) if t not in answer and not t.isdigit()]
     context.sort(key=lambda t: (-len(t), t))  # longer words are rarer: a cheap salience proxy
-    return Signature(frozenset(answer), frozenset(context[:_CONTEXT_LIMIT]), ref)
+    return Signature(frozenset(answer), frozenset(context[:_CONTEXT_LIMIT]), frozenset(words), ref)
 
 
 def _carries(G: nx.MultiDiGraph, var: str, signature: Signature, carriers: set[str]) -> bool | None:
@@ -333,7 +420,12 @@ def _carries(G: nx.MultiDiGraph, var: str, signature: Signature, carriers: set[s
         return True
     # Content decides: a memory whose meta names the evidence as its source but lost the
     # content does not carry it.
-    return signature.carries(_text(value))
+    meta = data.get("meta")
+    sources = meta.get("source_refs") if isinstance(meta, dict) else None
+    derived = isinstance(sources, list) and any(
+        ref == signature.ref or ref in carriers for ref in sources if isinstance(ref, str)
+    )
+    return signature.carries(_text(value), derived=derived)
 
 
 def _text(value: str | None) -> str:
@@ -343,7 +435,7 @@ def _text(value: str | None) -> str:
         decoded = json.loads(value)
     except (ValueError, TypeError):
         return value
-    return " ".join(_strings(decoded)) if not isinstance(decoded, str) else decoded
+    return "\n".join(_strings(decoded)) if not isinstance(decoded, str) else decoded
 
 
 def _strings(value: object) -> Iterable[str]:

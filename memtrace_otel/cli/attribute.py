@@ -5,16 +5,21 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import Any
 
 from memtrace_otel.attribution import (
+    BatchSummary,
+    Verdict,
     get_method,
+    load_store_graphs,
     method_names,
+    read_verdicts,
     run_batch,
     summary_table,
-    write_summary,
 )
 from memtrace_otel.attribution._writeback import verdict_span_writer
+from memtrace_otel.reporting import check_base_url, label_accuracy, load_labels, write_report
 
 _ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
@@ -49,7 +54,26 @@ def register(subparsers: Any) -> None:
         "--out", help="verdicts file (JSON Lines, appended; cases already in it are skipped)"
     )
     parser.add_argument(
-        "--report", metavar="DIR", help="write summary.json, summary.md (and the HTML report) here"
+        "--report",
+        metavar="DIR",
+        help="write summary.json, summary.md and the HTML report (DIR/index.html) here",
+    )
+    parser.add_argument(
+        "--labels",
+        metavar="FILE",
+        help="ground-truth labels (JSON Lines: case_id, error_type, op_id, op_name, source): "
+        "accuracy on stderr and in the report",
+    )
+    parser.add_argument(
+        "--jaeger-url",
+        metavar="URL",
+        help="Jaeger UI base URL (http://localhost:16686): the report links each op to its span",
+    )
+    parser.add_argument(
+        "--tempo-url",
+        metavar="URL",
+        help="Grafana base URL with a Tempo data source of uid 'tempo', or a link template "
+        "with {trace_id} and {span_id}: the report links each op to its span",
     )
     parser.add_argument(
         "--write-back",
@@ -69,9 +93,17 @@ def run(args: argparse.Namespace) -> int:
     """Run the batch job; exit 0 when every case ran and no record was skipped, else 1."""
     try:
         method = get_method(args.method)
+        for url, option in ((args.jaeger_url, "--jaeger-url"), (args.tempo_url, "--tempo-url")):
+            if url:
+                check_base_url(url, option)
     except ValueError as exc:  # e.g. a model-based method with no endpoint configured
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return 2
+    labels = load_labels(args.labels) if args.labels else None
+    # The graphs are built here, once, so that the report can draw each case from them.
+    started = time.perf_counter()
+    loading = BatchSummary()
+    graphs = load_store_graphs(args.sources, strict=args.strict, summary=loading)
     on_verdict = None
     provider = None
     if args.write_back:
@@ -94,10 +126,13 @@ def run(args: argparse.Namespace) -> int:
             strict=args.strict,
             progress=None if args.quiet else sys.stderr,
             on_verdict=on_verdict,
+            graphs=graphs,
         )
     finally:
         if provider is not None:
             provider.shutdown()
+    _add_loading_counts(summary, loading)
+    summary.seconds = round(time.perf_counter() - started, 3)
     usage = getattr(method, "usage", None)
     if isinstance(usage, dict):
         summary.model_usage = dict(usage)
@@ -109,6 +144,43 @@ def run(args: argparse.Namespace) -> int:
         for verdict in verdicts:
             print(verdict.to_json())
     print(summary_table(summary), file=sys.stderr)
+    # With --out, the file also holds the verdicts of earlier (resumed) runs: list them all.
+    listed: list[Verdict] = list(read_verdicts(args.out)) if args.out else verdicts
+    if labels is not None:
+        accuracy = label_accuracy(listed, labels)
+        print(_accuracy_line(accuracy), file=sys.stderr)
     if args.report:
-        write_summary(summary, args.report)
+        index = write_report(  # also writes summary.json and summary.md
+            args.report,
+            listed,
+            graphs,
+            summary,
+            labels=labels,
+            jaeger_url=args.jaeger_url,
+            tempo_url=args.tempo_url,
+            sources=args.sources,
+        )
+        print(f"report: {index}", file=sys.stderr)
     return 0 if summary.ok else 1
+
+
+def _add_loading_counts(summary: BatchSummary, loading: BatchSummary) -> None:
+    """Move what loading the sources counted into the run's summary."""
+    summary.records += loading.records
+    summary.skipped_records += loading.skipped_records
+    for kind, count in loading.skipped_by_kind.items():
+        summary.skipped_by_kind[kind] = summary.skipped_by_kind.get(kind, 0) + count
+    summary.source_errors[:0] = loading.source_errors
+
+
+def _accuracy_line(accuracy: dict[str, Any]) -> str:
+    def share(correct: int, total: int) -> str:
+        return f"{correct}/{total}" + (f" ({100 * correct / total:.1f}%)" if total else "")
+
+    return (
+        "accuracy against labels: error type "
+        + share(accuracy["error_type_correct"], accuracy["compared"])
+        + ", culprit op "
+        + share(accuracy["op_id_correct"], accuracy["op_id_compared"])
+        + f"; {len(accuracy['labelled_without_verdict'])} labelled cases without a verdict"
+    )

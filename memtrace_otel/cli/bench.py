@@ -26,7 +26,7 @@ from memtrace_otel.systems import (
     resolve_systems,
 )
 
-SUBCOMMAND_MODULES: tuple[str, ...] = ()
+SUBCOMMAND_MODULES: tuple[str, ...] = ("bench_evaluate",)
 """Modules in ``memtrace_otel.cli`` that add ``bench`` subcommands (e.g. ``"bench_evaluate"``)."""
 
 EXIT_OK = 0
