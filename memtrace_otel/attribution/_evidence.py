@@ -90,11 +90,10 @@ class Signature:
             elif len(self.context & words) >= 2:
                 return True
         if derived:
-            words = content_tokens(text)
-            if len(words) <= _SHORT:
-                return (
-                    self._has_answer(set(words)) if self.answer else bool(self.context & set(words))
-                )
+            tokens = content_tokens(text)
+            if len(tokens) <= _SHORT:
+                found = set(tokens)
+                return self._has_answer(found) if self.answer else bool(self.context & found)
         return False
 
     def _has_answer(self, words: set[str]) -> bool:
