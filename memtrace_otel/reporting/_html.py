@@ -1,0 +1,272 @@
+"""Writing the static HTML report: ``index.html``, ``assets/`` and one ``cases/NNNN.js`` per case.
+
+The report opens from ``file://`` with no network: scripts and styles are files next to
+``index.html`` (or inlined, for the one-file case page), and data is JSON. Because memory values
+are untrusted, every JSON block is escaped so that no value can close the ``<script>`` element
+(``<``, ``>``, ``&``, U+2028 and U+2029 become ``\\uXXXX``), and the page's Content Security Policy
+allows no inline script except the exact blocks written here.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import html
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from memtrace_otel.attribution import BatchSummary, Verdict, write_summary
+from memtrace_otel.reporting._labels import Label, load_labels
+from memtrace_otel.reporting._links import check_base_url
+from memtrace_otel.reporting._view import case_row, case_view, summary_data
+
+__all__ = ["case_html", "json_for_html", "write_report"]
+
+_ASSET_FILES = ("report.js", "report.css")
+_VENDOR_SCRIPTS = ("vendor/cytoscape.min.js", "vendor/cytoscape-dagre.min.js")
+_CSP_FILES = (
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'none'; base-uri 'none'; form-action 'none'"
+)
+_JSON_ESCAPES = {
+    ord("<"): "\\u003c",
+    ord(">"): "\\u003e",
+    ord("&"): "\\u0026",
+    0x2028: "\\u2028",
+    0x2029: "\\u2029",
+}
+
+
+def json_for_html(data: Any) -> str:
+    """``data`` as JSON that is safe inside a ``<script>`` element (and as a JavaScript literal).
+
+    >>> json_for_html({"v": "</script><b>&"})
+    '{"v":"\\\\u003c/script\\\\u003e\\\\u003cb\\\\u003e\\\\u0026"}'
+    """
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.translate(_JSON_ESCAPES)
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("memtrace_otel.reporting").joinpath("assets", name).read_bytes()
+
+
+def _template() -> str:
+    return (
+        resources.files("memtrace_otel.reporting")
+        .joinpath("templates", "index.html")
+        .read_text(encoding="utf-8")
+    )
+
+
+def _fill(template: str, **parts: str) -> str:
+    for name, value in parts.items():
+        template = template.replace(f"%%{name.upper()}%%", value)
+    return template
+
+
+def _data_block(element_id: str, data: Any) -> str:
+    return f'<script type="application/json" id="{element_id}">{json_for_html(data)}</script>'
+
+
+def _key_width(count: int) -> int:
+    return max(4, len(str(max(count - 1, 0))))
+
+
+def _labels(labels: Mapping[str, Label] | str | os.PathLike[str] | None) -> dict[str, Label] | None:
+    if labels is None:
+        return None
+    if isinstance(labels, str | os.PathLike):
+        return load_labels(labels)
+    return dict(labels)
+
+
+def _unique(verdicts: Iterable[Verdict]) -> list[Verdict]:
+    """One verdict per case (the last one written wins, as a rerun's would), in first-seen order."""
+    last: dict[str, Verdict] = {}
+    for verdict in verdicts:
+        last[verdict.case_id] = verdict
+    return list(last.values())
+
+
+def write_report(
+    out_dir: str | os.PathLike[str],
+    verdicts: Iterable[Verdict],
+    graphs: Mapping[str, nx.MultiDiGraph],
+    summary: BatchSummary | Mapping[str, Any],
+    *,
+    labels: Mapping[str, Label] | str | os.PathLike[str] | None = None,
+    jaeger_url: str | None = None,
+    tempo_url: str | None = None,
+    sources: Sequence[str] = (),
+    title: str = "memtrace attribution report",
+) -> Path:
+    """Write the static HTML report of a batch run into ``out_dir``.
+
+    Writes ``index.html`` (summary and the list of failed cases), ``assets/`` (the page's script
+    and style and the vendored Cytoscape.js with its licences), ``cases/NNNN.js`` (one case's
+    graph each, loaded when the case is opened) and, for a :class:`BatchSummary`,
+    ``summary.json`` and ``summary.md``. Files of an earlier report in ``out_dir`` are replaced.
+
+    Args:
+        out_dir: the report folder (created if missing).
+        verdicts: the verdicts to list (one per case; a later verdict for a case wins).
+        graphs: the store graphs (``load_store_graphs``); each verdict's case is cut from the
+            graph of its ``store_id``.
+        summary: the run's summary, or the content of a ``summary.json``.
+        labels: ground-truth labels (or a ``labels.jsonl`` path) for accuracy and per-case checks.
+        jaeger_url: Jaeger UI base URL, to link each op to its span.
+        tempo_url: Grafana base URL (Tempo data source uid ``tempo``) or a link template with
+            ``{trace_id}``/``{span_id}``, to link each op to its span.
+        sources: the trace sources, shown in the header.
+        title: the page title.
+
+    Returns:
+        The path of ``index.html``.
+
+    Raises:
+        ValueError: a Jaeger or Tempo URL that is not http(s).
+        DecodeError: a bad labels file.
+    """
+    jaeger = check_base_url(jaeger_url, "--jaeger-url") if jaeger_url else None
+    tempo = check_base_url(tempo_url, "--tempo-url") if tempo_url else None
+    label_map = _labels(labels)
+    folder = Path(out_dir)
+    (folder / "assets" / "vendor").mkdir(parents=True, exist_ok=True)
+    cases_dir = folder / "cases"
+    if cases_dir.is_dir():
+        for stale in cases_dir.glob("*.js"):
+            if re.fullmatch(r"[0-9]+\.js", stale.name):
+                stale.unlink()
+    cases_dir.mkdir(exist_ok=True)
+    _copy_assets(folder / "assets")
+
+    chosen = _unique(verdicts)
+    width = _key_width(len(chosen))
+    empty = nx.MultiDiGraph()
+    rows = []
+    for number, verdict in enumerate(chosen):
+        key = f"{number:0{width}d}"
+        label = label_map.get(verdict.case_id) if label_map is not None else None
+        # Ops that name no store are grouped under "" by load_store_graphs.
+        G = graphs.get(verdict.store_id or "", empty)
+        view = case_view(
+            G, verdict.case_id, verdict, label=label, jaeger_url=jaeger, tempo_url=tempo
+        )
+        view["key"] = key
+        (cases_dir / f"{key}.js").write_text(
+            f"window.__memtraceCase({json_for_html(view)});\n", encoding="utf-8"
+        )
+        rows.append(case_row(key, verdict, label, len(view["nodes"]) or None))
+
+    data = {
+        "title": title,
+        "generated": dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "sources": list(sources),
+        "single": False,
+        "summary": summary_data(summary, chosen, label_map),
+        "cases": rows,
+    }
+    scripts = [*_VENDOR_SCRIPTS, "report.js"]
+    page = _fill(
+        _template(),
+        csp=_CSP_FILES,
+        title=html.escape(title),
+        style='<link rel="stylesheet" href="assets/report.css">',
+        data=_data_block("memtrace-report", data),
+        scripts="\n".join(f'<script src="assets/{name}"></script>' for name in scripts),
+    )
+    index = folder / "index.html"
+    index.write_text(page, encoding="utf-8")
+    if isinstance(summary, BatchSummary):
+        write_summary(summary, folder)
+    return index
+
+
+def _copy_assets(target: Path) -> None:
+    root = resources.files("memtrace_otel.reporting").joinpath("assets")
+    for name in _ASSET_FILES:
+        (target / name).write_bytes(root.joinpath(name).read_bytes())
+    vendor = root.joinpath("vendor")
+    for item in vendor.iterdir():
+        if item.is_file():
+            (target / "vendor" / item.name).write_bytes(item.read_bytes())
+
+
+def _inline_script(source: str) -> str:
+    # Only these two sequences can end or confuse a script element's content; neither is in
+    # the shipped files, and escaping them keeps the JavaScript's meaning.
+    source = re.sub(r"</(script)", r"<\\/\1", source, flags=re.IGNORECASE)
+    return source.replace("<!--", "<\\!--")
+
+
+def _sha256(source: str) -> str:
+    digest = hashlib.sha256(source.encode("utf-8")).digest()
+    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
+
+
+def case_html(
+    view: Mapping[str, Any],
+    *,
+    verdict: Verdict | None = None,
+    title: str | None = None,
+) -> str:
+    """One case as a single self-contained HTML page (scripts, style and data inlined).
+
+    Args:
+        view: the case's :func:`case_view`.
+        verdict: its verdict, for the (one-line) case list behind the page.
+        title: the page title (default: ``memtrace case <id>``).
+
+    >>> from memtrace_otel.graph import example_graph
+    >>> from memtrace_otel.reporting import case_view
+    >>> page = case_html(case_view(example_graph(), "c1"))
+    >>> page.startswith("<!DOCTYPE html>"), "cdn" in page.lower()
+    (True, False)
+    """
+    case_id = str(view.get("case_id", ""))
+    key = "0000"
+    data_view = dict(view)
+    data_view["key"] = key
+    summary = BatchSummary()
+    if verdict is not None:
+        summary.cases = 1
+        summary.add(verdict)
+    row = case_row(key, verdict, None, len(view.get("nodes", ())) or None, case_id=case_id)
+    page_title = title or f"memtrace case {case_id}"
+    data = {
+        "title": page_title,
+        "generated": dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "sources": [],
+        "single": True,
+        "summary": summary_data(summary, [verdict] if verdict else [], None),
+        "cases": [row],
+    }
+    scripts = [
+        _inline_script(_asset(name).decode("utf-8")) for name in (*_VENDOR_SCRIPTS, "report.js")
+    ]
+    csp = (
+        "default-src 'none'; script-src "
+        + " ".join(_sha256(s) for s in scripts)
+        + "; style-src 'unsafe-inline'; img-src data:; connect-src 'none'; base-uri 'none'; "
+        "form-action 'none'"
+    )
+    css = _asset("report.css").decode("utf-8")
+    return _fill(
+        _template(),
+        csp=csp,
+        title=html.escape(page_title),
+        style=f"<style>{css}</style>",
+        data=_data_block("memtrace-report", data)
+        + "\n"
+        + _data_block(f"memtrace-case-{key}", data_view),
+        scripts="\n".join(f"<script>{s}</script>" for s in scripts),
+    )

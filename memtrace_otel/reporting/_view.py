@@ -1,0 +1,363 @@
+"""What the report shows, as plain JSON-ready data: the case list and one case's graph view.
+
+Nothing here knows about HTML. The browser side (``assets/report.js``) draws exactly these
+dictionaries, so tests can check the data without a browser and the browser tests only check the
+drawing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict
+from typing import Any
+
+import networkx as nx
+
+from memtrace_otel.attribution import BatchSummary, Verdict
+from memtrace_otel.errors import GraphError
+from memtrace_otel.graph import READ, WRITE, case_subgraph, execution_order
+from memtrace_otel.reporting._labels import Label, label_accuracy
+from memtrace_otel.reporting._links import jaeger_link, tempo_link
+from memtrace_otel.semconv import Stage
+
+__all__ = [
+    "STAGE_ORDER",
+    "case_row",
+    "case_view",
+    "evidence_path",
+    "summary_data",
+    "verdict_data",
+]
+
+INPUT_STAGE = "input"
+"""Stage of variables no loaded op wrote (messages, questions, gold answers)."""
+OTHER_STAGE = "other"
+STAGE_ORDER: tuple[str, ...] = (
+    INPUT_STAGE,
+    Stage.CONSTRUCTION.value,
+    Stage.RETRIEVAL.value,
+    Stage.RESPONSE.value,
+    Stage.EVALUATION.value,
+    OTHER_STAGE,
+)
+"""Stages in the order a pipeline runs them; the graph view collapses nodes by these."""
+
+MAX_VALUE_CHARS = 4000
+"""Longer values are cut in the report (the full value stays in the traces)."""
+_EXCERPT_CHARS = 48
+
+
+def evidence_path(G: nx.MultiDiGraph, verdict: Verdict | None) -> list[str]:
+    """The nodes on some path from the verdict's evidence to its culprit op, in execution order.
+
+    That is the trail the evidence took until the op that lost it. Without a culprit in ``G``
+    it is just the evidence variables found in ``G``.
+
+    >>> from memtrace_otel.graph import example_graph
+    >>> v = Verdict("c1", "UpdateError", "b000000000000002", "merge", "evidence", 1.0,
+    ...             evidence_refs=("msg:1@1",))
+    >>> evidence_path(example_graph(), v)
+    ['msg:1@1', 'a000000000000002', 'fact:1@1', 'a000000000000003', 'mem:1@1', 'b000000000000002']
+    """
+    if verdict is None:
+        return []
+    sources = [ref for ref in verdict.evidence_refs if ref in G]
+    culprit = verdict.op_id
+    if culprit is None or culprit not in G:
+        return execution_order(G, sources)
+    # Walk forward from each evidence variable, but only through the culprit's ancestors: on a
+    # whole store graph the evidence's descendants can be far more than the trail we want.
+    allowed = nx.ancestors(G, culprit)
+    allowed.add(culprit)
+    keep: set[str] = set()
+    stack = [ref for ref in sources if ref in allowed]
+    while stack:
+        node = stack.pop()
+        if node not in keep:
+            keep.add(node)
+            stack.extend(n for n in G._succ[node] if n in allowed and n not in keep)
+    if culprit not in keep:
+        return execution_order(G, [*sources, culprit])
+    return execution_order(G, keep)
+
+
+def _iso(ns: Any) -> str | None:
+    if not isinstance(ns, int) or ns <= 0:
+        return None
+    moment = dt.datetime.fromtimestamp(ns / 1e9, tz=dt.UTC)
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _cut(value: Any) -> tuple[Any, bool]:
+    """A value for the report and whether it was cut short."""
+    if value is None or isinstance(value, bool | int | float):
+        return value, False
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    if len(text) <= MAX_VALUE_CHARS:
+        return text, False
+    return text[:MAX_VALUE_CHARS], True
+
+
+def _excerpt(value: Any) -> str:
+    if value is None:
+        return ""
+    text = " ".join(str(value).split())
+    return text if len(text) <= _EXCERPT_CHARS else text[: _EXCERPT_CHARS - 1] + "…"
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as something ``json.dumps`` writes (tuples, sets and odd objects included)."""
+    return json.loads(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def _op_node(
+    G: nx.MultiDiGraph,
+    node: str,
+    data: Mapping[str, Any],
+    *,
+    jaeger_url: str | None,
+    tempo_url: str | None,
+) -> dict[str, Any]:
+    start, end = data.get("start"), data.get("end")
+    duration = (end - start) / 1e6 if isinstance(start, int) and isinstance(end, int) else None
+    inputs = execution_order(G, [ref for ref in G._pred[node] if READ in G._pred[node][ref]])
+    outputs = execution_order(G, [ref for ref in G._succ[node] if WRITE in G._succ[node][ref]])
+    # What the op itself recorded about a variable can differ from the variable's own value
+    # (a reader saw an older copy, or only the reader captured content): keep it when it does.
+    seen: dict[str, Any] = {}
+    for ref in inputs:
+        event = G._pred[node][ref][READ]
+        if event.get("value") is not None and event.get("value") != G._node[ref].get("value"):
+            seen[ref] = _cut(event["value"])[0]
+    for ref in outputs:
+        event = G._succ[node][ref][WRITE]
+        if event.get("value") is not None and event.get("value") != G._node[ref].get("value"):
+            seen[ref] = _cut(event["value"])[0]
+    trace_id, span_id = str(data.get("trace_id") or ""), str(data.get("span_id") or node)
+    links: dict[str, str] = {}
+    if trace_id:
+        if jaeger_url:
+            links["jaeger"] = jaeger_link(jaeger_url, trace_id, span_id)
+        if tempo_url:
+            links["tempo"] = tempo_link(
+                tempo_url,
+                trace_id,
+                span_id,
+                start_ms=start // 1_000_000 if isinstance(start, int) else None,
+                end_ms=end // 1_000_000 if isinstance(end, int) else None,
+            )
+    name = str(data.get("name") or data.get("span_name") or node)
+    return {
+        "id": node,
+        "type": "op",
+        "label": f"{name}\n({data.get('kind')})",
+        "kind": data.get("kind"),
+        "name": name,
+        "span_name": data.get("span_name"),
+        "stage": data.get("stage") or OTHER_STAGE,
+        "status": data.get("status"),
+        "system": data.get("system"),
+        "store": data.get("store"),
+        "case": data.get("case"),
+        "prompt_ref": data.get("prompt_ref"),
+        "judge_verdict": data.get("judge_verdict"),
+        "service": data.get("service"),
+        "trace_id": trace_id,
+        "span_id": span_id,
+        "parent_span_id": data.get("parent_span_id"),
+        "start": _iso(start),
+        "end": _iso(end),
+        "duration_ms": duration,
+        "inputs": inputs,
+        "outputs": outputs,
+        "seen": seen,
+        "attributes": _plain(data.get("attributes") or {}),
+        "links": links,
+    }
+
+
+def _variable_node(G: nx.MultiDiGraph, node: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    value, cut = _cut(data.get("value"))
+    writer = data.get("writer")
+    readers = execution_order(G, [op for op in G._succ[node] if READ in G._succ[node][op]])
+    if writer is not None and writer in G:
+        stage = G._node[writer].get("stage") or OTHER_STAGE
+    else:
+        stage = INPUT_STAGE
+    excerpt = _excerpt(data.get("value"))
+    if data.get("deleted"):
+        excerpt = "(deleted)"
+    return {
+        "id": node,
+        "type": "variable",
+        "label": node + ("\n" + excerpt if excerpt else ""),
+        "var_id": data.get("id"),
+        "version": data.get("version"),
+        "category": data.get("category"),
+        "stage": stage,
+        "value": value,
+        "value_cut": cut,
+        "digest": data.get("digest"),
+        "truncated": bool(data.get("truncated")),
+        "deleted": bool(data.get("deleted")),
+        "external": bool(data.get("external")),
+        "meta": _plain(data.get("meta")),
+        "writer": writer,
+        "readers": readers,
+        "time": _iso(data.get("time")),
+    }
+
+
+def verdict_data(verdict: Verdict | None) -> dict[str, Any] | None:
+    """A verdict as plain data (lists instead of tuples)."""
+    return _plain(asdict(verdict)) if verdict is not None else None
+
+
+def case_view(
+    G: nx.MultiDiGraph,
+    case_id: str,
+    verdict: Verdict | None = None,
+    *,
+    label: Label | None = None,
+    jaeger_url: str | None = None,
+    tempo_url: str | None = None,
+) -> dict[str, Any]:
+    """Everything the report draws for one case.
+
+    Args:
+        G: the store's evolution graph (the whole graph; the case's subgraph is cut from it).
+        case_id: the case.
+        verdict: its verdict, to mark the culprit and the evidence path.
+        label: its ground-truth label, shown beside the verdict.
+        jaeger_url: base URL of Jaeger's UI, for links from ops to their spans.
+        tempo_url: Grafana base URL or Tempo link template (see :func:`tempo_link`).
+
+    The nodes are the case's subgraph (:func:`~memtrace_otel.graph.case_subgraph`), plus the
+    culprit op with what it read and wrote and the evidence path to it when they lie outside
+    (a deletion's tombstone is read by no later op, so the answer does not depend on it).
+
+    Returns:
+        ``case_id``, ``verdict``, ``label``, ``nodes`` (execution order, each with ``order``,
+        ``stage``, ``culprit``, ``path`` and ``focus`` flags and its details), ``edges``
+        (``source``, ``target``, ``key``), ``stages`` (present, in pipeline order),
+        ``anomalies`` and ``missing`` (why there is no graph, else ``None``).
+
+    >>> from memtrace_otel.graph import example_graph
+    >>> v = Verdict("c1", "UpdateError", "b000000000000002", "merge", "evidence", 1.0,
+    ...             evidence_refs=("msg:1@1",))
+    >>> view = case_view(example_graph(), "c1", v)
+    >>> [n["id"] for n in view["nodes"] if n["culprit"]], view["stages"][:2]
+    (['b000000000000002'], ['input', 'construction'])
+    """
+    view: dict[str, Any] = {
+        "case_id": case_id,
+        "verdict": verdict_data(verdict),
+        "label": label.to_json() if label is not None else None,
+        "nodes": [],
+        "edges": [],
+        "stages": [],
+        "anomalies": [],
+        "missing": None,
+    }
+    try:
+        H = case_subgraph(G, case_id)
+    except GraphError as exc:
+        view["missing"] = f"no graph for this case: {exc}"
+        return view
+    culprit = verdict.op_id if verdict is not None else None
+    # The trail is found on the store's graph: the culprit need not be upstream of the answer
+    # (a deletion wrote a tombstone no later op read). Add it, with what the culprit read and
+    # wrote, so the page can show it.
+    path = set(evidence_path(G, verdict))
+    extra = set(path)
+    if culprit is not None and culprit in G:
+        extra.add(culprit)
+        extra.update(G._pred[culprit])
+        extra.update(G._succ[culprit])
+    if not extra <= set(H):
+        graph = H.graph
+        H = G.subgraph(set(H) | extra).copy()
+        H.graph = graph
+    case_ops = [n for n, d in H._node.items() if d.get("type") == "op" and d.get("case") == case_id]
+    # Nodes that stay visible when their stage is collapsed: the trail to the culprit, and the
+    # question's own ops with what they wrote and the external inputs they read.
+    focus = set(path) | set(case_ops)
+    for op in case_ops:
+        focus.update(ref for ref in H._succ[op] if WRITE in H._succ[op][ref])
+        focus.update(
+            ref
+            for ref in H._pred[op]
+            if READ in H._pred[op][ref] and H._node[ref].get("writer") is None
+        )
+    if culprit is not None:
+        focus.add(culprit)
+    nodes = []
+    for order, node in enumerate(execution_order(H)):
+        data = H._node[node]
+        if data.get("type") == "op":
+            item = _op_node(H, node, data, jaeger_url=jaeger_url, tempo_url=tempo_url)
+        else:
+            item = _variable_node(H, node, data)
+        item["order"] = order
+        item["culprit"] = node == culprit
+        item["path"] = node in path
+        item["focus"] = node in focus
+        nodes.append(item)
+    view["nodes"] = nodes
+    view["edges"] = [
+        {"source": u, "target": v, "key": key}
+        for u, v, key in sorted(H.edges(keys=True), key=lambda e: (e[0], e[1], str(e[2])))
+    ]
+    present = {n["stage"] for n in nodes}
+    view["stages"] = [s for s in STAGE_ORDER if s in present] + sorted(present - set(STAGE_ORDER))
+    view["anomalies"] = _plain(H.graph.get("anomalies", []))
+    return view
+
+
+def case_row(
+    key: str,
+    verdict: Verdict | None,
+    label: Label | None,
+    nodes: int | None,
+    *,
+    case_id: str = "",
+) -> dict[str, Any]:
+    """One line of the report's list of failed cases (``case_id`` is used without a verdict)."""
+    row: dict[str, Any] = {
+        "key": key,
+        "case_id": verdict.case_id if verdict is not None else case_id,
+        "system": (verdict.system if verdict is not None else None) or "?",
+        "store": verdict.store_id if verdict is not None else None,
+        "error_type": verdict.error_type if verdict is not None else None,
+        "op_name": verdict.op_name if verdict is not None else None,
+        "op_id": verdict.op_id if verdict is not None else None,
+        "confidence": verdict.confidence if verdict is not None else None,
+        "method": verdict.method if verdict is not None else None,
+        "reason": verdict.reason if verdict is not None else "",
+        "nodes": nodes,
+        "label_error_type": None,
+        "label_op_id": None,
+        "type_match": None,
+        "op_match": None,
+    }
+    if label is not None:
+        predicted = row["error_type"]
+        row["label_error_type"] = label.error_type
+        row["label_op_id"] = label.op_id
+        row["type_match"] = predicted is not None and predicted == label.error_type
+        row["op_match"] = row["op_id"] == label.op_id if label.op_id is not None else None
+    return row
+
+
+def summary_data(
+    summary: BatchSummary | Mapping[str, Any],
+    verdicts: Iterable[Verdict],
+    labels: Mapping[str, Label] | None,
+) -> dict[str, Any]:
+    """The report's summary block: ``summary.json``'s content plus accuracy against labels."""
+    data = summary.to_json() if isinstance(summary, BatchSummary) else dict(summary)
+    data = _plain(data)
+    data["accuracy"] = label_accuracy(verdicts, labels) if labels is not None else None
+    return dict(data)
