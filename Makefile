@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test demo install lint typecheck pytest bench clean
+.PHONY: test demo install lint typecheck pytest bench clean browser
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -17,13 +17,17 @@ $(STAMP): $(PY) pyproject.toml
 install: $(STAMP)
 
 lint: install
-	$(VENV)/bin/ruff check memtrace_otel tests benchmarks
-	$(VENV)/bin/ruff format --check memtrace_otel tests benchmarks
+	$(VENV)/bin/ruff check memtrace_otel tests benchmarks scripts
+	$(VENV)/bin/ruff format --check memtrace_otel tests benchmarks scripts
 
 typecheck: install
 	$(VENV)/bin/mypy
 
-pytest: install
+# The report's browser tests drive Debian's chromium through Playwright's client (no browser download).
+browser:
+	command -v chromium >/dev/null 2>&1 || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
+
+pytest: install browser
 	$(VENV)/bin/pytest
 
 test: lint typecheck pytest
