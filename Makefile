@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test demo install lint typecheck pytest bench clean browser
+.PHONY: test demo install lint typecheck pytest bench clean browser backends
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,12 @@ typecheck: install
 browser:
 	command -v chromium >/dev/null 2>&1 || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 
-pytest: install browser
+# Jaeger v2 and the project's Collector, built once from their Go modules into
+# ~/.cache/memtrace-otel/bin (docs/backends.md); later runs reuse them.
+backends:
+	bash scripts/build_backends.sh
+
+pytest: install browser backends
 	$(VENV)/bin/pytest
 
 test: lint typecheck pytest
