@@ -18,16 +18,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _util import best_of, verdict  # noqa: E402
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import (  # noqa: E402
+from _util import best_of, verdict
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     SpanExporter,
     SpanExportResult,
 )
 
-from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry  # noqa: E402
-from memtrace_otel.semconv import Category  # noqa: E402
+from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
+from memtrace_otel.semconv import Category
 
 N = 5000
 VALUE = ("Ana moved to Porto in May and works as a nurse at the city hospital. " * 15)[:1024]
@@ -61,7 +61,9 @@ def main() -> None:
             source = op.output(mt.variable("msg:1", "seed", category=Category.MESSAGE))
         out = mt.variable("fact:1", VALUE, category=Category.MEMORY)
 
-        def memtrace_op(mt: MemTracer = mt, source_ref: str = source.ref, out: object = out) -> None:
+        def memtrace_op(
+            mt: MemTracer = mt, source_ref: str = source.ref, out: object = out
+        ) -> None:
             with mt.extract("bench.extract", inputs=[source_ref]) as op:
                 op.output(out)  # type: ignore[arg-type]
 

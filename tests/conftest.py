@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# Fixtures that start the real backends (jaeger, collector, ...) for any test module.
+pytest_plugins = ["tests._backends"]
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 

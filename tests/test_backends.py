@@ -44,7 +44,6 @@ from tests._backends import (
 )
 
 # The fixtures `jaeger`, `collector`, `jaeger_bin` and `otelcol_bin`.
-pytest_plugins = ["tests._backends"]
 
 # The component type each module of builder-config.yaml provides (checked against the binary's own
 # `components` listing for every module it was built with).

@@ -25,7 +25,10 @@ def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) ->
 
 def test_console_script_runs() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "memtrace_otel.cli", "--help"], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "memtrace_otel.cli", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert "memory evolution graphs" in done.stdout

@@ -37,7 +37,12 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_embedded_default_writes_collector_style_json_lines(tmp_path: Path) -> None:
     path = tmp_path / "out" / "traces.jsonl"
     provider = configure(service_name="svc", traces_file=path, batch=False, set_global=False)
-    mt = MemTracer(tracer_provider=provider, store_id="u1", capture=CaptureConfig(mode="SPAN_ONLY"), registry=WriterRegistry())
+    mt = MemTracer(
+        tracer_provider=provider,
+        store_id="u1",
+        capture=CaptureConfig(mode="SPAN_ONLY"),
+        registry=WriterRegistry(),
+    )
     with mt.create("c") as op:
         op.output(mt.variable("mem:1", "v", category="memory"))
     with mt.retrieve("r", inputs=["mem:1@1"]):
@@ -58,7 +63,9 @@ def test_embedded_default_writes_collector_style_json_lines(tmp_path: Path) -> N
     assert reader["links"][0]["spanId"] == span["spanId"]
 
 
-def test_default_file_name_and_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_file_name_and_env_override(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     exporter = resolve_exporter()
     assert isinstance(exporter, OtlpJsonLinesExporter)

@@ -30,11 +30,23 @@ from memtrace_otel.semconv import CaptureMode, OpKind
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.testing import SequentialIdGenerator, spans_as_dicts
 
-STORE_KINDS = {"create": "create_memory", "update": "update_memory", "delete": "delete_memory", "retrieve": "search_memory"}
+STORE_KINDS = {
+    "create": "create_memory",
+    "update": "update_memory",
+    "delete": "delete_memory",
+    "retrieve": "search_memory",
+}
 DEFAULT_STAGE = {
-    "ingest": "construction", "extract": "construction", "create": "construction",
-    "update": "construction", "delete": "construction", "retrieve": "retrieval",
-    "filter": "retrieval", "assemble": "response", "generate": "response", "judge": "evaluation",
+    "ingest": "construction",
+    "extract": "construction",
+    "create": "construction",
+    "update": "construction",
+    "delete": "construction",
+    "retrieve": "retrieval",
+    "filter": "retrieval",
+    "assemble": "response",
+    "generate": "response",
+    "judge": "evaluation",
 }
 
 
@@ -42,12 +54,21 @@ def sha(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def make_tracer(capture: CaptureMode = CaptureMode.SPAN_AND_EVENT, **kw: Any) -> tuple[MemTracer, InMemorySpanExporter]:
+def make_tracer(
+    capture: CaptureMode = CaptureMode.SPAN_AND_EVENT, **kw: Any
+) -> tuple[MemTracer, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider(id_generator=SequentialIdGenerator())
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     cfg = kw.pop("config", None) or CaptureConfig(mode=capture)
-    mt = MemTracer(tracer_provider=provider, system="mem0", store_id="u1", capture=cfg, registry=WriterRegistry(), **kw)
+    mt = MemTracer(
+        tracer_provider=provider,
+        system="mem0",
+        store_id="u1",
+        capture=cfg,
+        registry=WriterRegistry(),
+        **kw,
+    )
     return mt, exporter
 
 
@@ -159,7 +180,9 @@ def test_a_failing_redaction_hook_drops_the_value_never_leaks_it() -> None:
         ("False", CaptureMode.NO_CONTENT),
     ],
 )
-def test_capture_mode_from_the_upstream_variable(monkeypatch: pytest.MonkeyPatch, env: str, expected: CaptureMode) -> None:
+def test_capture_mode_from_the_upstream_variable(
+    monkeypatch: pytest.MonkeyPatch, env: str, expected: CaptureMode
+) -> None:
     monkeypatch.delenv(A.ENV_MEMTRACE_CAPTURE_CONTENT, raising=False)
     monkeypatch.setenv(A.ENV_CAPTURE_MESSAGE_CONTENT, env)
     assert CaptureConfig().mode is expected
@@ -207,13 +230,23 @@ def test_versions_bump_and_tombstones() -> None:
         gone = op.output(fact2.tombstone())
     assert (fact.ref, fact2.ref, gone.ref) == ("fact:1@1", "fact:1@2", "fact:1@3")
     spans = spans_as_dicts(exporter.get_finished_spans())
-    assert [s["attributes"][A.MEMTRACE_OP_OUTPUTS] for s in spans] == [["fact:1@1"], ["fact:1@2"], ["fact:1@3"]]
+    assert [s["attributes"][A.MEMTRACE_OP_OUTPUTS] for s in spans] == [
+        ["fact:1@1"],
+        ["fact:1@2"],
+        ["fact:1@3"],
+    ]
     assert [s["attributes"].get(A.GEN_AI_MEMORY_RECORD_ID) for s in spans] == ["fact:1"] * 3
     tomb = spans[2]["events"][0]["attributes"]
     assert tomb[A.MEMTRACE_VARIABLE_DELETED] is True
     assert A.MEMTRACE_VARIABLE_VALUE not in tomb
     # the update links to the create, the delete to the update, with the ref on the link
-    assert spans[1]["links"] == [{"trace_id": spans[0]["trace_id"], "span_id": spans[0]["span_id"], "attributes": {A.MEMTRACE_VARIABLE_REF: "fact:1@1"}}]
+    assert spans[1]["links"] == [
+        {
+            "trace_id": spans[0]["trace_id"],
+            "span_id": spans[0]["span_id"],
+            "attributes": {A.MEMTRACE_VARIABLE_REF: "fact:1@1"},
+        }
+    ]
     assert spans[2]["links"][0]["span_id"] == spans[1]["span_id"]
     # traced inputs are referenced, not repeated: only the output event on the update
     assert [e["attributes"][A.MEMTRACE_VARIABLE_ROLE] for e in spans[1]["events"]] == ["output"]
@@ -227,11 +260,19 @@ def test_links_cross_traces_and_processes_through_traceparent() -> None:
     assert rec.traceparent == f"00-{written['trace_id']}-{written['span_id']}-01"
     # Another "process": a fresh registry knows nothing; the traceparent travels in metadata.
     reader_mt, reader_exp = make_tracer()
-    stored = reader_mt.variable("mem:9", "Ana lives in Porto", category="memory", traceparent=rec.traceparent)
+    stored = reader_mt.variable(
+        "mem:9", "Ana lives in Porto", category="memory", traceparent=rec.traceparent
+    )
     with reader_mt.retrieve("search", inputs=[stored], case_id="q1"):
         pass
     [read] = spans_as_dicts(reader_exp.get_finished_spans())
-    assert read["links"] == [{"trace_id": written["trace_id"], "span_id": written["span_id"], "attributes": {A.MEMTRACE_VARIABLE_REF: "mem:9@1"}}]
+    assert read["links"] == [
+        {
+            "trace_id": written["trace_id"],
+            "span_id": written["span_id"],
+            "attributes": {A.MEMTRACE_VARIABLE_REF: "mem:9@1"},
+        }
+    ]
     assert read["events"] == []  # produced by a traced op: referenced, not repeated
 
 
@@ -301,9 +342,10 @@ def test_async_context_manager_and_concurrent_tasks_keep_their_own_op() -> None:
 
     assert asyncio.run(main()) == ["done1", "done2", "done3"]
     spans = spans_as_dicts(exporter.get_finished_spans())
-    assert sorted((s["attributes"][A.MEMTRACE_OP_NAME], s["attributes"][A.MEMTRACE_OP_OUTPUTS][0]) for s in spans) == [
-        ("r1", "cands:1@1"), ("r2", "cands:2@1"), ("r3", "cands:3@1")
-    ]
+    assert sorted(
+        (s["attributes"][A.MEMTRACE_OP_NAME], s["attributes"][A.MEMTRACE_OP_OUTPUTS][0])
+        for s in spans
+    ) == [("r1", "cands:1@1"), ("r2", "cands:2@1"), ("r3", "cands:3@1")]
     assert all(s["parent_span_id"] is None for s in spans)
 
 
@@ -321,7 +363,9 @@ def test_suppress_tracing_records_nothing_sync_and_async() -> None:
     assert exporter.get_finished_spans() == ()
 
 
-def test_an_injected_internal_fault_neither_raises_nor_loses_the_return_value(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_an_injected_internal_fault_neither_raises_nor_loses_the_return_value(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     mt, exporter = make_tracer()
 
     def broken_digest(text: str) -> str:
@@ -427,11 +471,12 @@ def test_traceparent_round_trip_and_garbage() -> None:
         assert parse_traceparent(bad) is None
 
 
-def test_pytest_plugin_fixtures(memtrace_tracer: MemTracer, memtrace_exporter: InMemorySpanExporter) -> None:
+def test_pytest_plugin_fixtures(
+    memtrace_tracer: MemTracer, memtrace_exporter: InMemorySpanExporter
+) -> None:
     with memtrace_tracer.create("c") as op:
         op.output(memtrace_tracer.variable("a:1", "v"))
     [span] = spans_as_dicts(memtrace_exporter.get_finished_spans())
     assert span["span_id"] == "0000000000000001"
     assert span["trace_id"] == "00000000000000000000000000000001"
     assert span["events"][0]["attributes"][A.MEMTRACE_VARIABLE_VALUE] == "v"
-

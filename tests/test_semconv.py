@@ -90,8 +90,19 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
-STAGES = ["semconv", "instrumentation", "instrumentors", "systems", "processing", "sources",
-          "graph", "attribution", "optimize", "reporting", "cli"]
+STAGES = [
+    "semconv",
+    "instrumentation",
+    "instrumentors",
+    "systems",
+    "processing",
+    "sources",
+    "graph",
+    "attribution",
+    "optimize",
+    "reporting",
+    "cli",
+]
 # Instrumentors are built on the manual API; the reference memory systems are instrumented
 # applications, so they come right after the instrumentation they use.
 RANK = {name: i for i, name in enumerate(STAGES)}
@@ -105,7 +116,9 @@ def test_each_stage_imports_only_from_earlier_ones() -> None:
                 parts = module.split(".")
                 if parts[0] != "memtrace_otel" or len(parts) < 2 or parts[1] not in RANK:
                     continue
-                if RANK[parts[1]] > RANK[stage] or (parts[1] != stage and RANK[parts[1]] == RANK[stage]):
+                if RANK[parts[1]] > RANK[stage] or (
+                    parts[1] != stage and RANK[parts[1]] == RANK[stage]
+                ):
                     violations.append(f"{path.relative_to(REPO)} imports {module}")
     assert violations == []
 
@@ -123,7 +136,8 @@ def test_all_attribute_names_collects_every_constant_of_the_module() -> None:
     expected = {
         value
         for key, value in defined.items()
-        if not key.startswith("ENV_") and value not in attributes.SPAN_AND_EVENT_NAMES
+        if not key.startswith("ENV_")
+        and value not in attributes.SPAN_AND_EVENT_NAMES
         and key not in ("OP_SPAN_NAME_PREFIX", "METADATA_TRACEPARENT")
     }
     assert expected == set(attributes.ALL_ATTRIBUTE_NAMES)

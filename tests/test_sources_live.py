@@ -28,8 +28,6 @@ from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import HttpOptions, JaegerSource, open_source
 from tests._backends import CollectorServer, JaegerServer
 
-pytest_plugins = ["tests._backends"]
-
 HTTP = HttpOptions(timeout=10, retries=2, backoff=0.2)
 
 

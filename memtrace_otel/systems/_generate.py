@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from memtrace_otel.instrumentation import (
@@ -160,6 +160,7 @@ def generate_benchmark(
     judge: str = "deterministic",
     options: Mapping[str, Mapping[str, Any]] | None = None,
     progress: IO[str] | None = None,
+    extra_processors: Sequence[SpanProcessor] = (),
 ) -> BenchSummary:
     """Run the systems over the workload and write the benchmark files into ``out_dir``.
 
@@ -173,6 +174,8 @@ def generate_benchmark(
         judge: ``deterministic`` or ``llm`` (the engine with the LoCoMo-style prompt).
         options: config overrides per system (``{"rag": {"top_k": 5}}``).
         progress: where the progress bar goes (``None``: nowhere).
+        extra_processors: more span processors, e.g. a ``BatchSpanProcessor`` exporting over
+            OTLP to a Collector as well as to ``traces.jsonl``; shut down with the provider.
 
     Raises:
         ValueError: an unknown system, fault, judge or option.
@@ -197,6 +200,8 @@ def generate_benchmark(
     exporter = _CountingExporter(out / TRACES_FILE)
     provider = TracerProvider(resource=Resource.create({A.SERVICE_NAME: "memtrace-bench"}))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    for processor in extra_processors:
+        provider.add_span_processor(processor)
     registry = WriterRegistry()
     capture = CaptureConfig(mode="SPAN_AND_EVENT", max_value_length=16384)
     started = time.perf_counter()
