@@ -1,0 +1,795 @@
+"""What every auto-instrumentor shares: the wrapping table, the guard rails, and the trace context.
+
+- **Tables.** An instrumentor lists its :class:`Target` s (module, ``Class.method``, handler). The
+  target module is never imported here: :func:`wrap_targets` registers a post-import hook, so the
+  patch happens when the application imports the library (at once if it already has), and
+  :func:`unwrap_targets` restores every patched attribute.
+- **Guard rails** (:func:`run_sync`, :func:`run_async`): if building the telemetry of a call
+  fails, the call runs untraced; the user's exception is recorded on the op and re-raised
+  unchanged; if handling the result fails, that is logged and the result is returned.
+- **Trace context.** Retrieve ops remember what they returned (:func:`remember_retrieval`) so a
+  later LLM call in the same trace (or, without a parent span, the same execution context) can
+  name the memory records that appear in its prompt; prompt templates the application declares
+  (:func:`declare_prompt`) are matched the same way. The case id of question-serving ops comes
+  from the ``memtrace.case.id`` baggage entry, else from the trace id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import inspect
+import logging
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import wrapt
+from opentelemetry import baggage, trace
+from packaging.requirements import InvalidRequirement, Requirement
+
+from memtrace_otel._internal import internal_error
+from memtrace_otel.instrumentation import (
+    CaptureConfig,
+    MemTracer,
+    Op,
+    Variable,
+    WriterRegistry,
+    canonical_value,
+    is_tracing_suppressed,
+)
+from memtrace_otel.semconv import Category
+from memtrace_otel.semconv import attributes as A
+
+logger = logging.getLogger("memtrace_otel.instrumentors")
+
+# ---------------------------------------------------------------------------------------------
+# Instrumentor set-up
+# ---------------------------------------------------------------------------------------------
+
+
+def make_tracer(system: str | None, kwargs: dict[str, Any]) -> MemTracer:
+    """The MemTracer of an instrumentor, from the ``instrument(**kwargs)`` options.
+
+    Options: ``tracer_provider``, ``capture`` (a :class:`CaptureConfig`; default: resolved from
+    the environment, content off), ``registry`` (a :class:`WriterRegistry`).
+    """
+    capture = kwargs.get("capture")
+    registry = kwargs.get("registry")
+    return MemTracer(
+        tracer_provider=kwargs.get("tracer_provider"),
+        system=system,
+        capture=capture if isinstance(capture, CaptureConfig) else None,
+        registry=registry if isinstance(registry, WriterRegistry) else None,
+    )
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed version of a distribution, read from its metadata (no import)."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def supported_version(instruments: Collection[str], instrumentor: str) -> str | None:
+    """The installed version of the first requirement if it satisfies it, else ``None``.
+
+    A missing library is normal (debug log); an installed version outside the range gets one
+    warning, and the caller patches nothing.
+    """
+    try:
+        requirement = Requirement(next(iter(instruments)))
+    except (InvalidRequirement, StopIteration):
+        logger.warning(
+            "%s: invalid requirement %r; nothing instrumented", instrumentor, instruments
+        )
+        return None
+    version = installed_version(requirement.name)
+    if version is None:
+        logger.debug(
+            "%s: %s is not installed; nothing instrumented", instrumentor, requirement.name
+        )
+        return None
+    if not requirement.specifier.contains(version, prereleases=True):
+        logger.warning(
+            "%s supports %s but %s %s is installed; nothing instrumented",
+            instrumentor,
+            requirement,
+            requirement.name,
+            version,
+        )
+        return None
+    return version
+
+
+# ---------------------------------------------------------------------------------------------
+# The declarative wrapping table
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """One patched method: ``module`` is imported by the application, never by us."""
+
+    module: str
+    name: str
+    """``Class.method`` inside ``module``."""
+    handler: str
+    """Key of the handler in the instrumentor's handler map."""
+    is_async: bool = False
+
+
+WrapperFactory = Callable[[Target], Callable[..., Any]]
+
+
+class Patcher:
+    """Applies a table of targets when their modules are imported, and undoes it."""
+
+    def __init__(
+        self,
+        targets: Sequence[Target],
+        factory: WrapperFactory,
+        module_hooks: dict[str, Callable[[Any], Callable[[], None] | None]] | None = None,
+    ) -> None:
+        self.targets = tuple(targets)
+        self._factory = factory
+        self._module_hooks = dict(module_hooks or {})
+        self._active = False
+        self._patched: list[tuple[object, str]] = []
+        self._undos: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    def apply(self) -> None:
+        """Patch every target now or when its module is first imported."""
+        self._active = True
+        for module in dict.fromkeys([*(t.module for t in self.targets), *self._module_hooks]):
+            wrapt.register_post_import_hook(self._on_import, module)
+
+    def _on_import(self, module: Any) -> None:
+        if not self._active:
+            return  # hooks cannot be unregistered: a stale one does nothing
+        hook = self._module_hooks.get(module.__name__)
+        if hook is not None:
+            try:
+                undo = hook(module)
+            except Exception:
+                undo = None
+                internal_error(f"patch {module.__name__}")
+            if undo is not None:
+                with self._lock:
+                    self._undos.append(undo)
+        for target in self.targets:
+            if target.module != module.__name__:
+                continue
+            try:
+                self._patch(module, target)
+            except Exception:
+                internal_error(f"patch {target.module}:{target.name}")
+
+    def _patch(self, module: Any, target: Target) -> None:
+        owner: Any = module
+        *path, attribute = target.name.split(".")
+        for part in path:
+            owner = getattr(owner, part, None)
+            if owner is None:
+                return  # not in this version of the library
+        original = (
+            owner.__dict__.get(attribute)
+            if isinstance(owner, type)
+            else getattr(owner, attribute, None)
+        )
+        if original is None or isinstance(original, wrapt.FunctionWrapper):
+            return  # absent here, or already ours
+        wrapt.wrap_function_wrapper(owner, attribute, self._factory(target))
+        with self._lock:
+            self._patched.append((owner, attribute))
+
+    def undo(self) -> None:
+        """Restore every patched attribute."""
+        self._active = False
+        with self._lock:
+            patched, self._patched = self._patched, []
+            undos, self._undos = self._undos, []
+        for undo in reversed(undos):
+            undo()
+        for owner, attribute in reversed(patched):
+            current = (
+                owner.__dict__.get(attribute)
+                if isinstance(owner, type)
+                else getattr(owner, attribute, None)
+            )
+            if isinstance(current, wrapt.FunctionWrapper):
+                setattr(owner, attribute, current.__wrapped__)
+
+
+# ---------------------------------------------------------------------------------------------
+# The three guard rails
+# ---------------------------------------------------------------------------------------------
+
+
+class Call:
+    """The telemetry of one wrapped call.
+
+    ``start()`` runs before the call (it may replace ``args``/``kwargs``, e.g. to put the
+    writer's ``traceparent`` into a record's metadata), ``finish(result)`` after it (it may wrap a
+    stream and set ``deferred`` to end the op later), ``end(exc)`` always, last.
+    """
+
+    deferred = False
+
+    def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.args = args
+        self.kwargs = kwargs
+
+    def start(self) -> None:
+        """Open the op(s); called before the wrapped call."""
+
+    async def astart(self) -> None:
+        """:meth:`start` for coroutine methods (override to await a look-up first)."""
+        self.start()
+
+    def invoke(self, wrapped: Callable[..., Any]) -> Any:
+        """Make the wrapped call (override to run it in another context)."""
+        return wrapped(*self.args, **self.kwargs)
+
+    def finish(self, result: Any) -> Any:
+        """Record the outputs; returns what the caller gets (the result, or a stream proxy)."""
+        return result
+
+    def end(self, exc: BaseException | None) -> None:
+        """Close the op(s), recording ``exc`` (the user's exception) if given. Never raises."""
+
+
+CallFactory = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Call | None]
+"""``(wrapped, instance, args, kwargs) -> Call``, or ``None`` for "do not trace this call"."""
+
+
+def _begin(
+    where: str, factory: CallFactory, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Call | None:
+    call: Call | None = None
+    try:
+        call = factory(wrapped, instance, args, kwargs)
+        if call is not None:
+            call.start()
+        return call
+    except Exception:
+        if call is not None:
+            call.end(None)
+        internal_error(f"{where}.start")
+        return None
+
+
+async def _abegin(
+    where: str, factory: CallFactory, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Call | None:
+    call: Call | None = None
+    try:
+        call = factory(wrapped, instance, args, kwargs)
+        if call is not None:
+            await call.astart()
+        return call
+    except Exception:
+        if call is not None:
+            call.end(None)
+        internal_error(f"{where}.start")
+        return None
+
+
+def _complete(where: str, call: Call, result: Any) -> Any:
+    try:
+        out = call.finish(result)
+    except Exception:
+        call.end(None)
+        internal_error(f"{where}.result")
+        return result
+    if not call.deferred:
+        call.end(None)
+    return out
+
+
+def run_sync(
+    where: str,
+    factory: CallFactory,
+    wrapped: Callable[..., Any],
+    instance: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """Run ``wrapped`` inside the telemetry ``factory`` builds, with the three guard rails."""
+    if is_tracing_suppressed():
+        return wrapped(*args, **kwargs)
+    call = _begin(where, factory, wrapped, instance, args, kwargs)
+    if call is None:
+        return wrapped(*args, **kwargs)
+    try:
+        result = call.invoke(wrapped)
+    except BaseException as exc:
+        call.end(exc)
+        raise
+    return _complete(where, call, result)
+
+
+async def run_async(
+    where: str,
+    factory: CallFactory,
+    wrapped: Callable[..., Awaitable[Any]],
+    instance: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """:func:`run_sync` for coroutine methods (the op opens and closes in the awaiting task)."""
+    if is_tracing_suppressed():
+        return await wrapped(*args, **kwargs)
+    call = await _abegin(where, factory, wrapped, instance, args, kwargs)
+    if call is None:
+        return await wrapped(*args, **kwargs)
+    try:
+        result = await call.invoke(wrapped)
+    except BaseException as exc:
+        call.end(exc)
+        raise
+    return _complete(where, call, result)
+
+
+def wrapper_for(target: Target, factory: CallFactory) -> Callable[..., Any]:
+    """A ``wrapt`` wrapper running ``factory``'s telemetry around the target."""
+    where = f"{target.module.split('.')[0]}.{target.name}"
+    if target.is_async:
+
+        def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            return run_async(where, factory, wrapped, instance, args, kwargs)
+
+        return async_wrapper
+
+    def sync_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        return run_sync(where, factory, wrapped, instance, args, kwargs)
+
+    return sync_wrapper
+
+
+_positional_names: dict[Any, tuple[str, ...]] = {}
+
+
+class Arguments:
+    """A call's arguments by parameter name, however they were passed.
+
+    Cheaper than ``inspect.Signature.bind`` (this runs on every traced call) and it does not
+    validate: the library checks its own arguments and raises its own errors.
+    """
+
+    __slots__ = ("_args", "_kwargs", "_names", "arguments")
+
+    def __init__(
+        self, names: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        self._names = names
+        self._args = args
+        self._kwargs = kwargs
+        self.arguments: dict[str, Any] = dict(zip(names, args, strict=False))
+        self.arguments.update(kwargs)
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """The positional arguments to pass on."""
+        return self._args
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The keyword arguments to pass on."""
+        return self._kwargs
+
+    def set(self, name: str, value: Any) -> None:
+        """Replace an argument where the caller put it (by position or by keyword)."""
+        self.arguments[name] = value
+        if name in self._names and self._names.index(name) < len(self._args):
+            args = list(self._args)
+            args[self._names.index(name)] = value
+            self._args = tuple(args)
+        else:
+            self._kwargs = {**self._kwargs, name: value}
+
+
+def bind(
+    wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Arguments | None:
+    """The call's :class:`Arguments`; ``None`` when the callable has no inspectable signature."""
+    key = getattr(wrapped, "__func__", wrapped)
+    names = _positional_names.get(key)
+    if names is None:
+        try:
+            parameters = inspect.signature(wrapped).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        names = tuple(
+            p.name
+            for p in parameters
+            if p.kind
+            in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        )
+        _positional_names[key] = names
+    return Arguments(names, args, kwargs)
+
+
+def close_op(op: Op | None, exc: BaseException | None) -> None:
+    """Exit an op entered with ``op.__enter__()``, recording ``exc`` when given."""
+    if op is None:
+        return
+    if exc is None:
+        op.__exit__(None, None, None)
+    else:
+        op.__exit__(type(exc), exc, exc.__traceback__)
+
+
+def span_hex(op: Op) -> str:
+    """The op's span id as 16 hex digits (unique per op; used in ids of its outputs)."""
+    return f"{op.span.get_span_context().span_id:016x}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Ids and text
+# ---------------------------------------------------------------------------------------------
+
+
+def content_id(prefix: str, *parts: Any) -> str:
+    """A stable id for content: ``<prefix>:<20 hex digits of its sha256>``.
+
+    >>> content_id("msg", "dana", "user", "hi")
+    'msg:6c24f1b88b6d7bd10f0a'
+    """
+    text = "\x1f".join(canonical_value(p) for p in parts)
+    return f"{prefix}:{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:20]}"
+
+
+def message_ref(content: Any, *, store_id: str | None = None, role: str = "user") -> str:
+    """The ref auto-instrumentation gives an input message (content-addressed, version 1).
+
+    Use it to name evidence in a cases file: ``message_ref("My sister Ana lives in Porto.",
+    store_id="dana")`` is the ref of that message added to Mem0 for user ``dana``.
+
+    >>> message_ref("hi", store_id="dana")
+    'msg:6c24f1b88b6d7bd10f0a@1'
+    """
+    return content_id("msg", store_id or "", role, content) + "@1"
+
+
+_SPACES = re.compile(r"\s+")
+
+
+def normalise(text: str) -> str:
+    """Case-folded with runs of whitespace as one space (for prompt matching)."""
+    return _SPACES.sub(" ", text).strip().casefold()
+
+
+def text_of(value: Any) -> str:
+    """The text of a stored value: a string as is, else its string leaves joined by spaces.
+
+    >>> text_of({"text": "Ana lives in Porto", "tags": ["family"]})
+    'Ana lives in Porto family'
+    """
+    if isinstance(value, str):
+        return value
+    parts: list[str] = []
+    _collect(value, parts)
+    return " ".join(parts)
+
+
+def _collect(value: Any, parts: list[str]) -> None:
+    if isinstance(value, str):
+        parts.append(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _collect(item, parts)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _collect(item, parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Case ids
+# ---------------------------------------------------------------------------------------------
+
+
+def baggage_case_id() -> str | None:
+    """The ``memtrace.case.id`` baggage entry of the current context, if set."""
+    value = baggage.get_baggage(A.MEMTRACE_CASE_ID)
+    return str(value) if value else None
+
+
+def set_case_id(op: Op, case_id: str | None = None) -> str | None:
+    """Give a question-serving op its case id: ``case_id``, else the baggage entry, else its trace id."""
+    if not op.is_traced:
+        return None
+    chosen = case_id or baggage_case_id() or f"{op.span.get_span_context().trace_id:032x}"
+    op.set_attribute(A.MEMTRACE_CASE_ID, chosen)
+    return chosen
+
+
+# ---------------------------------------------------------------------------------------------
+# What retrieve ops returned, for the LLM calls that follow
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Retrieved:
+    """One record a retrieve op returned."""
+
+    ref: str
+    text: str
+    traceparent: str | None = None
+
+    def variable(self) -> Variable:
+        """The record as an op input (it links to its writer through the registry or traceparent)."""
+        return Variable.from_ref(
+            self.ref, self.text, category=Category.MEMORY, traceparent=self.traceparent
+        )
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """What one retrieve op returned, and for which store and case."""
+
+    trace_id: int
+    store_id: str | None
+    case_id: str | None
+    records: tuple[Retrieved, ...]
+
+
+_MAX_TRACES = 1024
+_MAX_PER_TRACE = 32
+_by_trace: OrderedDict[int, list[Retrieval]] = OrderedDict()
+_by_trace_lock = threading.Lock()
+_last_root: ContextVar[Retrieval | None] = ContextVar("memtrace_last_root_retrieval", default=None)
+
+
+def remember_retrieval(
+    op: Op, store_id: str | None, case_id: str | None, records: Iterable[Retrieved]
+) -> None:
+    """Remember what a retrieve op returned (call while the op is open)."""
+    if not op.is_traced:
+        return
+    span = op.span
+    ctx = span.get_span_context()
+    retrieval = Retrieval(ctx.trace_id, store_id, case_id, tuple(records))
+    with _by_trace_lock:
+        found = _by_trace.get(ctx.trace_id)
+        if found is None:
+            found = _by_trace[ctx.trace_id] = []
+            if len(_by_trace) > _MAX_TRACES:
+                _by_trace.popitem(last=False)
+        else:
+            _by_trace.move_to_end(ctx.trace_id)
+        found.append(retrieval)
+        del found[:-_MAX_PER_TRACE]
+    if getattr(span, "parent", None) is None:
+        # A root op: no enclosing request span groups it with the LLM call that follows, so
+        # remember it in this execution context instead (a thread, or an asyncio task).
+        _last_root.set(retrieval)
+
+
+def retrievals_in_context() -> list[Retrieval]:
+    """Retrievals of the current trace (oldest first), else the last root one of this context."""
+    ctx = trace.get_current_span().get_span_context()
+    if ctx.is_valid:
+        with _by_trace_lock:
+            found = list(_by_trace.get(ctx.trace_id, ()))
+        if found:
+            return found
+    last = _last_root.get()
+    return [last] if last is not None else []
+
+
+def forget_retrievals() -> None:
+    """Drop every remembered retrieval (tests)."""
+    with _by_trace_lock:
+        _by_trace.clear()
+    _last_root.set(None)
+
+
+# ---------------------------------------------------------------------------------------------
+# "Inside a memory system": its own LLM calls are its ops' business, not generate ops
+# ---------------------------------------------------------------------------------------------
+
+_inside_memory_system: ContextVar[bool] = ContextVar("memtrace_inside_memory_system", default=False)
+
+
+def inside_memory_system() -> bool:
+    """Whether an instrumented memory system (e.g. Mem0) is running a call of its own."""
+    return _inside_memory_system.get()
+
+
+@contextlib.contextmanager
+def memory_system_call() -> Iterator[None]:
+    """Mark the block as a memory system's internal work."""
+    token = _inside_memory_system.set(True)
+    try:
+        yield
+    finally:
+        _inside_memory_system.reset(token)
+
+
+def enter_memory_system() -> object:
+    """:func:`memory_system_call` split in two, for calls whose start and end are separate."""
+    return _inside_memory_system.set(True)
+
+
+def leave_memory_system(token: object) -> None:
+    """Undo :func:`enter_memory_system`."""
+    with contextlib.suppress(ValueError):  # ended in another context: nothing to restore
+        _inside_memory_system.reset(token)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompt templates the application declares
+# ---------------------------------------------------------------------------------------------
+
+_PLACEHOLDER = re.compile(r"\{[^{}]*\}")
+_MIN_FRAGMENT = 12
+
+
+@dataclass(frozen=True)
+class _Template:
+    variable: Variable
+    fragments: tuple[str, ...]
+
+    def matches(self, prompt: str) -> bool:
+        position = 0
+        for fragment in self.fragments:
+            found = prompt.find(fragment, position)
+            if found < 0:
+                return False
+            position = found + len(fragment)
+        return bool(self.fragments)
+
+
+_templates: dict[str, _Template] = {}
+_templates_lock = threading.Lock()
+_explicit_prompt: ContextVar[Variable | None] = ContextVar("memtrace_prompt", default=None)
+
+
+def declare_prompt(template_id: str, template: str, *, version: int = 1) -> Variable:
+    """Declare a prompt template the application fills in for its LLM calls.
+
+    Instrumented LLM calls whose prompt contains the template's fixed text (the parts between
+    ``{placeholders}``, in order) record it as ``memtrace.prompt.ref``. Declaring the same id
+    again with a new version replaces it.
+
+    Args:
+        template_id: the template variable's id, e.g. ``prompt:answer``.
+        template: the template text with ``{name}`` placeholders.
+        version: its version (bump it when the template changes).
+
+    Returns:
+        The prompt variable (category ``prompt``).
+
+    Raises:
+        ValueError: an empty id, a version below 1, or a template without fixed text.
+
+    >>> declare_prompt("prompt:doc", "Answer from these memories:\\n{memories}").ref
+    'prompt:doc@1'
+    >>> forget_prompts()
+    """
+    if not isinstance(template, str):
+        raise ValueError(f"template must be a string, got {type(template).__name__}")
+    variable = Variable(template_id, version, template, Category.PROMPT)
+    fragments = tuple(
+        normalise(f) for f in _PLACEHOLDER.split(template) if len(normalise(f)) >= _MIN_FRAGMENT
+    )
+    if not fragments:
+        raise ValueError(
+            f"template {template_id!r} has no fixed text of {_MIN_FRAGMENT}+ characters to match"
+        )
+    with _templates_lock:
+        _templates[template_id] = _Template(variable, fragments)
+    return variable
+
+
+@contextlib.contextmanager
+def using_prompt(template: Variable) -> Iterator[Variable]:
+    """Within the block, LLM calls use ``template`` (from :func:`declare_prompt`) as their prompt."""
+    token = _explicit_prompt.set(template)
+    try:
+        yield template
+    finally:
+        _explicit_prompt.reset(token)
+
+
+def prompt_for(normalised_prompt: str) -> Variable | None:
+    """The template of this prompt: the one set by :func:`using_prompt`, else a declared match."""
+    explicit = _explicit_prompt.get()
+    if explicit is not None:
+        return explicit
+    with _templates_lock:
+        templates = list(_templates.values())
+    for template in templates:
+        if template.matches(normalised_prompt):
+            return template.variable
+    return None
+
+
+def forget_prompts() -> None:
+    """Drop every declared template (tests)."""
+    with _templates_lock:
+        _templates.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# Versions of records the libraries do not version themselves
+# ---------------------------------------------------------------------------------------------
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class BoundedCache(Generic[K, V]):
+    """A bounded, thread-safe map; the least recently set entries are evicted first."""
+
+    def __init__(self, max_entries: int = 100_000) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        """The value of ``key``, if known."""
+        return self._entries.get(key)
+
+    def set(self, key: K, value: V) -> None:
+        """Remember ``value`` for ``key``."""
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            if len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget everything."""
+        with self._lock:
+            self._entries.clear()
+
+
+class VersionCache(BoundedCache[str, int]):
+    """Record id -> latest known version, for records the libraries do not version themselves."""
+
+
+__all__ = [
+    "Arguments",
+    "BoundedCache",
+    "Call",
+    "CallFactory",
+    "Patcher",
+    "Retrieval",
+    "Retrieved",
+    "Target",
+    "VersionCache",
+    "bind",
+    "close_op",
+    "content_id",
+    "declare_prompt",
+    "enter_memory_system",
+    "forget_prompts",
+    "forget_retrievals",
+    "inside_memory_system",
+    "leave_memory_system",
+    "make_tracer",
+    "memory_system_call",
+    "message_ref",
+    "normalise",
+    "prompt_for",
+    "remember_retrieval",
+    "retrievals_in_context",
+    "run_async",
+    "run_sync",
+    "set_case_id",
+    "span_hex",
+    "supported_version",
+    "text_of",
+    "using_prompt",
+    "wrapper_for",
+]

@@ -1,0 +1,377 @@
+"""LangGraph's long-term memory store (``BaseStore``) as create/update/delete/retrieve ops.
+
+Patched (table :data:`TARGETS`): ``BaseStore.put/get/search/delete`` and their ``a*`` twins, the
+async methods ``AsyncBatchedBaseStore`` overrides, and ``InMemoryStore.batch/abatch`` for direct
+batch calls (one op per ``PutOp``/``GetOp``/``SearchOp``; the public methods go through ``batch``
+too, and are recorded once).
+
+- A ``put`` is a ``create`` op (``langgraph.store.put``) when the key is new, an ``update`` op
+  when it exists; it reads the value as an input variable (category ``message``:
+  ``message_ref(value, store_id=<namespace>, role="put")``) and, for an update, the previous
+  version; it writes ``langgraph:<namespace>/<key>@<version>``.
+- ``delete`` (a ``put`` of ``None``) is a ``delete`` op writing the tombstone.
+- ``get`` and ``search`` are ``retrieve`` ops (``langgraph.store.get``/``.search``) reading the
+  query and the items found, writing a candidates variable; later LLM calls in the same trace
+  can name the items their prompt used.
+
+The store keeps no history, so versions are counted in this process: a key first seen existing
+is taken to be at version 1. Whether a key exists is looked up once (a ``GetOp``, untraced)
+and then cached. The memory store id is the namespace joined with ``/`` (for ``search``, the
+namespace prefix).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import weakref
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar, Token
+from typing import Any
+
+from memtrace_otel.instrumentation import MemTracer, Op, Variable, suppress_tracing
+from memtrace_otel.instrumentors._common import (
+    Call,
+    Retrieved,
+    Target,
+    VersionCache,
+    bind,
+    close_op,
+    content_id,
+    message_ref,
+    remember_retrieval,
+    set_case_id,
+    span_hex,
+    text_of,
+    wrapper_for,
+)
+from memtrace_otel.semconv import Category
+from memtrace_otel.semconv import attributes as A
+
+SYSTEM = "langgraph"
+BASE = "langgraph.store.base"
+BATCHED = "langgraph.store.base.batch"
+MEMORY = "langgraph.store.memory"
+
+TARGETS: tuple[Target, ...] = (
+    *(Target(BASE, f"BaseStore.{m}", m) for m in ("put", "get", "search", "delete")),
+    *(Target(BASE, f"BaseStore.a{m}", m, True) for m in ("put", "get", "search", "delete")),
+    *(
+        Target(BATCHED, f"AsyncBatchedBaseStore.a{m}", m, True)
+        for m in ("put", "get", "search", "delete")
+    ),
+    Target(MEMORY, "InMemoryStore.batch", "batch"),
+    Target(MEMORY, "InMemoryStore.abatch", "batch", True),
+)
+"""Every patched method: ``(module, Class.method, handler, is_async)``."""
+
+_in_store_call: ContextVar[bool] = ContextVar("memtrace_langgraph_call", default=False)
+
+
+def record_id(namespace: Sequence[str], key: str) -> str:
+    """The variable id of a store item.
+
+    >>> record_id(("memories", "dana"), "ana")
+    'langgraph:memories/dana/ana'
+    """
+    return f"langgraph:{'/'.join(namespace)}/{key}"
+
+
+def store_id_of(namespace: Sequence[str]) -> str:
+    """The memory store id of a namespace (or namespace prefix)."""
+    return "/".join(namespace)
+
+
+class LangGraphTelemetry:
+    """The tracer and version caches of one ``LangGraphInstrumentor.instrument()``."""
+
+    def __init__(self, mt: MemTracer) -> None:
+        self.mt = mt
+        self.active = True
+        self._versions: weakref.WeakKeyDictionary[Any, VersionCache] = weakref.WeakKeyDictionary()
+
+    def versions(self, store: Any) -> VersionCache:
+        """The version cache of one store instance (items of different stores never mix)."""
+        try:
+            cache = self._versions.get(store)
+            if cache is None:
+                cache = self._versions[store] = VersionCache()
+            return cache
+        except TypeError:  # not weak-referenceable: one throw-away cache
+            return VersionCache()
+
+    def wrapper(self, target: Target) -> Callable[..., Any]:
+        """The ``wrapt`` wrapper of one table entry."""
+        if target.handler == "batch":
+            return wrapper_for(target, self._batch_factory(target.is_async))
+        return wrapper_for(target, self._public_factory(target.handler, target.is_async))
+
+    def close(self) -> None:
+        """Stop tracing (wrappers still in place, e.g. captured bound methods, pass through)."""
+        self.active = False
+
+    def _public_factory(self, method: str, is_async: bool) -> Callable[..., Call | None]:
+        def factory(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
+            if not self.active or _in_store_call.get():
+                return None
+            bound = bind(wrapped, args, kwargs)
+            if bound is None:
+                return None
+            a = bound.arguments
+            if method == "search":
+                request = _Request(
+                    "search", tuple(a.get("namespace_prefix") or ()), query=a.get("query")
+                )
+            elif method == "put":
+                request = _Request(
+                    "put", tuple(a.get("namespace") or ()), a.get("key"), a.get("value")
+                )
+            elif method == "delete":
+                request = _Request("put", tuple(a.get("namespace") or ()), a.get("key"), None)
+            else:
+                request = _Request("get", tuple(a.get("namespace") or ()), a.get("key"))
+            return _PublicCall(self, instance, bound.args, bound.kwargs, [request], is_async)
+
+        return factory
+
+    def _batch_factory(self, is_async: bool) -> Callable[..., Call | None]:
+        def factory(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
+            if not self.active or _in_store_call.get():
+                return None
+            bound = bind(wrapped, args, kwargs)
+            if bound is None:
+                return None
+            ops = list(bound.arguments.get("ops") or ())
+            bound.set("ops", ops)  # an iterator would be consumed by us: pass a list on
+            requests = [_request_of(op) for op in ops]
+            return _PublicCall(
+                self, instance, bound.args, bound.kwargs, requests, is_async, batch=True
+            )
+
+        return factory
+
+
+class _Request:
+    """One store operation: ``put`` (value ``None``: delete), ``get`` or ``search``."""
+
+    __slots__ = ("key", "kind", "namespace", "query", "value")
+
+    def __init__(
+        self,
+        kind: str,
+        namespace: tuple[str, ...],
+        key: Any = None,
+        value: Any = None,
+        query: Any = None,
+    ) -> None:
+        self.kind = kind
+        self.namespace = namespace
+        self.key = None if key is None else str(key)
+        self.value = value
+        self.query = query
+
+
+def _request_of(op: Any) -> _Request | None:
+    name = type(op).__name__
+    if name == "PutOp":
+        return _Request("put", tuple(op.namespace), op.key, op.value)
+    if name == "GetOp":
+        return _Request("get", tuple(op.namespace), op.key)
+    if name == "SearchOp":
+        return _Request("search", tuple(op.namespace_prefix), query=op.query)
+    return None  # ListNamespacesOp and unknown ops: not memory reads or writes
+
+
+class _PublicCall(Call):
+    """One public method or one ``batch``: one op per request, each in its own context."""
+
+    def __init__(
+        self,
+        tel: LangGraphTelemetry,
+        store: Any,
+        args: Any,
+        kwargs: Any,
+        requests: list[_Request | None],
+        is_async: bool,
+        *,
+        batch: bool = False,
+    ) -> None:
+        super().__init__(args, kwargs)
+        self.tel = tel
+        self.store = store
+        self.requests = requests
+        self.is_async = is_async
+        self.batch = batch
+        self.versions = tel.versions(store)
+        self.steps: list[_Step | None] = []
+        self._token: Token[bool] | None = None
+
+    # -- existence of the keys written, looked up once ------------------------------------------
+    def _unknown(self) -> list[_Request]:
+        return [
+            r
+            for r in self.requests
+            if r is not None
+            and r.kind == "put"
+            and r.key is not None
+            and self.versions.get(record_id(r.namespace, r.key)) is None
+        ]
+
+    def _learn(self, unknown: list[_Request], items: list[Any]) -> None:
+        for request, item in zip(unknown, items, strict=False):
+            if item is not None:
+                # An item written before we saw it: its version is taken to be 1.
+                self.versions.set(record_id(request.namespace, request.key or ""), 1)
+
+    def start(self) -> None:
+        unknown = self._unknown()
+        if unknown:
+            from langgraph.store.base import GetOp
+
+            with suppress_tracing():
+                items = self.store.batch(
+                    [GetOp(r.namespace, r.key or "", refresh_ttl=False) for r in unknown]
+                )
+            self._learn(unknown, items)
+        self._open()
+
+    async def astart(self) -> None:
+        unknown = self._unknown()
+        if unknown:
+            from langgraph.store.base import GetOp
+
+            with suppress_tracing():
+                items = await self.store.abatch(
+                    [GetOp(r.namespace, r.key or "", refresh_ttl=False) for r in unknown]
+                )
+            self._learn(unknown, items)
+        self._open()
+
+    def _open(self) -> None:
+        self._token = _in_store_call.set(True)
+        for request in self.requests:
+            if request is None:
+                self.steps.append(None)
+                continue
+            step = _Step(self.tel.mt, self.versions, request)
+            # Each op is entered in a context of its own: the ops of a batch are siblings.
+            step.ctx.run(step.open)
+            self.steps.append(step)
+
+    def finish(self, result: Any) -> Any:
+        results = result if self.batch else [result]
+        if not isinstance(results, list) or len(results) != len(self.steps):
+            return result  # an unexpected shape: returned unchanged, nothing recorded
+        pairs = list(zip(self.steps, results, strict=True))
+        # Reads first: stores answer a batch's reads from the state before its writes.
+        pairs.sort(key=lambda pair: pair[0] is not None and pair[0].request.kind == "put")
+        for step, item in pairs:
+            if step is None or step.op is None:
+                continue
+            retrieved = step.ctx.run(step.finish, item)
+            if retrieved is not None:
+                # In the caller's context, where the LLM call that may use them will run.
+                remember_retrieval(
+                    step.op, store_id_of(step.request.namespace), step.case_id, retrieved
+                )
+        return result
+
+    def end(self, exc: BaseException | None) -> None:
+        try:
+            for step in self.steps:
+                if step is not None:
+                    step.ctx.run(close_op, step.op, exc)
+        finally:
+            if self._token is not None:
+                _in_store_call.reset(self._token)
+                self._token = None
+
+
+class _Step:
+    """The op of one request."""
+
+    def __init__(self, mt: MemTracer, versions: VersionCache, request: _Request) -> None:
+        self.mt = mt
+        self.versions = versions
+        self.request = request
+        self.ctx = contextvars.copy_context()
+        self.op: Op | None = None
+        self.version = 0
+        self.case_id: str | None = None
+
+    def open(self) -> None:
+        request, mt = self.request, self.mt
+        store = store_id_of(request.namespace)
+        if request.kind == "put":
+            rid = record_id(request.namespace, request.key or "")
+            self.version = self.versions.get(rid) or 0
+            inputs: list[Variable | str] = []
+            if self.version:
+                inputs.append(f"{rid}@{self.version}")
+            if request.value is None:
+                op = mt.delete("langgraph.store.delete", inputs=inputs, store_id=store)
+            else:
+                ref = message_ref(request.value, store_id=store, role="put")
+                inputs.append(Variable.from_ref(ref, request.value, category=Category.MESSAGE))
+                factory = mt.update if self.version else mt.create
+                op = factory("langgraph.store.put", inputs=inputs, store_id=store)
+        else:
+            inputs = []
+            if isinstance(request.query, str) and request.query:
+                inputs.append(
+                    Variable(
+                        content_id("query", store, request.query), 1, request.query, Category.QUERY
+                    )
+                )
+            op = mt.retrieve(f"langgraph.store.{request.kind}", inputs=inputs, store_id=store)
+        self.op = op
+        op.__enter__()
+        if request.kind != "put":
+            self.case_id = set_case_id(op)
+
+    def finish(self, result: Any) -> list[Retrieved] | None:
+        """Record the outputs; returns what a retrieve op returned (``None`` for writes)."""
+        op, request = self.op, self.request
+        if op is None or not op.is_traced:
+            return None
+        if request.kind == "put":
+            rid = record_id(request.namespace, request.key or "")
+            if request.value is None:
+                if self.version:
+                    op.output(Variable(rid, self.version, None, Category.MEMORY).tombstone())
+                    self.versions.set(rid, self.version + 1)
+                return None
+            meta = {
+                "source_refs": [
+                    message_ref(request.value, store_id=store_id_of(request.namespace), role="put")
+                ]
+            }
+            op.output(Variable(rid, self.version + 1, request.value, Category.MEMORY, meta))
+            self.versions.set(rid, self.version + 1)
+            return None
+        items = result if isinstance(result, list) else [result] if result is not None else []
+        candidates: list[dict[str, Any]] = []
+        retrieved: list[Retrieved] = []
+        for item in items:
+            namespace, key = getattr(item, "namespace", None), getattr(item, "key", None)
+            if namespace is None or key is None:
+                continue
+            rid = record_id(tuple(namespace), str(key))
+            version = self.versions.get(rid)
+            if version is None:
+                version = 1
+                self.versions.set(rid, 1)
+            value = getattr(item, "value", None)
+            variable = Variable(rid, version, value, Category.MEMORY)
+            op.input(variable)
+            entry: dict[str, Any] = {"ref": variable.ref, "text": text_of(value)}
+            score = getattr(item, "score", None)
+            if score is not None:
+                entry["score"] = score
+            candidates.append(entry)
+            retrieved.append(Retrieved(variable.ref, text_of(value)))
+        op.set_attribute(A.GEN_AI_MEMORY_RECORD_COUNT, len(candidates))
+        op.output(Variable(f"candidates:{span_hex(op)}", 1, candidates, Category.CANDIDATES))
+        return retrieved
+
+
+__all__ = ["SYSTEM", "TARGETS", "LangGraphTelemetry", "record_id", "store_id_of"]
