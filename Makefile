@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test demo install lint typecheck pytest bench clean browser backends
+.PHONY: test demo install lint typecheck pytest bench clean browser backends mem0-legacy
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +32,11 @@ browser:
 backends:
 	bash scripts/build_backends.sh
 
-pytest: install browser backends
+# mem0ai 1.0.0 (the classic pipeline) for the instrumentor tests, in ~/.cache/memtrace-otel.
+mem0-legacy: install
+	bash scripts/mem0_legacy_env.sh $(PY)
+
+pytest: install browser backends mem0-legacy
 	$(VENV)/bin/pytest
 
 test: lint typecheck pytest
