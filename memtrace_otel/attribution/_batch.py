@@ -186,6 +186,8 @@ def run_batch(
     progress: TextIO | None = None,
     on_verdict: Callable[[Verdict], None] | None = None,
     graphs: dict[str, nx.MultiDiGraph] | None = None,
+    executor: str | None = None,
+    memory_bound: int | str | None = None,
 ) -> tuple[list[Verdict], BatchSummary]:
     """Attribute every failed case of ``sources``.
 
@@ -198,10 +200,28 @@ def run_batch(
         progress: where to draw a progress line (stderr in the CLI), or ``None``.
         on_verdict: called with each new verdict (write-back, live reports).
         graphs: already built store graphs (skips loading ``sources``).
+        executor: ``local[N]`` or ``dask://HOST:PORT``: partition the work by store and run it
+            there (``docs/scale.md``); verdicts and summary are those of the in-process run.
+        memory_bound: run in this process but spill records per store to a SQLite temp file
+            to stay near this many bytes (``"512M"``); ignored with ``graphs``.
 
     Returns:
         The verdicts of this run (resumed cases excluded) and the summary.
     """
+    if graphs is None and (executor is not None or memory_bound is not None):
+        from memtrace_otel.attribution._executors import run_scaled  # it imports this module
+
+        return run_scaled(
+            sources,
+            method,
+            executor=executor,
+            memory_bound=memory_bound,
+            cases_file=cases_file,
+            out=out,
+            strict=strict,
+            progress=progress,
+            on_verdict=on_verdict,
+        )
     started = time.perf_counter()
     summary = BatchSummary(method=method.name)
     if graphs is None:

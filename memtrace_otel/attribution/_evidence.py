@@ -22,6 +22,7 @@ lists what it could not check and lowers its confidence.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 import re
@@ -78,10 +79,7 @@ class Signature:
         variable names the evidence (or a carrier) among its sources, so a short paraphrase
         (an extracted fact) only needs the answer itself.
         """
-        for segment in _segments(text):
-            words = set(content_tokens(segment))
-            if not words:
-                continue
+        for words in _segment_words(text):
             if recall(self.words, words) >= 0.6:
                 return True  # (nearly) verbatim
             if self.answer:
@@ -96,13 +94,18 @@ class Signature:
                 return self._has_answer(found) if self.answer else bool(self.context & found)
         return False
 
-    def _has_answer(self, words: set[str]) -> bool:
+    def _has_answer(self, words: frozenset[str] | set[str]) -> bool:
         return recall(self.answer, words) >= (1.0 if len(self.answer) <= 2 else 0.6)
 
 
-def _segments(text: str) -> list[str]:
-    """Lines and sentences of a value (JSON strings were joined by newlines already)."""
-    return [part for line in text.splitlines() for part in _SENTENCE.split(line) if part.strip()]
+@functools.lru_cache(maxsize=65536)
+def _segment_words(text: str) -> tuple[frozenset[str], ...]:
+    """Content tokens of each line and sentence of a value (JSON strings were joined by newlines).
+
+    Cached: the same records are tested for every case of their store.
+    """
+    parts = (part for line in text.splitlines() for part in _SENTENCE.split(line))
+    return tuple(words for words in (frozenset(content_tokens(p)) for p in parts) if words)
 
 
 @dataclass

@@ -132,7 +132,8 @@ _cache: weakref.WeakKeyDictionary[nx.MultiDiGraph, GraphIndex] = weakref.WeakKey
 
 def graph_index(G: nx.MultiDiGraph) -> GraphIndex:
     """The (cached) index of ``G``."""
-    size = G.number_of_nodes() + G.number_of_edges()
+    # Nodes only: counting edges walks the whole graph, and a graph grows nodes when it grows.
+    size = G.number_of_nodes()
     index = _cache.get(G)
     if index is not None and index.size == size:
         return index
