@@ -28,9 +28,11 @@ from memtrace_otel.attribution._literature import AllAtOnce, BinarySearch, StepB
 from memtrace_otel.attribution._llm import LLMMethod, ModelMethod
 from memtrace_otel.attribution._model import Case, Verdict, load_cases, parse_case
 from memtrace_otel.attribution._model_client import ChatModel, ModelSession, OpenAIChatModel
+from memtrace_otel.attribution._replay import ReplayMethod
 
 _FACTORIES: dict[str, Callable[..., Method]] = {
     "evidence": EvidenceMethod,
+    "replay": ReplayMethod,
     "blame-generate": BlameGenerate,
     "blame-retrieve": BlameRetrieve,
     "llm": LLMMethod,
@@ -80,6 +82,7 @@ __all__ = [
     "ModelMethod",
     "ModelSession",
     "OpenAIChatModel",
+    "ReplayMethod",
     "StepByStep",
     "Verdict",
     "blame",

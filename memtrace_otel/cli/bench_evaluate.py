@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     status = 0
     for name in args.method or ["evidence"]:
         try:
-            method = get_method(name)
+            options = {"bench_dir": folder} if name == "replay" else {}
+            method = get_method(name, **options)
         except ValueError as exc:
             print(f"memtrace: error: {exc}", file=sys.stderr)
             return 2
