@@ -17,7 +17,7 @@ from memtrace_otel import __version__
 from memtrace_otel.errors import MemtraceError
 
 # Subcommand modules, in the order ``--help`` lists them.
-_COMMAND_MODULES: tuple[str, ...] = ("demo", "attribute", "graph", "export", "bench")
+_COMMAND_MODULES: tuple[str, ...] = ("demo", "attribute", "graph", "export", "bench", "optimize")
 
 EXIT_OK = 0
 EXIT_FAILURES = 1

@@ -58,6 +58,8 @@ MEMTRACE_ATTRIBUTION_OP_NAME: Final = "memtrace.attribution.op_name"
 MEMTRACE_ATTRIBUTION_METHOD: Final = "memtrace.attribution.method"
 MEMTRACE_ATTRIBUTION_CONFIDENCE: Final = "memtrace.attribution.confidence"
 MEMTRACE_ATTRIBUTION_EVIDENCE_REFS: Final = "memtrace.attribution.evidence_refs"
+MEMTRACE_OPTIMIZE_VERSIONS: Final = "memtrace.optimize.versions"
+"""Resource attribute of an optimiser run: the prompt and parameter variable refs in effect."""
 
 # --- Upstream OpenTelemetry GenAI names (reused, never redefined) -------------------------------
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
