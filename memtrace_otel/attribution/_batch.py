@@ -59,8 +59,8 @@ class BatchSummary:
 
     @property
     def ok(self) -> bool:
-        """No case failed to run and nothing was skipped."""
-        return not self.failed and self.skipped_records == 0
+        """No case failed to run and no record or cases-file line was skipped."""
+        return not self.failed and self.skipped_records == 0 and self.skipped_cases == 0
 
     def add(self, verdict: Verdict) -> None:
         """Count one verdict."""
@@ -302,6 +302,8 @@ def summary_table(summary: BatchSummary) -> str:
             "skipped records: "
             + ", ".join(f"{k}: {v}" for k, v in sorted(summary.skipped_by_kind.items()))
         )
+    if summary.skipped_cases:
+        lines.append(f"skipped cases-file lines: {summary.skipped_cases}")
     if summary.cases_not_in_traces:
         lines.append(f"cases not in the traces: {len(summary.cases_not_in_traces)}")
     for failure in summary.failed[:10]:

@@ -109,7 +109,7 @@ def parse_case(obj: Any, *, path: str = "", line: int = 0) -> Case:
     if not isinstance(question, str):
         raise DecodeError("expected a string", path=path, line=line, field="question")
     verdict = obj.get("verdict")
-    if verdict is not None and verdict not in _VERDICTS:
+    if verdict is not None and (not isinstance(verdict, str) or verdict not in _VERDICTS):
         raise DecodeError(
             f"expected one of {sorted(_VERDICTS)}", path=path, line=line, field="verdict"
         )
@@ -156,6 +156,10 @@ def load_cases(
                     raise DecodeError(f"not UTF-8 ({exc.reason})", path=name, line=number) from None
                 except json.JSONDecodeError as exc:
                     raise DecodeError(f"invalid JSON: {exc.msg}", path=name, line=number) from None
+                except (RecursionError, ValueError) as exc:  # nesting too deep, huge integers
+                    raise DecodeError(
+                        f"invalid JSON: {type(exc).__name__}", path=name, line=number
+                    ) from None
                 yield parse_case(obj, path=name, line=number)
             except DecodeError as exc:
                 if strict:

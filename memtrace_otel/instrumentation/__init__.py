@@ -15,6 +15,7 @@ from memtrace_otel.instrumentation._capture import (
     canonical_value,
     digest,
     parse_capture_mode,
+    redact_pii,
 )
 from memtrace_otel.instrumentation._configure import (
     DEFAULT_TRACES_FILE,
@@ -56,6 +57,7 @@ __all__ = [
     "is_tracing_suppressed",
     "parse_capture_mode",
     "parse_traceparent",
+    "redact_pii",
     "resolve_exporter",
     "span_to_record",
     "suppress_tracing",
