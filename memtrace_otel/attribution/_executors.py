@@ -51,9 +51,10 @@ from memtrace_otel.attribution._batch import (
 )
 from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case, Verdict, load_cases
-from memtrace_otel.errors import DecodeError, MemtraceError
+from memtrace_otel.errors import BackendError, DecodeError, MemtraceError, SourceError
 from memtrace_otel.graph import build_graph
 from memtrace_otel.semconv import JudgeVerdict, SpanRecord
+from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import BACKEND_SCHEMES, decode_document, iter_records, open_source
 
 DEFAULT_RETRIES = 2
@@ -64,6 +65,12 @@ PARTITIONS_PER_WORKER = 4
 
 _CASE_ERRORS = (MemtraceError, ValueError, KeyError, TypeError, RuntimeError)
 """What a method may raise for one case (the same list as the single-process run)."""
+
+_loads: Callable[[bytes], Any]
+try:  # the loaders' optional accelerator
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - the standard parser does the work
+    _loads = json.loads
 
 _EXECUTOR = re.compile(r"^local(?:\[(\d+)\])?$")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
@@ -168,13 +175,13 @@ def plan_sources(
     """Read the sources once and record, per store, the file lines that hold its spans.
 
     Raises:
-        ValueError: a backend URL (partitions re-read files; export the traces first).
+        SourceError: a backend URL (partitions re-read files; export the traces first).
     """
     plan = Plan()
     seen_files: set[str] = set()
     for spec in sources:
         if os.fspath(spec).startswith(BACKEND_SCHEMES):
-            raise ValueError(
+            raise SourceError(
                 f"{spec}: executors read trace files; export the traces first (memtrace export)"
             )
         source = open_source(spec, strict=strict)
@@ -319,12 +326,50 @@ def load_partition(partition: Partition) -> dict[str, list[SpanRecord]]:
             for offset, number in chunk.lines:
                 stream.seek(offset)
                 try:
-                    value = json.loads(stream.readline())
+                    value = _loads(stream.readline())
                 except ValueError:
                     continue
+                _prune(value, wanted)
                 for record in decode_document(value, path=chunk.path, line=number, errors=errors):
                     keep(record)
     return by_store
+
+
+def _prune(value: Any, wanted: set[str]) -> None:
+    """Drop the spans of other stores from a parsed OTLP JSON line before decoding it.
+
+    Lines hold spans of many stores; decoding only ours keeps partitions from repeating each
+    other's work. A span whose store cannot be read here is kept (the decoded record is
+    filtered again by :func:`store_of`).
+    """
+    if type(value) is not dict:
+        return
+    for resource in value.get("resourceSpans") or ():
+        if type(resource) is not dict:
+            continue
+        for scope in resource.get("scopeSpans") or ():
+            if type(scope) is dict and type(scope.get("spans")) is list:
+                scope["spans"] = [
+                    s for s in scope["spans"] if _raw_store(s) in wanted or _raw_store(s) is None
+                ]
+
+
+def _raw_store(span: Any) -> str | None:
+    """The store id of an undecoded OTLP JSON span (``None``: cannot tell without decoding)."""
+    if type(span) is not dict:
+        return None
+    attributes = span.get("attributes")
+    if attributes is None:
+        return NO_STORE
+    if type(attributes) is not list:
+        return None
+    for item in attributes:
+        if type(item) is dict and item.get("key") == A.GEN_AI_MEMORY_STORE_ID:
+            value = item.get("value")
+            if type(value) is dict and type(value.get("stringValue")) is str:
+                return str(value["stringValue"])
+            return None
+    return NO_STORE
 
 
 # --- attributing a store ---------------------------------------------------------------------
@@ -359,6 +404,7 @@ def attribute_store(
     cases: dict[str, Case] | None,
     done: frozenset[str] = frozenset(),
     forced: Sequence[Case] = (),
+    forget_tokens: bool = False,
 ) -> StoreResult:
     """Attribute the failed cases of one store's graph.
 
@@ -369,6 +415,7 @@ def attribute_store(
         cases: the cases file's cases by id, or ``None`` to take failed cases from judge ops.
         done: case ids to skip (already in the verdicts file).
         forced: cases to attribute against ``G`` whatever its ops (cases found in no store).
+        forget_tokens: also empty the evidence method's text cache afterwards (bounded runs).
     """
     index = graph_index(G)
     result = StoreResult(store, list(index.case_ops), sorted(index.failed))
@@ -389,14 +436,31 @@ def attribute_store(
             if verdict != JudgeVerdict.CORRECT:
                 todo.append(case)
     result.chosen = [case.case_id for case in todo]
-    for case in todo:
-        if case.case_id in done:
-            continue
-        try:
-            result.verdicts[case.case_id] = method.attribute(G, case)
-        except _CASE_ERRORS as exc:
-            result.errors[case.case_id] = f"{type(exc).__name__}: {exc}"
+    try:
+        for case in todo:
+            if case.case_id in done:
+                continue
+            try:
+                result.verdicts[case.case_id] = method.attribute(G, case)
+            except _CASE_ERRORS as exc:
+                result.errors[case.case_id] = f"{type(exc).__name__}: {exc}"
+    finally:
+        _forget(G, tokens=forget_tokens)
     return result
+
+
+def _forget(G: nx.MultiDiGraph, *, tokens: bool) -> None:
+    """Drop what the attribution caches hold of a store once its cases are done.
+
+    The graph index cache is weak, but its values point back at their graph, so a graph would
+    otherwise live as long as the process; the evidence method's token cache holds the texts
+    of the last store's records (they never recur in another store).
+    """
+    from memtrace_otel.attribution import _evidence, _index
+
+    _index._cache.pop(G, None)
+    if tokens:
+        _evidence._segment_words.cache_clear()
 
 
 @dataclass(frozen=True)
@@ -669,7 +733,9 @@ def _run_spilled(
         stores = sorted(spill.records)
         for number, store in enumerate(stores, 1):
             G = build_graph(spill.store_records(store))
-            results[store] = attribute_store(store, G, shared.method, shared.cases, shared.done)
+            results[store] = attribute_store(
+                store, G, shared.method, shared.cases, shared.done, forget_tokens=True
+            )
             if store == NO_STORE:
                 no_store_graph = G
             del G
@@ -734,7 +800,7 @@ def _run_pool(
 
     attempts = {p.number: 0 for p in work}
     pending = list(work)
-    context = multiprocessing.get_context("forkserver")
+    context = multiprocessing.get_context("fork")
     while pending:
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             futures: dict[Future[PartitionResult], Partition] = {
@@ -771,13 +837,17 @@ def _run_dask(
         raise ValueError(
             "the dask executor needs dask.distributed: pip install 'memtrace-otel[dask]'"
         ) from None
-    with Client(address, set_as_default=False) as client:  # type: ignore[no-untyped-call]
+    try:
+        client: Any = Client(address, set_as_default=False, timeout=30)  # type: ignore[no-untyped-call]
+    except (OSError, TimeoutError) as exc:
+        raise BackendError(f"cannot reach the Dask scheduler: {exc}", url=address) from None
+    with client:
         [payload] = client.scatter([shared], broadcast=True, hash=False)
         futures = {
             client.submit(run_partition, p, payload, forced, retries=retries, pure=False): p
             for p in work
         }
-        for future in as_completed(futures):  # type: ignore[no-untyped-call]
+        for future in as_completed(list(futures), loop=client.loop):  # type: ignore[no-untyped-call]
             partition = futures[future]
             try:
                 yield partition, future.result()

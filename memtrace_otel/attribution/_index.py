@@ -26,15 +26,27 @@ def order_key(data: dict[str, Any]) -> tuple[int, int, str, str]:
 
 @dataclass
 class GraphIndex:
-    """Lookups over one evolution graph."""
+    """Lookups over one evolution graph.
 
-    G: nx.MultiDiGraph
+    It holds its graph weakly: the index lives in a weak-keyed cache, and a strong reference from
+    the value would keep every graph alive for the whole process.
+    """
+
+    graph_ref: weakref.ReferenceType[nx.MultiDiGraph]
     size: int
     case_ops: dict[str, list[str]] = field(default_factory=dict)
     store_messages: dict[str | None, list[str]] = field(default_factory=dict)
     failed: set[str] = field(default_factory=set)
     judged: set[str] = field(default_factory=set)
     missing_traces: frozenset[str] = frozenset()
+
+    @property
+    def G(self) -> nx.MultiDiGraph:
+        """The graph (alive as long as its caller holds it)."""
+        graph = self.graph_ref()
+        if graph is None:
+            raise ReferenceError("the graph of this index was garbage-collected")
+        return graph
 
     def ops_of(self, case_id: str) -> list[str]:
         """The case's ops in execution order (empty when the case is not in the graph)."""
@@ -160,7 +172,7 @@ def graph_index(G: nx.MultiDiGraph) -> GraphIndex:
                     break
             messages[store].append(node)
     index = GraphIndex(
-        G=G,
+        graph_ref=weakref.ref(G),
         size=size,
         case_ops={c: [n for _, n in sorted(ops)] for c, ops in case_ops.items()},
         store_messages={s: sorted(m) for s, m in messages.items()},

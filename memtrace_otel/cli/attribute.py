@@ -18,6 +18,7 @@ from memtrace_otel.attribution import (
     run_batch,
     summary_table,
 )
+from memtrace_otel.attribution._executors import parse_executor, parse_size
 from memtrace_otel.attribution._writeback import verdict_span_writer
 from memtrace_otel.reporting import check_base_url, label_accuracy, load_labels, write_report
 
@@ -85,6 +86,19 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="stop at the first bad record instead of skipping and counting it",
     )
+    parser.add_argument(
+        "--executor",
+        metavar="EXECUTOR",
+        help="partition the work by memory store and run it on local[N] (a pool of N "
+        "processes; local: one per core) or dask://HOST:PORT (a dask.distributed scheduler); "
+        "default: this process (docs/scale.md)",
+    )
+    parser.add_argument(
+        "--memory-bound",
+        metavar="SIZE",
+        help="without --executor: spill span records per store to a SQLite temp file to keep "
+        "memory near SIZE (512M, 2G) on exports larger than RAM",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress line")
     parser.set_defaults(func=run)
 
@@ -99,11 +113,30 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # e.g. a model-based method with no endpoint configured
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return 2
+    try:
+        executor = getattr(args, "executor", None)
+        bound = getattr(args, "memory_bound", None)
+        if executor is not None and parse_executor(executor).kind == "dask":
+            try:
+                import dask.distributed  # noqa: F401 - only checked for here
+            except ImportError:
+                raise ValueError(
+                    "--executor dask:// needs dask.distributed: pip install 'memtrace-otel[dask]'"
+                ) from None
+        if bound is not None:
+            parse_size(bound)
+    except ValueError as exc:
+        print(f"memtrace: error: {exc}", file=sys.stderr)
+        return 2
+    scaled = executor is not None or bound is not None
     labels = load_labels(args.labels) if args.labels else None
-    # The graphs are built here, once, so that the report can draw each case from them.
+    # The graphs are built here, once, so that the report can draw each case from them
+    # (a scaled run never holds every graph: its report, if asked for, loads them afterwards).
     started = time.perf_counter()
     loading = BatchSummary()
-    graphs = load_store_graphs(args.sources, strict=args.strict, summary=loading)
+    graphs = (
+        None if scaled else load_store_graphs(args.sources, strict=args.strict, summary=loading)
+    )
     on_verdict = None
     provider = None
     if args.write_back:
@@ -127,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
             progress=None if args.quiet else sys.stderr,
             on_verdict=on_verdict,
             graphs=graphs,
+            executor=executor,
+            memory_bound=bound,
         )
     finally:
         if provider is not None:
@@ -150,6 +185,8 @@ def run(args: argparse.Namespace) -> int:
         accuracy = label_accuracy(listed, labels)
         print(_accuracy_line(accuracy), file=sys.stderr)
     if args.report:
+        if graphs is None:
+            graphs = load_store_graphs(args.sources, strict=args.strict)
         index = write_report(  # also writes summary.json and summary.md
             args.report,
             listed,

@@ -75,6 +75,8 @@ def expand_paths(spec: str | os.PathLike[str]) -> list[str]:
         SourceError: nothing exists at ``spec`` or the glob matches no file.
     """
     text = os.fspath(spec)
+    if _is_url(text):
+        return _expand_url(text)
     if os.path.isfile(text):
         return [text]
     if os.path.isdir(text):
@@ -89,6 +91,46 @@ def expand_paths(spec: str | os.PathLike[str]) -> list[str]:
             return matches
         raise SourceError(f"{text}: the pattern matches no file")
     raise SourceError(f"{text}: no such file or directory")
+
+
+def _is_url(text: str) -> bool:
+    """Whether ``text`` is an fsspec URL (``s3://``, ``gs://``, ``file://``, ``memory://``)."""
+    scheme, sep, _ = text.partition("://")
+    return bool(sep) and scheme.replace("+", "").replace("-", "").isalnum() and len(scheme) > 1
+
+
+def _expand_url(text: str) -> list[str]:
+    """The files an fsspec URL names (a file, a folder read recursively, or a glob)."""
+    try:
+        import fsspec  # optional: pip install 'memtrace-otel[dask]'
+    except ImportError:
+        raise SourceError(
+            f"{text}: URLs of object stores need fsspec: pip install 'memtrace-otel[dask]'"
+        ) from None
+    try:
+        fs, path = fsspec.core.url_to_fs(text)
+    except (ValueError, ImportError) as exc:  # unknown scheme, or its driver (s3fs...) missing
+        raise SourceError(f"{text}: {exc}") from None
+    if _GLOB_CHARS & set(path):
+        found = [p for p in fs.glob(path) if fs.isfile(p)]
+    elif fs.isfile(path):
+        found = [path]
+    elif fs.isdir(path):
+        found = [p for p in fs.find(path) if not os.path.basename(p).startswith(".")]
+    else:
+        raise SourceError(f"{text}: no such file or directory")
+    if not found:
+        raise SourceError(f"{text}: the pattern matches no file")
+    return sorted(fs.unstrip_protocol(p) for p in found)
+
+
+def open_binary(path: str) -> IO[bytes]:
+    """A local path or an fsspec URL, opened for binary reading."""
+    if _is_url(path):
+        import fsspec
+
+        return fsspec.open(path, "rb").open()  # type: ignore[no-any-return]
+    return open(path, "rb")
 
 
 class _Prefixed(io.RawIOBase):
@@ -150,7 +192,7 @@ class FileReader:
     def records(self) -> Iterator[SpanRecord]:
         """Every record of the file, in file order."""
         try:
-            stream: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 - closed below
+            stream: IO[bytes] = open_binary(self.path)
         except OSError as exc:
             self.fail(UNREADABLE, f"cannot open: {exc.strerror or exc}")
             return

@@ -1,0 +1,251 @@
+"""The batch job at scale: local process pool, a real Dask cluster, the SQLite spill, fsspec URLs.
+
+Every scaled run is compared with the single-process run over the same generated workload.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memtrace_otel.attribution import EvidenceMethod, get_method, run_batch
+from memtrace_otel.attribution._executors import (
+    SpillIndex,
+    make_partitions,
+    parse_executor,
+    parse_size,
+    plan_sources,
+)
+from memtrace_otel.attribution._model import Case, Verdict
+from memtrace_otel.cli import main
+
+distributed = pytest.importorskip("dask.distributed")
+
+
+class SlowMethod(EvidenceMethod):
+    """The evidence method, slowed down so a worker can be killed while it runs."""
+
+    def attribute(self, G: Any, case: Case) -> Verdict:
+        time.sleep(0.02)
+        return super().attribute(G, case)
+
+
+class PoisonMethod(EvidenceMethod):
+    """Raises an unexpected error on one store's cases (a poison partition)."""
+
+    def __init__(self, poison: str) -> None:
+        super().__init__()
+        self.poison = poison
+
+    def attribute(self, G: Any, case: Case) -> Verdict:
+        if case.case_id.startswith(self.poison + ":"):
+            raise ZeroDivisionError("poisoned store")
+        return super().attribute(G, case)
+
+
+def _exit_soon() -> None:
+    """Kill this worker process right after answering (as a crash or an OOM kill would)."""
+    threading.Timer(0.05, os._exit, (1,)).start()
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("scale")
+    code = main(
+        [
+            "bench",
+            "generate",
+            "--users",
+            "3",
+            "--faults",
+            "all=0.3",
+            "--out",
+            str(folder),
+            "--no-progress",
+        ]
+    )
+    assert code == 0
+    return folder
+
+
+@pytest.fixture(scope="module")
+def baseline(workload: Path) -> tuple[list[Verdict], dict[str, Any]]:
+    verdicts, summary = run_batch(
+        [str(workload / "traces.jsonl")],
+        get_method("evidence"),
+        cases_file=str(workload / "cases.jsonl"),
+    )
+    assert len(verdicts) > 20  # a workload worth partitioning
+    return verdicts, _plain(summary)
+
+
+def _plain(summary: Any) -> dict[str, Any]:
+    data: dict[str, Any] = summary.to_json()
+    data.pop("seconds")
+    return data
+
+
+def _run(workload: Path, **options: Any) -> tuple[list[Verdict], dict[str, Any]]:
+    method = options.pop("method", None) or get_method("evidence")
+    verdicts, summary = run_batch(
+        [options.pop("source", str(workload / "traces.jsonl"))],
+        method,
+        cases_file=str(workload / "cases.jsonl"),
+        **options,
+    )
+    return verdicts, _plain(summary)
+
+
+def test_parse_options() -> None:
+    assert parse_executor("local[2]").workers == 2
+    assert parse_executor("dask://10.0.0.1:8786").address == "tcp://10.0.0.1:8786"
+    assert parse_size("2G") == 2 * 1024**3
+    for bad in ("local[0]", "spark://x", "dask://"):
+        with pytest.raises(ValueError):
+            parse_executor(bad)
+    with pytest.raises(ValueError):
+        parse_size("lots")
+
+
+def test_partitions_split_by_store_and_cover_every_store(workload: Path) -> None:
+    plan = plan_sources([str(workload / "traces.jsonl")])
+    partitions = make_partitions(plan, 4)
+    stores = [s for p in partitions for s in p.stores]
+    assert sorted(stores) == sorted(plan.records)  # each store in exactly one partition
+    assert len(partitions) == 4
+    assert all(chunk.lines for p in partitions for chunk in p.chunks)  # JSON Lines: by line
+
+
+def test_local_pool_matches_single_process(
+    workload: Path, baseline: tuple[list[Verdict], dict[str, Any]]
+) -> None:
+    assert _run(workload, executor="local[2]") == baseline
+
+
+def test_judge_mode_matches_single_process(workload: Path) -> None:
+    source = [str(workload / "traces.jsonl")]
+    single = run_batch(source, get_method("evidence"))
+    pooled = run_batch(source, get_method("evidence"), executor="local[2]")
+    assert pooled[0] == single[0] and _plain(pooled[1]) == _plain(single[1])
+
+
+def test_memory_bound_spills_and_matches(
+    workload: Path, baseline: tuple[list[Verdict], dict[str, Any]], tmp_path: Path
+) -> None:
+    assert _run(workload, memory_bound="8M") == baseline
+    spill = SpillIndex(1 << 20, str(tmp_path))
+    from memtrace_otel.sources import open_source
+
+    records = list(open_source(str(workload / "traces.jsonl")).records())
+    for record in records:
+        spill.add(record)
+    spill.finish()
+    store = sorted(spill.records)[1]
+    assert spill.store_records(store) == [
+        r for r in records if r.attributes.get("gen_ai.memory.store.id") == store
+    ]
+    spill.close()
+    assert not Path(spill.path).exists()
+
+
+def test_fsspec_url_source(workload: Path, baseline: tuple[list[Verdict], dict[str, Any]]) -> None:
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/scale-test/traces.jsonl", (workload / "traces.jsonl").read_bytes())
+    try:
+        assert _run(workload, source="memory://scale-test/") == baseline
+        assert _run(workload, source="memory://scale-test/*.jsonl", memory_bound="8M") == baseline
+    finally:
+        fs.rm("/scale-test", recursive=True)
+
+
+def test_cli_executor_writes_the_same_verdicts(workload: Path, tmp_path: Path) -> None:
+    args = [str(workload / "traces.jsonl"), "--cases", str(workload / "cases.jsonl"), "--quiet"]
+    assert main(["attribute", *args, "--out", str(tmp_path / "a.jsonl")]) == 0
+    assert (
+        main(["attribute", *args, "--out", str(tmp_path / "b.jsonl"), "--executor", "local[2]"])
+        == 0
+    )
+    assert (tmp_path / "a.jsonl").read_text() == (tmp_path / "b.jsonl").read_text()
+    assert main(["attribute", *args, "--executor", "spark://x"]) == 2
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Any:
+    import cloudpickle
+
+    # The workers cannot import this test module: ship the test methods by value.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    with distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        host="127.0.0.1",
+    ) as local:
+        yield local
+    cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+def _address(cluster: Any) -> str:
+    return "dask://" + cluster.scheduler_address.removeprefix("tcp://")
+
+
+def test_dask_matches_single_process(
+    workload: Path, baseline: tuple[list[Verdict], dict[str, Any]], cluster: Any
+) -> None:
+    # A file:// URL: the workers read the source themselves, through fsspec.
+    url = "file://" + str(workload / "traces.jsonl")
+    assert _run(workload, source=url, executor=_address(cluster)) == baseline
+
+
+def test_dask_survives_a_killed_worker(
+    workload: Path, baseline: tuple[list[Verdict], dict[str, Any]], cluster: Any
+) -> None:
+    client = distributed.Client(cluster, set_as_default=False)
+    try:
+        victim = sorted(client.scheduler_info()["workers"])[0]
+        killed = threading.Event()
+
+        def kill_when_busy() -> None:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                processing = client.processing(workers=[victim]).get(victim)
+                if processing:  # the victim holds a partition right now
+                    break
+                time.sleep(0.05)
+            try:
+                client.run(_exit_soon, workers=[victim])
+            finally:
+                killed.set()
+
+        killer = threading.Thread(target=kill_when_busy, daemon=True)
+        killer.start()
+        verdicts, summary = _run(workload, executor=_address(cluster), method=SlowMethod())
+        killer.join(30)
+        assert killed.is_set()
+        assert victim not in client.scheduler_info()["workers"]  # it really died
+    finally:
+        client.close()
+    assert [v.to_json() for v in verdicts] == [v.to_json() for v in baseline[0]]
+    assert summary["failed"] == [] and summary["attributed"] == baseline[1]["attributed"]
+
+
+def test_dask_poison_partition_is_reported(
+    workload: Path, baseline: tuple[list[Verdict], dict[str, Any]], cluster: Any
+) -> None:
+    poison = "rag:user-02"
+    verdicts, summary = _run(workload, executor=_address(cluster), method=PoisonMethod(poison))
+    failures = summary["failed"]
+    assert len(failures) == 1 and failures[0]["case_id"].startswith("partition ")
+    assert "ZeroDivisionError" in failures[0]["error"] and poison in failures[0]["error"]
+    # Every case outside the poison partition's stores still got its verdict.
+    lost = set(failures[0]["error"].rsplit("(stores ", 1)[1].rstrip(")").split(", "))
+    expected = [v for v in baseline[0] if v.store_id not in lost]
+    assert verdicts == expected and expected
