@@ -249,3 +249,23 @@ def test_cli_model_method_without_endpoint_is_a_one_line_error(
     assert main(["attribute", str(workload[0]), "--method", "llm"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("memtrace: error:") and len(err.strip().splitlines()) == 1
+
+
+def test_cli_summary_reports_truncated_values(workload: tuple[Path, Path], tmp_path: Path) -> None:
+    from memtrace_otel.cli import main
+
+    traces, cases = workload
+    big = tmp_path / "traces.jsonl"
+    span = {
+        "traceId": "ab" * 16,
+        "spanId": "cd" * 8,
+        "name": "upload",
+        "attributes": [{"key": "blob", "value": {"stringValue": "x" * (2 * 1024 * 1024)}}],
+    }
+    extra = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+    big.write_text(traces.read_text() + json.dumps(extra) + "\n")
+    report = tmp_path / "report"
+    code = main(["attribute", str(big), "--cases", str(cases), "--report", str(report), "--quiet"])
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["truncated_values"] == 1
+    assert code == 0  # reported, not lost: a cut value does not fail the run

@@ -112,6 +112,24 @@ def test_a_full_buffer_drops_and_counts(provider: TracerProvider) -> None:
     assert processor.stats["buffered"] == 0 and processor.stats["folded"] == 5
 
 
+def test_the_first_drop_is_logged_once_and_every_drop_counted(
+    provider: TracerProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    processor = EvolutionGraphProcessor(max_buffer=2, fold_interval=0)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("t")
+    with caplog.at_level("WARNING", logger="memtrace_otel"):
+        emit_op(tracer, "op0", [], ["x0@1"])
+        emit_op(tracer, "op1", [], ["x1@1"])
+        assert not caplog.records  # nothing dropped yet, nothing logged
+        for i in range(2, 12):
+            emit_op(tracer, f"op{i}", [], [f"x{i}@1"])
+    assert processor.stats["dropped"] == 10
+    warnings = [r for r in caplog.records if "dropped an ended span" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelname == "WARNING"
+    assert "buffer of 2 spans is full" in warnings[0].getMessage()
+
+
 def test_force_flush_honours_its_timeout(provider: TracerProvider) -> None:
     processor = EvolutionGraphProcessor(max_buffer=5000, fold_interval=0)
     provider.add_span_processor(processor)

@@ -44,7 +44,11 @@ start = time.perf_counter()
 try:
     source = open_source(path, strict=strict)
     records = list(source.records())
-    out = {"records": len(records), "skipped": source.stats.skipped_by_kind}
+    out = {
+        "records": len(records),
+        "skipped": source.stats.skipped_by_kind,
+        "truncated": source.stats.truncated_values,
+    }
     if records:
         value = records[0].attributes.get("a")
         out["length"] = len(value) if hasattr(value, "__len__") else None
@@ -102,18 +106,20 @@ def _bomb(tmp_path: Path, kind: str, size: int, *, strict: bool = False) -> dict
     return result
 
 
-def test_a_million_element_array_is_read_in_bounded_memory(tmp_path: Path) -> None:
+def test_a_million_element_array_is_cut_to_the_cap_and_counted(tmp_path: Path) -> None:
     out = _bomb(tmp_path, "array", 10**6)
-    assert out["records"] == 1 and out["length"] == 10**6
-    # 22 MB of JSON: the parsed tree (1e6 dicts) dominates; measured ~270 MB on CPython 3.11.
+    # Cut to DEFAULT_MAX_ARRAY_ITEMS and counted, never dropped silently.
+    assert out["records"] == 1 and out["length"] == 10_000 and out["truncated"] == 1
+    # 22 MB of JSON: the parsed tree (1e6 dicts) dominates while the line is decoded.
     assert out["rss_growth_mb"] < 40 * out["file_mb"]
 
 
-def test_a_long_attribute_value_is_read_in_memory_linear_in_its_size(tmp_path: Path) -> None:
+def test_a_long_attribute_value_is_cut_to_the_cap_and_counted(tmp_path: Path) -> None:
     size = 50_000_000  # 50 MB keeps CI fast; docs/reliability.md gives the measured scaling
     out = _bomb(tmp_path, "long", size)
-    assert out["records"] == 1 and out["length"] == size
-    # The line, its decoded text and the value: a few copies, never more (measured ~1.4x).
+    # Cut to DEFAULT_MAX_ATTRIBUTE_BYTES (1 MiB) and counted.
+    assert out["records"] == 1 and out["length"] == 1 << 20 and out["truncated"] == 1
+    # The line and its decoded text while the line is decoded: a few copies, never more.
     assert out["rss_growth_mb"] < 5 * out["file_mb"]
 
 
@@ -481,3 +487,39 @@ def test_the_api_key_never_reaches_the_app_s_llm_spans(
     assert len(spans) >= 2 and "Porto" in json.dumps(spans)  # content was captured
     assert server.auth == [f"Bearer {API_KEY}"] * 2
     _assert_nowhere({"spans": json.dumps(spans), "logs": caplog.text})
+
+
+@pytest.mark.parametrize("run", ["in_process", "memory_bound", "local_executor"])
+def test_truncated_values_are_reported_and_do_not_fail_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run: str
+) -> None:
+    from types import MappingProxyType
+
+    from memtrace_otel.attribution import EvidenceMethod, run_batch, summary_table
+    from memtrace_otel.instrumentation._otlp_json import dumps_request
+    from memtrace_otel.semconv import SpanRecord
+    from memtrace_otel.semconv import attributes as A
+
+    monkeypatch.setenv(A.ENV_MEMTRACE_MAX_VALUE_LENGTH, "8")  # values cut at capture time
+    traces, cases = write_workload(tmp_path)
+    blob = SpanRecord(
+        "0af7651916cd43dd8448eb211c80319c",
+        "b7ad6b7169203331",
+        "unrelated",
+        attributes=MappingProxyType({"blob": "x" * 5000}),
+    )
+    with traces.open("a", encoding="utf-8") as f:
+        f.write(dumps_request([blob]) + "\n")
+    monkeypatch.setenv(A.ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES, "4096")  # values cut by the loader
+    kwargs: dict[str, Any] = {
+        "in_process": {},
+        "memory_bound": {"memory_bound": "64M"},
+        "local_executor": {"executor": "local[1]"},
+    }[run]
+    verdicts, summary = run_batch([str(traces)], EvidenceMethod(), cases_file=str(cases), **kwargs)
+    assert summary.truncated_values == 1
+    assert summary.truncated_captured > 0
+    assert summary.ok and summary.skipped_records == 0  # reported, not lost: the run passes
+    assert len(verdicts) == 7
+    assert summary.to_json()["truncated_values"] == 1
+    assert "truncated values (kept, cut): 1 by the loaders' size cap" in summary_table(summary)

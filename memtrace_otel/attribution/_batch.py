@@ -35,7 +35,12 @@ NO_STORE = ""
 
 @dataclass
 class BatchSummary:
-    """What one run did: counts for the summary table, the exit status and ``summary.json``."""
+    """What one run did: counts for the summary table, the exit status and ``summary.json``.
+
+    ``truncated_values`` (attribute values the loaders cut to their size cap) and
+    ``truncated_captured`` (variable versions whose value was already cut at capture time,
+    ``memtrace.variable.truncated``) are reported but do not fail the run: the records are kept.
+    """
 
     cases: int = 0
     attributed: int = 0
@@ -45,6 +50,8 @@ class BatchSummary:
     records: int = 0
     skipped_records: int = 0
     skipped_by_kind: dict[str, int] = field(default_factory=dict)
+    truncated_values: int = 0
+    truncated_captured: int = 0
     source_errors: list[str] = field(default_factory=list)
     skipped_cases: int = 0
     cases_not_in_traces: list[str] = field(default_factory=list)
@@ -89,6 +96,22 @@ def store_of(record: SpanRecord) -> str:
     return str(value) if value is not None else NO_STORE
 
 
+def count_truncated_captured(G: nx.MultiDiGraph) -> int:
+    """How many variable versions of ``G`` hold a value cut at capture time.
+
+    >>> G = nx.MultiDiGraph()
+    >>> G.add_node("doc@1", type="variable", truncated=True)
+    >>> G.add_node("doc@2", type="variable", truncated=False)
+    >>> count_truncated_captured(G)
+    1
+    """
+    return sum(
+        1
+        for _, data in G.nodes(data=True)
+        if data.get("type") == "variable" and data.get("truncated") is True
+    )
+
+
 def load_store_graphs(
     sources: Sequence[str], *, strict: bool = False, summary: BatchSummary | None = None
 ) -> dict[str, nx.MultiDiGraph]:
@@ -105,6 +128,7 @@ def load_store_graphs(
         if summary is not None:
             summary.records += source.stats.records
             summary.skipped_records += source.stats.skipped
+            summary.truncated_values += source.stats.truncated_values
             for kind, count in source.stats.skipped_by_kind.items():
                 summary.skipped_by_kind[kind] = summary.skipped_by_kind.get(kind, 0) + count
             summary.source_errors.extend(source.stats.errors[: 20 - len(summary.source_errors)])
@@ -228,6 +252,7 @@ def run_batch(
         graphs = load_store_graphs(sources, strict=strict, summary=summary)
     work = failed_cases(graphs, cases_file, summary)
     summary.cases = len(work)
+    summary.truncated_captured += sum(count_truncated_captured(G) for G in graphs.values())
     out_path = Path(out) if out is not None else None
     done: set[str] = set()
     if out_path is not None:
@@ -301,6 +326,11 @@ def summary_table(summary: BatchSummary) -> str:
         lines.append(
             "skipped records: "
             + ", ".join(f"{k}: {v}" for k, v in sorted(summary.skipped_by_kind.items()))
+        )
+    if summary.truncated_values or summary.truncated_captured:
+        lines.append(
+            f"truncated values (kept, cut): {summary.truncated_values} by the loaders' size cap, "
+            f"{summary.truncated_captured} at capture time"
         )
     if summary.skipped_cases:
         lines.append(f"skipped cases-file lines: {summary.skipped_cases}")

@@ -47,6 +47,7 @@ from memtrace_otel.attribution._batch import (
     NO_STORE,
     BatchSummary,
     completed_case_ids,
+    count_truncated_captured,
     store_of,
 )
 from memtrace_otel.attribution._index import graph_index
@@ -55,7 +56,14 @@ from memtrace_otel.errors import BackendError, DecodeError, MemtraceError, Sourc
 from memtrace_otel.graph import build_graph
 from memtrace_otel.semconv import JudgeVerdict, SpanRecord
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.sources import BACKEND_SCHEMES, decode_document, iter_records, open_source
+from memtrace_otel.sources import (
+    BACKEND_SCHEMES,
+    RecordCapper,
+    ValueLimits,
+    decode_document,
+    iter_records,
+    open_source,
+)
 
 DEFAULT_RETRIES = 2
 """How often a partition whose worker was lost is run again before it is reported."""
@@ -221,6 +229,7 @@ def plan_sources(
 def _count_source(summary: BatchSummary, stats: Any) -> None:
     summary.records += stats.records
     summary.skipped_records += stats.skipped
+    summary.truncated_values += stats.truncated_values
     for kind, count in stats.skipped_by_kind.items():
         summary.skipped_by_kind[kind] = summary.skipped_by_kind.get(kind, 0) + count
     summary.source_errors.extend(stats.errors[: 20 - len(summary.source_errors)])
@@ -322,6 +331,9 @@ def load_partition(partition: Partition) -> dict[str, list[SpanRecord]]:
                 keep(record)
             continue
         errors: list[DecodeError] = []  # counted by the first pass already
+        # The planning pass read these lines through a source, which cut (and counted) long
+        # values; cut them the same way here so a partition's graph equals the in-process one.
+        capper = RecordCapper(ValueLimits.resolve())
         with _open(chunk.path) as stream:
             for offset, number in chunk.lines:
                 stream.seek(offset)
@@ -331,7 +343,7 @@ def load_partition(partition: Partition) -> dict[str, list[SpanRecord]]:
                     continue
                 _prune(value, wanted)
                 for record in decode_document(value, path=chunk.path, line=number, errors=errors):
-                    keep(record)
+                    keep(capper.cap(record)[0])
     return by_store
 
 
@@ -386,6 +398,8 @@ class StoreResult:
     """The cases picked for attribution (resumed ones included), in the order they ran."""
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    truncated_captured: int = 0
+    """Variable versions whose value was cut at capture time (``memtrace.variable.truncated``)."""
 
 
 @dataclass
@@ -419,6 +433,7 @@ def attribute_store(
     """
     index = graph_index(G)
     result = StoreResult(store, list(index.case_ops), sorted(index.failed))
+    result.truncated_captured = count_truncated_captured(G)
     todo: list[Case] = list(forced)
     if cases is None:
         todo += [
@@ -677,6 +692,7 @@ def run_scaled(
             extra = attribute_store(NO_STORE, G, method, cases, frozenset(done), todo)
 
     summary.cases = len(chosen)
+    summary.truncated_captured += sum(r.truncated_captured for r in results.values())
     verdicts: list[Verdict] = []
     for store, case_id in chosen:
         if case_id in done:

@@ -24,7 +24,7 @@ import networkx as nx
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from memtrace_otel._internal import internal_error
+from memtrace_otel._internal import internal_error, logger
 from memtrace_otel.instrumentation._otlp_json import span_to_record
 from memtrace_otel.processing._fold import fold_records, new_graph, remove_ops
 from memtrace_otel.semconv import SpanRecord
@@ -135,15 +135,26 @@ class EvolutionGraphProcessor(SpanProcessor):
         """Nothing to do when a span starts."""
 
     def on_end(self, span: ReadableSpan) -> None:
-        """Buffer the ended span, or count it as dropped; O(1), never raises."""
+        """Buffer the ended span, or count it as dropped; O(1), never raises.
+
+        The first drop is logged once (a warning); later drops are only counted in
+        :attr:`stats`, so a flood of spans never becomes a flood of log lines.
+        """
         try:
+            first_drop = half_full = False
             with self._buffer_lock:
-                if self._closed or len(self._buffer) >= self.max_buffer:
+                closed = self._closed
+                dropped = closed or len(self._buffer) >= self.max_buffer
+                if dropped:
                     self._stats["dropped"] += 1
-                    return
-                self._buffer.append(span)
-                self._stats["received"] += 1
-                half_full = len(self._buffer) * 2 >= self.max_buffer
+                    first_drop = self._stats["dropped"] == 1
+                else:
+                    self._buffer.append(span)
+                    self._stats["received"] += 1
+                    half_full = len(self._buffer) * 2 >= self.max_buffer
+            # Logged outside the lock: a handler may be slow, or even end a span of its own.
+            if first_drop:
+                _warn_first_drop(self.max_buffer, closed)
             if half_full and self._thread is not None:
                 self._wake.set()
         except Exception:
@@ -337,6 +348,16 @@ class EvolutionGraphProcessor(SpanProcessor):
         self._buffer.clear()
         if not self._closed:
             self._start_thread()
+
+
+def _warn_first_drop(max_buffer: int, closed: bool) -> None:
+    reason = "it is shut down" if closed else f"its buffer of {max_buffer} spans is full"
+    logger.warning(
+        "EvolutionGraphProcessor dropped an ended span because %s; further drops are counted "
+        "in stats['dropped'] and not logged (raise max_buffer or "
+        "MEMTRACE_PROCESSOR_MAX_BUFFER if this happens in normal operation)",
+        reason,
+    )
 
 
 def _snapshot(G: nx.MultiDiGraph) -> nx.MultiDiGraph:

@@ -43,6 +43,12 @@ from memtrace_otel.sources._export import ExportResult, export_source
 from memtrace_otel.sources._files import expand_paths
 from memtrace_otel.sources._http import HttpOptions
 from memtrace_otel.sources._jaeger import ARRAY_ATTRIBUTES
+from memtrace_otel.sources._limits import (
+    DEFAULT_MAX_ARRAY_ITEMS,
+    DEFAULT_MAX_ATTRIBUTE_BYTES,
+    RecordCapper,
+    ValueLimits,
+)
 from memtrace_otel.sources._memtracebench import (
     OP_KIND_BY_CATEGORY,
     OP_KIND_BY_NAME,
@@ -75,8 +81,8 @@ def open_source(
             for every parameter).
         strict: raise at the first bad record instead of skipping and counting it.
         http: timeouts, retries, auth and TLS for backends.
-        **options: backend options (override the URL's parameters), or ``dedupe_window`` for
-            files.
+        **options: backend options (override the URL's parameters), or ``dedupe_window``,
+            ``max_attribute_bytes`` and ``max_array_items`` for files (see :class:`Source`).
 
     Raises:
         ValueError: a malformed backend URL or option, or a plain ``http://`` URL.
@@ -100,6 +106,8 @@ def open_source(
 __all__ = [
     "ARRAY_ATTRIBUTES",
     "BACKEND_SCHEMES",
+    "DEFAULT_MAX_ARRAY_ITEMS",
+    "DEFAULT_MAX_ATTRIBUTE_BYTES",
     "OP_KIND_BY_CATEGORY",
     "OP_KIND_BY_NAME",
     "OTHER_KIND",
@@ -110,9 +118,11 @@ __all__ = [
     "FileSource",
     "HttpOptions",
     "JaegerSource",
+    "RecordCapper",
     "Source",
     "SourceStats",
     "TempoSource",
+    "ValueLimits",
     "decode_document",
     "decode_jaeger",
     "decode_memtracebench",

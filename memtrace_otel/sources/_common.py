@@ -49,6 +49,9 @@ class SourceStats:
         traces_missing: trace ids a backend did not have (HTTP 404).
         traces_total: traces a backend search matched, when known (for progress).
         links_not_followed: linked traces left unfetched because a bound was reached.
+        truncated_values: attribute values cut to the source's size caps (strings and bytes
+            longer than ``max_attribute_bytes``, arrays longer than ``max_array_items``); the
+            records are kept, so these are not skips.
     """
 
     records: int = 0
@@ -60,6 +63,7 @@ class SourceStats:
     traces_missing: int = 0
     traces_total: int | None = None
     links_not_followed: int = 0
+    truncated_values: int = 0
 
     def skip(self, kind: str, message: str) -> None:
         """Count one skipped item of ``kind`` and keep its message if there is room."""
@@ -75,6 +79,9 @@ class SourceStats:
         >>> s.skip("invalid_json", "a.jsonl:3: invalid JSON")
         >>> s.summary()
         '5 records from 1 file; 1 skipped (invalid_json: 1)'
+        >>> s.truncated_values = 2
+        >>> s.summary()
+        '5 records from 1 file; 1 skipped (invalid_json: 1); 2 attribute values truncated (size cap)'
         """
         parts = [f"{self.records} records"]
         if self.files:
@@ -88,6 +95,8 @@ class SourceStats:
             parts.append(f"{self.traces_missing} traces not found")
         if self.links_not_followed:
             parts.append(f"{self.links_not_followed} linked traces not fetched (bound reached)")
+        if self.truncated_values:
+            parts.append(f"{self.truncated_values} attribute values truncated (size cap)")
         return "; ".join(parts)
 
 

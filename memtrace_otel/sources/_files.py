@@ -40,6 +40,7 @@ from memtrace_otel.sources._common import (
     make_error,
 )
 from memtrace_otel.sources._documents import BenchSink, decode_value
+from memtrace_otel.sources._limits import RecordCapper
 from memtrace_otel.sources._otlp_proto import decode_request_message, parse_request
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -179,10 +180,17 @@ def _decompress_frame(payload: bytes) -> bytes:
 class FileReader:
     """Reads the records of one file under a strict or lenient policy."""
 
-    def __init__(self, path: str, on_error: OnError, bench: BenchSink | None) -> None:
+    def __init__(
+        self,
+        path: str,
+        on_error: OnError,
+        bench: BenchSink | None,
+        capper: RecordCapper | None = None,
+    ) -> None:
         self.path = path
         self.on_error = on_error
         self.bench = bench
+        self.capper = capper
 
     def fail(
         self, kind: str, reason: str, line: int | None = None, field: str | None = None
@@ -291,7 +299,7 @@ class FileReader:
         except Bad:
             first_value = None
         if first_value is not None and type(first_value) in (dict, list):
-            yield from self._decode(first_value, lineno)
+            yield from self._decode(first_value, lineno, len(first))
             yield from self._json_lines(stream, lineno)
             return
         # Not one value per line: a whole document (pretty-printed API responses, UI downloads).
@@ -305,7 +313,7 @@ class FileReader:
             else:
                 self.fail(bad.kind, bad.reason)
             return
-        yield from self._decode(value, None)
+        yield from self._decode(value, None, len(text))
 
     def _looks_like_lines(self, text: bytes) -> bool:
         """Whether a text that is not one JSON document has a complete, non-empty JSON object
@@ -338,12 +346,14 @@ class FileReader:
             except Bad as bad:
                 self.fail(bad.kind, bad.reason, lineno)
                 continue
-            yield from self._decode(value, lineno)
+            yield from self._decode(value, lineno, len(raw))
 
-    def _decode(self, value: Any, line: int | None) -> list[SpanRecord]:
-        return decode_value(
+    def _decode(self, value: Any, line: int | None, size: int) -> list[SpanRecord]:
+        """The records of one parsed value, decoded from ``size`` bytes of input."""
+        records = decode_value(
             value, path=self.path, line=line, on_error=self.on_error, bench=self.bench
         )
+        return self.capper.cap_all(records, size) if self.capper is not None else records
 
     # --- length-prefixed records -------------------------------------------------------------
     def _framed(self, stream: IO[bytes]) -> Iterator[SpanRecord]:
@@ -387,19 +397,28 @@ class FileReader:
             except Bad as bad:
                 self.fail(bad.kind, bad.reason, number)
                 return []
-            return self._decode(value, number)
+            return self._decode(value, number, len(data))
         try:
             request = parse_request(data, path=self.path, line=number)
         except Bad as bad:
             self.fail(INVALID_RECORD, bad.reason, number)
             return []
-        return decode_request_message(request, path=self.path, line=number, on_error=self.on_error)
+        records = decode_request_message(
+            request, path=self.path, line=number, on_error=self.on_error
+        )
+        return self.capper.cap_all(records, len(data)) if self.capper is not None else records
 
 
-def read_file(path: str, on_error: OnError, bench: BenchSink | None = None) -> Iterator[SpanRecord]:
+def read_file(
+    path: str,
+    on_error: OnError,
+    bench: BenchSink | None = None,
+    capper: RecordCapper | None = None,
+) -> Iterator[SpanRecord]:
     """The records of one trace file of any supported format, streamed.
 
     Bad records go to ``on_error`` (which raises in strict mode); an unreadable or
-    unrecognised file is reported the same way.
+    unrecognised file is reported the same way. With a ``capper``, attribute values over its
+    caps are cut and counted in its stats.
     """
-    return FileReader(path, on_error, bench).records()
+    return FileReader(path, on_error, bench, capper).records()

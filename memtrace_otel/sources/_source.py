@@ -16,6 +16,7 @@ from memtrace_otel.sources._common import (
 )
 from memtrace_otel.sources._documents import BenchSink
 from memtrace_otel.sources._files import expand_paths, read_file
+from memtrace_otel.sources._limits import RecordCapper, ValueLimits
 from memtrace_otel.sources._memtracebench import BenchCase, BenchLabel
 
 DEFAULT_DEDUPE_WINDOW = 1 << 18
@@ -33,11 +34,27 @@ class Source(ABC):
             and counting bad records.
         dedupe_window: how many recent spans duplicate detection remembers (in each of two
             generations, so memory stays bounded whatever the input size); ``0`` turns it off.
+        max_attribute_bytes: longest string (UTF-8 bytes) or bytes attribute value kept; longer
+            values are cut and counted in ``stats.truncated_values``. ``None``: the
+            ``MEMTRACE_MAX_ATTRIBUTE_BYTES`` environment variable, else 1 MiB.
+        max_array_items: most elements an array attribute value keeps (10,000 by default); longer
+            arrays are cut and counted the same way.
+
+    Raises:
+        ValueError: a negative ``dedupe_window`` or a cap that is not a positive integer.
     """
 
-    def __init__(self, *, strict: bool = False, dedupe_window: int = DEFAULT_DEDUPE_WINDOW) -> None:
+    def __init__(
+        self,
+        *,
+        strict: bool = False,
+        dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
+        max_attribute_bytes: int | None = None,
+        max_array_items: int | None = None,
+    ) -> None:
         if dedupe_window < 0:
             raise ValueError(f"dedupe_window must be >= 0, got {dedupe_window}")
+        self.limits = ValueLimits.resolve(max_attribute_bytes, max_array_items)
         self.strict = strict
         self.dedupe_window = dedupe_window
         self.stats = SourceStats()
@@ -58,6 +75,20 @@ class Source(ABC):
     def _raw_records(self) -> Iterator[SpanRecord]:
         """Every decoded record, duplicates included."""
 
+    def _capped_records(self) -> Iterator[SpanRecord]:
+        """:meth:`_raw_records` with every attribute value within :attr:`limits`, counted.
+
+        Checks every record; a source that knows how many bytes each record came from does it
+        cheaper (see :class:`FileSource`).
+        """
+        capper = RecordCapper(self.limits)
+        stats = self.stats
+        for record in self._raw_records():
+            record, cut = capper.cap(record)
+            if cut:
+                stats.truncated_values += cut
+            yield record
+
     def records(self) -> Iterator[SpanRecord]:
         """The span records, streamed, with duplicate spans skipped (or raised when strict).
 
@@ -68,13 +99,13 @@ class Source(ABC):
         stats = self.stats
         window = self.dedupe_window
         if window == 0:
-            for record in self._raw_records():
+            for record in self._capped_records():
                 stats.records += 1
                 yield record
             return
         recent: dict[int, str] = {}
         older: dict[int, str] = {}
-        for record in self._raw_records():
+        for record in self._capped_records():
             key = hash((record.trace_id, record.span_id))
             first = recent.get(key)
             if first is None:
@@ -109,9 +140,12 @@ class FileSource(Source):
         paths: one spec or a sequence of specs.
         strict: see :class:`Source`.
         dedupe_window: see :class:`Source`.
+        max_attribute_bytes: see :class:`Source`.
+        max_array_items: see :class:`Source`.
 
     Raises:
         SourceError: (when iterating) a spec names nothing.
+        ValueError: a bad ``dedupe_window`` or cap (see :class:`Source`).
     """
 
     def __init__(
@@ -120,17 +154,29 @@ class FileSource(Source):
         *,
         strict: bool = False,
         dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
+        max_attribute_bytes: int | None = None,
+        max_array_items: int | None = None,
     ) -> None:
-        super().__init__(strict=strict, dedupe_window=dedupe_window)
+        super().__init__(
+            strict=strict,
+            dedupe_window=dedupe_window,
+            max_attribute_bytes=max_attribute_bytes,
+            max_array_items=max_array_items,
+        )
         self.specs: list[str | os.PathLike[str]] = (
             [paths] if isinstance(paths, str | os.PathLike) else list(paths)
         )
 
     def _raw_records(self) -> Iterator[SpanRecord]:
+        capper = RecordCapper(self.limits, self.stats)
         for spec in self.specs:
             for path in expand_paths(spec):
                 self.stats.files += 1
-                yield from read_file(path, self.on_error, self._bench)
+                yield from read_file(path, self.on_error, self._bench, capper)
+
+    def _capped_records(self) -> Iterator[SpanRecord]:
+        # The file reader caps as it decodes, skipping lines too short to hold a long value.
+        return self._raw_records()
 
     def __repr__(self) -> str:
         return f"FileSource({self.specs!r}, strict={self.strict})"

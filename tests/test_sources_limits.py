@@ -1,0 +1,139 @@
+"""Size caps on attribute values: cut, counted in ``stats.truncated_values``, configurable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+
+from memtrace_otel.instrumentation._otlp_json import dumps_request
+from memtrace_otel.semconv import EventRecord, LinkRecord, SpanRecord
+from memtrace_otel.semconv import attributes as A
+from memtrace_otel.sources import (
+    DEFAULT_MAX_ARRAY_ITEMS,
+    DEFAULT_MAX_ATTRIBUTE_BYTES,
+    FileSource,
+    ValueLimits,
+    open_source,
+)
+from memtrace_otel.sources._limits import cap_value, cut_text
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def _record(span_id: str, **attrs: object) -> SpanRecord:
+    return SpanRecord(TRACE, span_id, "op", attributes=MappingProxyType(dict(attrs)))  # type: ignore[arg-type]
+
+
+def _write(path: Path, *records: SpanRecord) -> Path:
+    path.write_text("".join(dumps_request([r]) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def test_long_strings_bytes_and_arrays_are_cut_and_counted(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "t.jsonl",
+        _record("00f067aa0ba902b7", s="x" * 101, b=b"\x01" * 101, arr=tuple(range(12)), ok="y"),
+        _record("00f067aa0ba902b8", short="x" * 100, arr=tuple(range(10))),
+    )
+    source = open_source(path, max_attribute_bytes=100, max_array_items=10)
+    first, second = list(source.records())
+    assert first.attributes["s"] == "x" * 100
+    assert first.attributes["b"] == b"\x01" * 100
+    assert first.attributes["arr"] == tuple(range(10))
+    assert first.attributes["ok"] == "y"
+    assert second.attributes == {"short": "x" * 100, "arr": tuple(range(10))}  # at the cap: kept
+    assert source.stats.truncated_values == 3
+    assert source.stats.skipped == 0 and source.stats.records == 2
+    assert "3 attribute values truncated" in source.stats.summary()
+
+
+def test_events_links_and_resource_values_are_capped_and_a_shared_resource_counted_once(
+    tmp_path: Path,
+) -> None:
+    resource = MappingProxyType({"service.name": "s", "big": "r" * 50})
+    event = EventRecord("memtrace.variable", 1, MappingProxyType({"v": "e" * 50}))
+    link = LinkRecord(TRACE, "00f067aa0ba902b7", MappingProxyType({"l": ("a", "b" * 50)}))
+    records = [
+        SpanRecord(
+            TRACE,
+            f"00f067aa0ba902c{i}",
+            "op",
+            events=(event,),
+            links=(link,),
+            resource_attributes=resource,
+        )
+        for i in range(3)
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_text(dumps_request(records) + "\n", encoding="utf-8")
+    source = FileSource(path.as_posix(), max_attribute_bytes=10)
+    out = list(source.records())
+    assert [r.resource_attributes["big"] for r in out] == ["r" * 10] * 3
+    assert [r.events[0].attributes["v"] for r in out] == ["e" * 10] * 3
+    assert [r.links[0].attributes["l"] for r in out] == [("a", "b" * 10)] * 3
+    # 1 resource value (shared by the three records) + 3 event values + 3 link array elements.
+    assert source.stats.truncated_values == 7
+
+
+def test_a_jaeger_tag_value_is_capped(tmp_path: Path) -> None:
+    span = {
+        "traceID": TRACE,
+        "spanID": "00f067aa0ba902b7",
+        "operationName": "op",
+        "references": [],
+        "startTime": 1_700_000_000_000_000,
+        "duration": 1500,
+        "tags": [{"key": "a", "type": "string", "value": "z" * 5000}],
+        "logs": [],
+        "processID": "p1",
+    }
+    trace = {"traceID": TRACE, "spans": [span], "processes": {"p1": {"serviceName": "s"}}}
+    path = tmp_path / "jaeger.json"
+    path.write_text(json.dumps({"data": [trace]}), encoding="utf-8")
+    source = open_source(path, max_attribute_bytes=1000)
+    [record] = list(source.records())
+    assert record.attributes["a"] == "z" * 1000
+    assert source.stats.truncated_values == 1
+
+
+def test_utf8_is_cut_on_a_character_boundary_by_bytes_not_characters() -> None:
+    assert cut_text("é" * 10, 5) == "éé"  # 2 bytes each: 4 bytes fit, a half character does not
+    assert cut_text("€" * 3, 9) is None and cut_text("€" * 4, 9) == "€€€"
+    assert cut_text("\ud800abc", 4) == "\ud800a"  # a lone surrogate (valid in JSON) is 3 bytes
+    assert cap_value("é" * 10, ValueLimits(max_bytes=20)) == ("é" * 10, 0)
+    assert cap_value("é" * 11, ValueLimits(max_bytes=20)) == ("é" * 10, 1)
+
+
+def test_nested_kvlist_and_array_elements_are_capped() -> None:
+    value = MappingProxyType({"inner": ("x" * 8, "ok"), "n": 1})
+    capped, count = cap_value(value, ValueLimits(max_bytes=4, max_items=5))
+    assert capped == {"inner": ("xxxx", "ok"), "n": 1} and count == 1
+
+
+def test_argument_beats_environment_beats_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(A.ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES, raising=False)
+    assert ValueLimits.resolve() == ValueLimits(
+        DEFAULT_MAX_ATTRIBUTE_BYTES, DEFAULT_MAX_ARRAY_ITEMS
+    )
+    assert DEFAULT_MAX_ATTRIBUTE_BYTES == 1 << 20 and DEFAULT_MAX_ARRAY_ITEMS == 10_000
+    monkeypatch.setenv(A.ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES, "2048")
+    assert FileSource("x").limits.max_bytes == 2048
+    assert FileSource("x", max_attribute_bytes=64).limits.max_bytes == 64
+
+
+@pytest.mark.parametrize("text", ["lots", "0", "-5"])
+def test_a_bad_environment_value_is_a_value_error_at_construction(
+    monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    monkeypatch.setenv(A.ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES, text)
+    with pytest.raises(ValueError, match="MEMTRACE_MAX_ATTRIBUTE_BYTES"):
+        FileSource("x")
+
+
+@pytest.mark.parametrize("kwargs", [{"max_attribute_bytes": 0}, {"max_array_items": -1}])
+def test_a_bad_cap_argument_is_a_value_error(kwargs: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        FileSource("x", **kwargs)
