@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import os
 import weakref
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 import networkx as nx
@@ -80,7 +81,7 @@ def op_log(G: nx.MultiDiGraph, scope: CaseScope, *, max_ops: int) -> tuple[list[
     return kept + own, len(before) - len(kept)
 
 
-class _LogMethod(ModelMethod):
+class _LogMethod(ModelMethod, ABC):
     """Shared by the three baselines: the op log and its rendering.
 
     Args:
@@ -132,10 +133,10 @@ class _LogMethod(ModelMethod):
         notes = [f"{cut} earliest ops of the log not shown"] if cut else []
         return self.attribute_log(G, scope, log, notes)
 
+    @abstractmethod
     def attribute_log(
         self, G: nx.MultiDiGraph, scope: CaseScope, log: list[str], notes: list[str]
-    ) -> Verdict:
-        raise NotImplementedError
+    ) -> Verdict: ...
 
     def render_steps(
         self,

@@ -12,6 +12,7 @@ import json
 import re
 import time
 import urllib.parse
+from abc import abstractmethod
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -133,11 +134,11 @@ class _BackendSource(Source):
 
     # The API of a backend: search -> records of any number of traces and/or trace ids still to
     # fetch; get -> one trace's records, or None when the backend does not have it.
-    def _search(self) -> tuple[list[SpanRecord], list[str]]:
-        raise NotImplementedError
+    @abstractmethod
+    def _search(self) -> tuple[list[SpanRecord], list[str]]: ...
 
-    def _get(self, trace_id: str) -> list[SpanRecord] | None:
-        raise NotImplementedError
+    @abstractmethod
+    def _get(self, trace_id: str) -> list[SpanRecord] | None: ...
 
     def _decode(self, body: Any, url: str) -> list[SpanRecord]:
         return decode_value(body, path=url, line=None, on_error=self.on_error)

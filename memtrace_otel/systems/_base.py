@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -455,7 +456,7 @@ class SystemConfig:
     top_k: int = 5
 
 
-class MemorySystem:
+class MemorySystem(ABC):
     """A memory system run over one store (one user's conversation).
 
     Subclasses implement :meth:`on_turn`, :meth:`on_session_end`, :meth:`answer`,
@@ -571,11 +572,11 @@ class MemorySystem:
         self._seq = snapshot[0]
         self._set_state(snapshot[1])
 
-    def _copy_state(self) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    def _copy_state(self) -> Any: ...
 
-    def _set_state(self, state: Any) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _set_state(self, state: Any) -> None: ...
 
     # -- helpers for subclasses ----------------------------------------------------------------
     def memory(
@@ -746,24 +747,24 @@ class MemorySystem:
             return step.output(Variable(f"prediction:{case_id}", 1, text, Category.PREDICTION))
 
     # -- subclass hooks ------------------------------------------------------------------------
+    @abstractmethod
     def on_turn(self, message: Variable, turn: Turn) -> None:
         """Process one message."""
-        raise NotImplementedError
 
-    def on_session_end(self, session: Session) -> None:
-        """Called after a session's last message."""
+    def on_session_end(self, session: Session) -> None:  # noqa: B027 - optional hook
+        """Called after a session's last message (optional; does nothing by default)."""
 
+    @abstractmethod
     def answer(self, query: Variable, question: Question, case_id: str) -> Variable:
         """Run retrieval, assembly and generation; return the prediction variable."""
-        raise NotImplementedError
 
+    @abstractmethod
     def live_records(self) -> list[Variable]:
         """The current version of every live record (the candidate set of retrieval)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def remove_record(self, record: Variable) -> None:
         """Drop a record from the store (after a delete op)."""
-        raise NotImplementedError
 
 
 def make_config(cls: type[SystemConfig], options: Mapping[str, Any] | None) -> Any:
