@@ -9,6 +9,7 @@
 'doc:1@2'
 """
 
+from memtrace_otel.instrumentation._batch import CountingBatchSpanProcessor
 from memtrace_otel.instrumentation._capture import (
     DEFAULT_MAX_VALUE_LENGTH,
     CaptureConfig,
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_MAX_VALUE_LENGTH",
     "DEFAULT_TRACES_FILE",
     "CaptureConfig",
+    "CountingBatchSpanProcessor",
     "InputLike",
     "MemTracer",
     "Op",

@@ -11,11 +11,13 @@ import os
 from collections.abc import Mapping
 
 from opentelemetry import trace
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.util.types import AttributeValue
 
+from memtrace_otel.instrumentation._batch import CountingBatchSpanProcessor
 from memtrace_otel.instrumentation._otlp_json import OtlpJsonLinesExporter
 from memtrace_otel.semconv.attributes import ENV_MEMTRACE_TRACES_FILE, SERVICE_NAME
 
@@ -75,6 +77,7 @@ def configure(
     batch: bool = True,
     set_global: bool = True,
     extra_processors: tuple[SpanProcessor, ...] = (),
+    meter_provider: MeterProvider | None = None,
 ) -> TracerProvider:
     """Set up a TracerProvider that exports memory-operation spans.
 
@@ -83,10 +86,13 @@ def configure(
         traces_file: write OTLP JSON Lines here instead of sending OTLP.
         protocol: ``grpc`` or ``http/protobuf``; ``None`` reads the ``OTEL_*`` variables.
         resource_attributes: more resource attributes (``OTEL_RESOURCE_ATTRIBUTES`` also applies).
-        batch: export in the background (``BatchSpanProcessor``); ``False`` exports each span as
-            it ends (scripts, tests).
+        batch: export in the background (:class:`CountingBatchSpanProcessor`: the SDK's
+            ``BatchSpanProcessor``, ``OTEL_BSP_*`` variables included, counting the spans a full
+            queue drops); ``False`` exports each span as it ends (scripts, tests).
         set_global: install the provider as the global one.
         extra_processors: more span processors (e.g. an ``EvolutionGraphProcessor``).
+        meter_provider: where the batch processor reports its dropped-span counter
+            (``memtrace.sdk.spans.dropped``); ``None`` uses the global meter provider.
 
     Returns:
         The provider; call ``shutdown()`` on it before the process exits to flush.
@@ -100,7 +106,9 @@ def configure(
     provider = TracerProvider(resource=Resource.create(attrs))
     exporter = resolve_exporter(traces_file=traces_file, protocol=protocol)
     provider.add_span_processor(
-        BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter)
+        CountingBatchSpanProcessor(exporter, meter_provider=meter_provider)
+        if batch
+        else SimpleSpanProcessor(exporter)
     )
     for processor in extra_processors:
         provider.add_span_processor(processor)

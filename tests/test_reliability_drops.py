@@ -1,0 +1,548 @@
+"""Queue overflow drops spans and counts them: in code, as a metric, in the log once.
+
+Real SDK, real exporters. The Collector is a loopback server that accepts and never answers;
+the exporter in front of it is wrapped only to count the spans it was handed and, where the
+test needs every drop to happen while the worker is stuck, to hold the worker until the app is
+done. "Never exported" is then 1000 minus what the exporter was handed.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk import _shared_internal as sdk_batch
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from memtrace_otel._internal import internal_error_counts, quiet_internal_errors
+from memtrace_otel.instrumentation import (
+    CaptureConfig,
+    CountingBatchSpanProcessor,
+    MemTracer,
+    WriterRegistry,
+    _batch,
+    configure,
+    resolve_exporter,
+)
+from memtrace_otel.semconv import attributes as A
+
+REPO = Path(__file__).resolve().parents[1]
+SDK_LOGGER = "opentelemetry.sdk._shared_internal"
+OUR_LOGGER = "memtrace_otel"
+SPANS = 1000
+QUEUE = 128
+BATCH = 64
+
+
+class SilentServer:
+    """Accepts TCP connections on 127.0.0.1 and never answers (a hung Collector)."""
+
+    def __init__(self) -> None:
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self.port = int(self._sock.getsockname()[1])
+        self._held: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def _accept(self) -> None:
+        self._sock.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                continue
+            self._held.append(conn)  # keep it open, read nothing, answer nothing
+
+    def __enter__(self) -> SilentServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        for conn in self._held:
+            conn.close()
+        self._sock.close()
+
+
+class HandedCounter(SpanExporter):
+    """A real exporter behind a gate: counts the spans it is handed, after the gate opens.
+
+    While the gate is closed the SDK's worker is stuck in ``export`` (as with a Collector that
+    never answers), so every overflow happens while nothing leaves the queue.
+    """
+
+    def __init__(self, inner: SpanExporter, *, gate_open: bool = False, pause: float = 0) -> None:
+        self.inner = inner
+        self.gate = threading.Event()
+        if gate_open:
+            self.gate.set()
+        self.pause = pause  # a slow Collector: the worker falls behind the app's threads
+        self.handed = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.gate.wait(60)
+        time.sleep(self.pause)
+        self.handed += len(spans)  # the SDK calls export from one thread at a time
+        return self.inner.export(spans)
+
+    def shutdown(self) -> None:
+        self.gate.set()
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+def app_call(mt: MemTracer, i: int) -> list[str]:
+    """The user's function: a traced retrieval whose result must come back untouched."""
+    query = mt.variable(f"q:{i}", f"where does user {i} live?", category="query")
+    with mt.retrieve("rag.search", inputs=[query]) as op:
+        result = [f"doc-{i}-{j}" for j in range(3)]
+        op.output(mt.variable(f"cand:{i}", result, category="candidates"))
+    return result
+
+
+def tracer_on(processor: BatchSpanProcessor) -> tuple[TracerProvider, MemTracer]:
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    mt = MemTracer(
+        tracer_provider=provider,
+        system="rag",
+        capture=CaptureConfig(mode="SPAN_ONLY"),
+        registry=WriterRegistry(),
+    )
+    return provider, mt
+
+
+def run_app(mt: MemTracer, n: int = SPANS) -> None:
+    for i in range(n):
+        assert app_call(mt, i) == [f"doc-{i}-{j}" for j in range(3)]
+
+
+def dropped_metric(reader: InMemoryMetricReader) -> dict[str, int]:
+    """``memtrace.sdk.spans.dropped`` per ``otel.component.name``."""
+    found: dict[str, int] = {}
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data else ():
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                if metric.name != A.METRIC_SDK_SPANS_DROPPED:
+                    continue
+                assert metric.unit == "{span}"
+                for point in metric.data.data_points:
+                    assert isinstance(point, NumberDataPoint)
+                    name = str((point.attributes or {})[A.METRIC_OTEL_COMPONENT_NAME])
+                    found[name] = int(point.value)
+    return found
+
+
+def queue_full_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == SDK_LOGGER and "Queue full" in r.getMessage()]
+
+
+def our_warnings(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith(OUR_LOGGER) and r.levelno == logging.WARNING and text in r.getMessage()
+    ]
+
+
+def forget_sdk_duplicates() -> None:
+    """The SDK's logger drops a record equal to the previous one (within 20 s); a different
+    record in between makes its next ``Queue full`` visible again, so "no such record" means
+    something here."""
+    logging.getLogger(SDK_LOGGER).warning("test marker")
+
+
+@pytest.fixture
+def bsp_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """The SDK's own variables set the queue: resolution must be the SDK's."""
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", str(QUEUE))
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", str(BATCH))
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "0.5")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    yield monkeypatch
+
+
+# --- the promise -------------------------------------------------------------------------------
+
+
+def test_a_hung_collector_drops_are_counted_exactly_and_warned_once(
+    bsp_env: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    reader = InMemoryMetricReader()
+    with SilentServer() as server:
+        bsp_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.port}")
+        exporter = HandedCounter(resolve_exporter())  # configure()'s OTLP/HTTP exporter
+        processor = CountingBatchSpanProcessor(
+            exporter, meter_provider=MeterProvider(metric_readers=[reader])
+        )
+        provider, mt = tracer_on(processor)
+        forget_sdk_duplicates()
+        run_app(mt)  # every call returns its own result, nothing raises
+
+        # While the Collector hangs: one warning with the hint, no per-span SDK warning.
+        first = our_warnings(caplog, "dropped")
+        assert len(first) == 1
+        assert "OTEL_BSP_MAX_QUEUE_SIZE" in first[0] and "Collector" in first[0]
+        assert queue_full_records(caplog) == []
+        live = processor.dropped_spans
+        assert dropped_metric(reader) == {processor._component: live}
+
+        exporter.gate.set()
+        provider.shutdown()
+
+    dropped = processor.dropped_spans
+    never_exported = SPANS - exporter.handed
+    assert dropped == never_exported == live
+    # The worker held at most one batch; everything else beyond the queue went.
+    assert SPANS - QUEUE - BATCH <= dropped <= SPANS - QUEUE
+    assert processor.stats() == {
+        "dropped_spans": dropped,
+        "queued_spans": 0,
+        "max_queue_size": QUEUE,
+        "counting": True,
+    }
+    assert dropped_metric(reader) == {processor._component: dropped}
+    assert our_warnings(caplog, "dropped") == [
+        first[0],
+        f"memtrace-otel: {dropped} spans dropped in total because the span queue was full "
+        f"(max_queue_size={QUEUE})",
+    ]
+    assert queue_full_records(caplog) == []
+
+
+def test_configure_counts_drops_into_the_meter_provider_argument(
+    bsp_env: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    reader = InMemoryMetricReader()
+    with SilentServer() as server:
+        bsp_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.port}")
+        provider = configure(
+            service_name="app",
+            set_global=False,
+            meter_provider=MeterProvider(metric_readers=[reader]),
+        )
+        mt = MemTracer(tracer_provider=provider, system="rag", registry=WriterRegistry())
+        forget_sdk_duplicates()
+        run_app(mt)
+        [(component, live)] = dropped_metric(reader).items()
+        provider.shutdown()
+    # Without the gate the worker may take a few more batches while the app runs.
+    assert live >= SPANS // 2
+    assert dropped_metric(reader)[component] >= live
+    assert len(our_warnings(caplog, "the span queue is full")) == 1
+    assert len(our_warnings(caplog, "dropped in total")) == 1
+    assert queue_full_records(caplog) == []
+
+
+def test_threads_racing_a_busy_worker_are_counted_exactly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Four app threads overflow a queue the worker keeps draining: the SDK's own "full?" check
+    races here; our balance does not."""
+    caplog.set_level(logging.WARNING)
+    sink = InMemorySpanExporter()
+    exporter = HandedCounter(sink, gate_open=True, pause=0.001)
+    processor = CountingBatchSpanProcessor(
+        exporter, max_queue_size=64, max_export_batch_size=16, schedule_delay_millis=1
+    )
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("load")
+    per_thread = 3000
+
+    def produce() -> None:
+        for _ in range(per_thread):
+            tracer.start_span("s").end()
+
+    threads = [threading.Thread(target=produce) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    provider.shutdown()
+    exported = len(sink.get_finished_spans())
+    assert exported == exporter.handed
+    assert processor.dropped_spans > 0
+    assert processor.dropped_spans + exported == 4 * per_thread
+    assert len(our_warnings(caplog, "the span queue is full")) == 1
+
+
+def test_nothing_overflows_so_everything_is_exported(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    for var in ("OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    caplog.set_level(logging.WARNING)
+    reader = InMemoryMetricReader()
+    sink = InMemorySpanExporter()
+    processor = CountingBatchSpanProcessor(
+        sink, meter_provider=MeterProvider(metric_readers=[reader])
+    )
+    provider, mt = tracer_on(processor)
+    run_app(mt, 300)
+    provider.shutdown()
+    assert len(sink.get_finished_spans()) == 300
+    assert processor.stats() == {
+        "dropped_spans": 0,
+        "queued_spans": 0,
+        "max_queue_size": 2048,  # the SDK default
+        "counting": True,
+    }
+    assert dropped_metric(reader) == {processor._component: 0}
+    assert [r for r in caplog.records if r.name.startswith(OUR_LOGGER)] == []
+
+
+@pytest.mark.parametrize(
+    ("argument", "env", "expected"), [(None, None, 2048), (None, "100", 100), (50, "100", 50)]
+)
+def test_queue_size_resolves_like_the_sdk(
+    monkeypatch: pytest.MonkeyPatch, argument: int | None, env: str | None, expected: int
+) -> None:
+    monkeypatch.delenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", raising=False)
+    if env is None:
+        monkeypatch.delenv("OTEL_BSP_MAX_QUEUE_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", env)
+    processor = CountingBatchSpanProcessor(
+        InMemorySpanExporter(), max_queue_size=argument, max_export_batch_size=10
+    )
+    sdk = BatchSpanProcessor(
+        InMemorySpanExporter(), max_queue_size=argument, max_export_batch_size=10
+    )
+    try:
+        assert processor.stats()["max_queue_size"] == expected
+        assert sdk._batch_processor._max_queue_size == expected
+    finally:
+        processor.shutdown()
+        sdk.shutdown()  # type: ignore[no-untyped-call]
+
+
+def test_only_our_processors_sdk_warnings_are_silenced_and_the_filter_goes_at_shutdown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    sdk_logger = logging.getLogger(SDK_LOGGER)
+    filters_before = list(sdk_logger.filters)
+    ours = HandedCounter(InMemorySpanExporter())
+    theirs = HandedCounter(InMemorySpanExporter())
+    counting = CountingBatchSpanProcessor(ours, max_queue_size=8, max_export_batch_size=4)
+    plain = BatchSpanProcessor(theirs, max_queue_size=8, max_export_batch_size=4)
+    assert len(sdk_logger.filters) == len(filters_before) + 1
+    for processor in (counting, plain):
+        provider = TracerProvider()
+        provider.add_span_processor(processor)
+        forget_sdk_duplicates()
+        before = len(queue_full_records(caplog))
+        for _ in range(40):
+            provider.get_tracer("t").start_span("s").end()
+        seen = len(queue_full_records(caplog)) - before
+        # Ours: none. The plain SDK processor: its usual warning (deduplicated by the SDK).
+        assert (seen == 0) if processor is counting else (seen >= 1)
+    for exporter in (ours, theirs):
+        exporter.gate.set()
+    counting.shutdown()
+    plain.shutdown()  # type: ignore[no-untyped-call]
+    assert counting.dropped_spans == 40 - ours.handed > 0
+    assert sdk_logger.filters == filters_before
+
+
+def test_the_global_meter_provider_is_used_unless_one_is_given(tmp_path: Path) -> None:
+    """In a fresh interpreter: the global meter provider can be set only once per process."""
+    script = tmp_path / "global_meter.py"
+    script.write_text(
+        """
+import json, threading
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from memtrace_otel.instrumentation import CountingBatchSpanProcessor
+
+class Stuck(SpanExporter):
+    def __init__(self):
+        self.gate = threading.Event()
+    def export(self, spans):
+        self.gate.wait(60)
+        return SpanExportResult.SUCCESS
+    def shutdown(self):
+        self.gate.set()
+
+def points(reader):
+    out = {}
+    for rm in reader.get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                for p in m.data.data_points:
+                    out[p.attributes["otel.component.name"]] = p.value
+    return out
+
+global_reader, given_reader = InMemoryMetricReader(), InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[global_reader]))
+result = {}
+for name, mp in (("global", None), ("given", MeterProvider(metric_readers=[given_reader]))):
+    exporter = Stuck()
+    processor = CountingBatchSpanProcessor(
+        exporter, max_queue_size=8, max_export_batch_size=4, meter_provider=mp
+    )
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    for _ in range(50):
+        provider.get_tracer("t").start_span("s").end()
+    exporter.gate.set()
+    provider.shutdown()
+    result[name] = [processor._component, processor.dropped_spans]
+result["global_points"] = points(global_reader)
+result["given_points"] = points(given_reader)
+print(json.dumps(result))
+"""
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    (global_name, global_dropped), (given_name, given_dropped) = result["global"], result["given"]
+    assert global_dropped > 0 and given_dropped > 0
+    assert result["global_points"] == {global_name: global_dropped}
+    assert result["given_points"] == {given_name: given_dropped}
+
+
+# --- fault injection: SDK internals changed, our own bug -------------------------------------
+
+
+class _OtherQueue(collections.deque[Any]):
+    """What a later SDK might use instead of a plain ``deque``."""
+
+
+def _sdk_uses_another_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = sdk_batch.BatchProcessor.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self._queue = _OtherQueue((), self._queue.maxlen)
+
+    monkeypatch.setattr(sdk_batch.BatchProcessor, "__init__", init)
+
+
+def _sdk_logger_is_an_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sdk_batch, "_logger", logging.LoggerAdapter(sdk_batch._logger, {}))
+
+
+@pytest.mark.parametrize("change", [_sdk_uses_another_queue, _sdk_logger_is_an_adapter])
+def test_changed_sdk_internals_give_the_plain_sdk_processor(
+    change: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    change(monkeypatch)
+    monkeypatch.setattr(_batch, "_degraded_logged", False)
+    exporters = [HandedCounter(InMemorySpanExporter()) for _ in range(2)]
+    processors = [
+        CountingBatchSpanProcessor(e, max_queue_size=16, max_export_batch_size=8) for e in exporters
+    ]
+    assert [p.counting for p in processors] == [False, False]
+    assert len(our_warnings(caplog, "cannot count dropped spans")) == 1  # once per process
+    provider, mt = tracer_on(processors[0])
+    forget_sdk_duplicates()
+    run_app(mt, 100)  # results intact through the overflow
+    assert processors[0].stats() == {
+        "dropped_spans": 0,
+        "queued_spans": 0,
+        "max_queue_size": 0,
+        "counting": False,
+    }
+    for e in exporters:
+        e.gate.set()
+    provider.shutdown()
+    processors[1].shutdown()
+    # Degraded means the SDK's behaviour, its warning included, and everything it kept exported.
+    assert len(queue_full_records(caplog)) >= 1
+    assert 16 <= exporters[0].handed < 100
+
+
+def test_a_bug_in_our_hook_leaves_the_plain_sdk_processor(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(maxlen: int) -> None:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(_batch, "_DropState", broken)
+    before = internal_error_counts().get("batch.hook", 0)
+    sink = InMemorySpanExporter()
+    with quiet_internal_errors():
+        processor = CountingBatchSpanProcessor(sink, max_queue_size=16, max_export_batch_size=8)
+    assert not processor.counting
+    assert internal_error_counts()["batch.hook"] == before + 1
+    provider, mt = tracer_on(processor)
+    run_app(mt, 10)
+    provider.shutdown()
+    assert len(sink.get_finished_spans()) == 10
+
+
+def test_a_broken_meter_provider_still_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Broken(MeterProvider):
+        def get_meter(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("injected")
+
+    before = internal_error_counts().get("batch.metric", 0)
+    exporter = HandedCounter(InMemorySpanExporter())
+    with quiet_internal_errors():
+        processor = CountingBatchSpanProcessor(
+            exporter, max_queue_size=8, max_export_batch_size=4, meter_provider=Broken()
+        )
+    assert processor.counting
+    assert internal_error_counts()["batch.metric"] == before + 1
+    provider, mt = tracer_on(processor)
+    run_app(mt, 30)
+    exporter.gate.set()
+    provider.shutdown()
+    assert processor.dropped_spans == 30 - exporter.handed > 0
+
+
+def test_a_queue_swapped_behind_our_back_lets_the_sdk_warnings_through(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Should a later SDK replace its queue (say after a fork), drops are no longer ours to
+    count, so their warnings must not be hidden either."""
+    caplog.set_level(logging.WARNING)
+    exporter = HandedCounter(InMemorySpanExporter())
+    processor = CountingBatchSpanProcessor(exporter, max_queue_size=8, max_export_batch_size=4)
+    processor._batch_processor._queue = collections.deque(maxlen=8)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    forget_sdk_duplicates()
+    for _ in range(40):
+        provider.get_tracer("t").start_span("s").end()
+    assert len(queue_full_records(caplog)) >= 1
+    exporter.gate.set()
+    provider.shutdown()
