@@ -310,6 +310,14 @@ def test_version_edges_are_derived_in_any_order() -> None:
     assert {e for e in edges(G) if e[2] == "version"} == set()
 
 
+def test_version_edges_of_zero_padded_versions_in_one_build() -> None:
+    # "x@01" is version 1, but "x@2" looking back asks for "x@1": the padded ref looks ahead.
+    ops = [op_span(A1, "create", [], ["x@01"]), op_span(A2, "update", ["x@01"], ["x@2"], start=1)]
+    expected = {("x@01", "x@2", "version")}
+    for order in (ops, ops[::-1]):
+        assert {e for e in edges(build_graph(order)) if e[2] == "version"} == expected
+
+
 def test_cross_trace_lineage() -> None:
     records = [
         op_span(A1, "create", [], ["mem@1"], trace_id=TRACE_1, start=1),

@@ -228,6 +228,9 @@ class _Fold:
         self.new_ops: set[str] = set()
         self.evicted: set[str] = set()  # removed ops whose anomalies must go
         self.writer_counts: dict[str, int] = {}  # of the variables derived in finish()
+        # In a fresh build every version edge is found from its newer end (a new variable
+        # looks for its predecessor); only variables already in the graph need a look ahead.
+        self.look_ahead = bool(G._node)
 
     # --- adding ---------------------------------------------------------------------------------
 
@@ -320,6 +323,8 @@ class _Fold:
 
     def _new_var(self, ref: str) -> None:
         ident, _, version = ref.rpartition("@")
+        if version[0] == "0":  # "x@01": its neighbours cannot name it, so it looks both ways
+            self.look_ahead = True
         self.G._node[ref] = {"type": "variable", "id": ident, "version": int(version)}
         self.G._succ[ref] = {}
         self.G._pred[ref] = {}
@@ -441,12 +446,14 @@ class _Fold:
         nodes = self.G._node
         node = nodes[ref]
         ident, version = node["id"], node["version"]
-        before = f"{ident}@{version - 1}"
-        after = f"{ident}@{version + 1}"
-        if version > 1 and before in nodes:
-            self._add_version_edge(before, ref)
-        if after in nodes:
-            self._add_version_edge(ref, after)
+        if version > 1:
+            before = f"{ident}@{version - 1}"
+            if before in nodes:
+                self._add_version_edge(before, ref)
+        if self.look_ahead:
+            after = f"{ident}@{version + 1}"
+            if after in nodes:
+                self._add_version_edge(ref, after)
 
     def _add_version_edge(self, older: str, newer: str) -> None:
         succ = self.G._succ
@@ -590,23 +597,19 @@ def _ordered_by_time(G: nx.MultiDiGraph, region: Iterable[str]) -> bool:
 
 def _potential_rises(G: nx.MultiDiGraph, region: Iterable[str]) -> bool:
     nodes, succ = G._node, G._succ
+    potential: dict[str, int] = {}
     for node in region:
         data = nodes[node]
         if data["type"] == "op":
-            here = 3 * data["end"] + 1
+            potential[node] = 3 * data["end"] + 1
         elif data.get("writer") is None:
-            here = -1
+            potential[node] = -1
         else:
-            here = 3 * data["time"] + 2
+            potential[node] = 3 * data["time"] + 2
+    # The region holds every successor of its nodes (a KeyError otherwise: the exact check).
+    for node, here in potential.items():
         for nxt in succ[node]:
-            after = nodes[nxt]
-            if after["type"] == "op":
-                there = 3 * after["end"] + 1
-            elif after.get("writer") is None:
-                there = -1
-            else:
-                there = 3 * after["time"] + 2
-            if there <= here:
+            if potential[nxt] <= here:
                 return False
     return True
 
