@@ -43,7 +43,7 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation, g
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from memtrace_otel._internal import internal_error
-from memtrace_otel.semconv.attributes import METRIC_SDK_SPANS_DROPPED, METRIC_OTEL_COMPONENT_NAME
+from memtrace_otel.semconv.attributes import METRIC_OTEL_COMPONENT_NAME, METRIC_SDK_SPANS_DROPPED
 
 __all__ = ["CountingBatchSpanProcessor"]
 
