@@ -76,6 +76,14 @@ GEN_AI_EVALUATION_EXPLANATION: Final = "gen_ai.evaluation.explanation"
 # --- Standard OpenTelemetry names we read ------------------------------------------------------
 SERVICE_NAME: Final = "service.name"
 
+# --- SDK health metrics (metric names and their attributes, not span attributes) ---------------
+METRIC_SDK_SPANS_DROPPED: Final = "memtrace.sdk.spans.dropped"
+"""Observable counter (``{span}``): spans ``CountingBatchSpanProcessor`` dropped because its queue was full."""
+METRIC_OTEL_COMPONENT_NAME: Final = "otel.component.name"
+"""Upstream (OTel SDK health metrics), a data-point attribute: which processor instance a data point is about, e.g. ``memtrace_otel.batching_span_processor/0``."""
+METRIC_NAMES: Final[tuple[str, ...]] = (METRIC_SDK_SPANS_DROPPED, METRIC_OTEL_COMPONENT_NAME)
+"""The metric names and data-point attributes above (``METRIC_*``: not span attributes)."""
+
 # --- Environment variables ---------------------------------------------------------------------
 ENV_CAPTURE_MESSAGE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 """Upstream switch for content capture (``NO_CONTENT`` default)."""
@@ -85,6 +93,12 @@ ENV_MEMTRACE_MAX_VALUE_LENGTH: Final = "MEMTRACE_MAX_VALUE_LENGTH"
 """Largest captured value in characters before it is cut and marked ``truncated``."""
 ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES: Final = "MEMTRACE_MAX_ATTRIBUTE_BYTES"
 """Longest string/bytes attribute value (UTF-8 bytes) the trace loaders keep; longer ones are cut and counted."""
+ENV_MEMTRACE_MAX_LINE_BYTES: Final = "MEMTRACE_MAX_LINE_BYTES"
+"""Longest line (bytes) the JSON Lines loaders read; a longer one is skipped unread and counted (``line_too_long``)."""
+ENV_MEMTRACE_MAX_DOCUMENT_BYTES: Final = "MEMTRACE_MAX_DOCUMENT_BYTES"
+"""Largest whole JSON trace document (bytes) the file loaders read; a larger one is skipped and counted (``document_too_large``)."""
+ENV_MEMTRACE_MAX_RESPONSE_BYTES: Final = "MEMTRACE_MAX_RESPONSE_BYTES"
+"""Largest HTTP response body (bytes) the Jaeger and Tempo sources read; a larger one raises ``BackendError``."""
 ENV_MEMTRACE_REGISTRY_SIZE: Final = "MEMTRACE_REGISTRY_SIZE"
 """How many ref -> writer entries the in-process writer registry keeps."""
 ENV_MEMTRACE_TRACES_FILE: Final = "MEMTRACE_TRACES_FILE"
@@ -131,7 +145,8 @@ ALL_ATTRIBUTE_NAMES: Final[tuple[str, ...]] = tuple(
     for key, value in dict(globals()).items()
     if key.isupper()
     and isinstance(value, str)
-    and not key.startswith(("ENV_", "_"))
+    and not key.startswith(("ENV_", "METRIC_", "_"))
     and key not in _NOT_ATTRIBUTES
 )
-"""Every span, event and link attribute name above (not environment variables or span names)."""
+"""Every span, event and link attribute name above (not environment variables, metric names or
+span names)."""
