@@ -1,10 +1,17 @@
-"""Size caps on attribute values: cut, counted in ``stats.truncated_values``, configurable."""
+"""Size caps: attribute values cut and counted in ``stats.truncated_values``; line and document
+caps; both configurable (argument > environment > default).
+
+The size bombs themselves (a 200 MB line, oversized HTTP bodies) are in
+``test_reliability_bombs.py``.
+"""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import pytest
 
@@ -14,7 +21,11 @@ from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (
     DEFAULT_MAX_ARRAY_ITEMS,
     DEFAULT_MAX_ATTRIBUTE_BYTES,
+    DEFAULT_MAX_DOCUMENT_BYTES,
+    DEFAULT_MAX_LINE_BYTES,
     FileSource,
+    LineReader,
+    ReadLimits,
     ValueLimits,
     open_source,
 )
@@ -134,6 +145,66 @@ def test_a_bad_environment_value_is_a_value_error_at_construction(
 
 
 @pytest.mark.parametrize("kwargs", [{"max_attribute_bytes": 0}, {"max_array_items": -1}])
-def test_a_bad_cap_argument_is_a_value_error(kwargs: dict[str, int]) -> None:
+def test_a_bad_cap_argument_is_a_value_error(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         FileSource("x", **kwargs)
+
+
+# --- read caps: lines and documents ------------------------------------------------------------
+
+
+def test_read_caps_argument_beats_environment_beats_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(A.ENV_MEMTRACE_MAX_LINE_BYTES, raising=False)
+    monkeypatch.delenv(A.ENV_MEMTRACE_MAX_DOCUMENT_BYTES, raising=False)
+    assert FileSource("x").read_limits == ReadLimits(
+        DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_DOCUMENT_BYTES
+    )
+    assert DEFAULT_MAX_LINE_BYTES == 64 << 20 and DEFAULT_MAX_DOCUMENT_BYTES == 256 << 20
+    monkeypatch.setenv(A.ENV_MEMTRACE_MAX_LINE_BYTES, "4096")
+    monkeypatch.setenv(A.ENV_MEMTRACE_MAX_DOCUMENT_BYTES, "8192")
+    assert FileSource("x").read_limits == ReadLimits(4096, 8192)
+    assert FileSource("x", max_line_bytes=10, max_document_bytes=20).read_limits == ReadLimits(
+        10, 20
+    )
+
+
+@pytest.mark.parametrize(
+    "variable", [A.ENV_MEMTRACE_MAX_LINE_BYTES, A.ENV_MEMTRACE_MAX_DOCUMENT_BYTES]
+)
+@pytest.mark.parametrize("text", ["64M", "0", "-5", "1e6"])
+def test_a_bad_read_cap_in_the_environment_is_a_value_error_at_construction(
+    monkeypatch: pytest.MonkeyPatch, variable: str, text: str
+) -> None:
+    monkeypatch.setenv(variable, text)
+    with pytest.raises(ValueError, match=variable):
+        FileSource("x")
+
+
+@pytest.mark.parametrize("kwargs", [{"max_line_bytes": 0}, {"max_document_bytes": -1}])
+def test_a_bad_read_cap_argument_is_a_value_error(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        open_source("x", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("data", "lines", "skipped"),
+    [
+        (b"abcd\nabcde\n", [b"abcd\n", b""], [6]),  # 4 bytes fit, 5 do not (newline excluded)
+        (b"abcde", [b""], [5]),  # a last line without a newline is measured the same way
+        (b"abcd", [b"abcd"], []),
+        (b"\n\nabcd\r\n", [b"\n", b"\n", b""], [6]),  # "\r" is content
+        (b"x" * 10 + b"\nok\n" + b"y" * 9, [b"", b"ok\n", b""], [11, 9]),
+    ],
+)
+def test_the_line_reader_never_yields_a_line_over_the_cap(
+    data: bytes, lines: list[bytes], skipped: list[int]
+) -> None:
+    reader = LineReader(io.BytesIO(data), 4)
+    seen, sizes = [], []
+    for line in reader:
+        seen.append(line)
+        if not line:
+            sizes.append(reader.skipped_size)
+    assert seen == lines and sizes == skipped

@@ -10,6 +10,9 @@ from typing import Any
 
 from memtrace_otel.errors import DecodeError
 from memtrace_otel.semconv import ErrorType, JudgeVerdict
+from memtrace_otel.semconv import attributes as A
+from memtrace_otel.sources import DEFAULT_MAX_LINE_BYTES, LineReader
+from memtrace_otel.sources._limits import resolve_cap
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,11 @@ def parse_case(obj: Any, *, path: str = "", line: int = 0) -> Case:
 
 
 def load_cases(
-    path: str | os.PathLike[str], *, strict: bool = True, skipped: list[str] | None = None
+    path: str | os.PathLike[str],
+    *,
+    strict: bool = True,
+    skipped: list[str] | None = None,
+    max_line_bytes: int | None = None,
 ) -> Iterator[Case]:
     """Read a cases file (JSON Lines, contract section 5).
 
@@ -140,16 +147,31 @@ def load_cases(
         path: the file.
         strict: raise on the first bad line; otherwise skip it and append its error to ``skipped``.
         skipped: collects the messages of skipped lines in lenient mode.
+        max_line_bytes: the longest line read; a longer one is a bad line, skipped without
+            being held in memory (``None``: ``MEMTRACE_MAX_LINE_BYTES``, else 64 MiB).
 
     Raises:
         DecodeError: a bad line in strict mode, naming the file, line and field.
+        ValueError: a bad ``max_line_bytes`` (argument or environment variable), when the
+            first case is asked for.
     """
+    cap = resolve_cap(
+        "max_line_bytes", max_line_bytes, A.ENV_MEMTRACE_MAX_LINE_BYTES, DEFAULT_MAX_LINE_BYTES
+    )
     name = os.fspath(path)
     with open(name, "rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            if not raw.strip():
+        reader = LineReader(handle, cap)
+        for number, raw in enumerate(reader, 1):
+            if raw and not raw.strip():
                 continue
             try:
+                if not raw:
+                    raise DecodeError(
+                        f"a line of {reader.skipped_size} bytes: longer than max_line_bytes={cap} "
+                        f"({A.ENV_MEMTRACE_MAX_LINE_BYTES}), skipped without being held in memory",
+                        path=name,
+                        line=number,
+                    )
                 try:
                     obj = json.loads(raw.decode("utf-8"))
                 except UnicodeDecodeError as exc:

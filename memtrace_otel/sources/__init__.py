@@ -46,6 +46,11 @@ from memtrace_otel.sources._jaeger import ARRAY_ATTRIBUTES
 from memtrace_otel.sources._limits import (
     DEFAULT_MAX_ARRAY_ITEMS,
     DEFAULT_MAX_ATTRIBUTE_BYTES,
+    DEFAULT_MAX_DOCUMENT_BYTES,
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    LineReader,
+    ReadLimits,
     RecordCapper,
     ValueLimits,
 )
@@ -82,7 +87,8 @@ def open_source(
         strict: raise at the first bad record instead of skipping and counting it.
         http: timeouts, retries, auth and TLS for backends.
         **options: backend options (override the URL's parameters), or ``dedupe_window``,
-            ``max_attribute_bytes`` and ``max_array_items`` for files (see :class:`Source`).
+            ``max_attribute_bytes``, ``max_array_items``, ``max_line_bytes`` and
+            ``max_document_bytes`` for files (see :class:`FileSource`).
 
     Raises:
         ValueError: a malformed backend URL or option, or a plain ``http://`` URL.
@@ -108,6 +114,9 @@ __all__ = [
     "BACKEND_SCHEMES",
     "DEFAULT_MAX_ARRAY_ITEMS",
     "DEFAULT_MAX_ATTRIBUTE_BYTES",
+    "DEFAULT_MAX_DOCUMENT_BYTES",
+    "DEFAULT_MAX_LINE_BYTES",
+    "DEFAULT_MAX_RESPONSE_BYTES",
     "OP_KIND_BY_CATEGORY",
     "OP_KIND_BY_NAME",
     "OTHER_KIND",
@@ -118,6 +127,8 @@ __all__ = [
     "FileSource",
     "HttpOptions",
     "JaegerSource",
+    "LineReader",
+    "ReadLimits",
     "RecordCapper",
     "Source",
     "SourceStats",

@@ -114,8 +114,15 @@ class _BackendSource(Source):
         http: HttpOptions | None = None,
         strict: bool = False,
         dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
+        max_attribute_bytes: int | None = None,
+        max_array_items: int | None = None,
     ) -> None:
-        super().__init__(strict=strict, dedupe_window=dedupe_window)
+        super().__init__(
+            strict=strict,
+            dedupe_window=dedupe_window,
+            max_attribute_bytes=max_attribute_bytes,
+            max_array_items=max_array_items,
+        )
         if limit < 1 or follow_links < 0 or max_traces < 1:
             raise ValueError("limit and max_traces must be >= 1 and follow_links >= 0")
         self.client = HttpClient(url, http)
@@ -214,9 +221,12 @@ class JaegerSource(_BackendSource):
         api: ``auto`` (api_v3, falling back to v1 on a missing route), ``v3`` or ``v1``.
         follow_links: hops of span links to follow to other traces (0: none).
         max_traces: stop fetching linked traces after this many traces in all.
-        http: timeouts, retries, auth and TLS.
+        http: timeouts, retries, auth, TLS and the response size cap (``max_response_bytes``).
         strict: raise at the first bad record.
         dedupe_window: see :class:`~memtrace_otel.sources.Source`.
+        max_attribute_bytes: see :class:`~memtrace_otel.sources.Source` (values of the
+            fetched records are cut and counted as for files).
+        max_array_items: see :class:`~memtrace_otel.sources.Source`.
 
     Raises:
         ValueError: neither ``service`` nor ``trace_ids``, or a bad option.
@@ -337,7 +347,8 @@ class TempoSource(_BackendSource):
             Tempo leaves out the newest 30 s unless its ``query_end_cutoff`` is lowered.
         limit: traces per search.
         spss: spans per span set returned by the search (unused for fetching).
-        follow_links, max_traces, http, strict, dedupe_window: see :class:`JaegerSource`.
+        follow_links, max_traces, http, strict, dedupe_window, max_attribute_bytes,
+            max_array_items: see :class:`JaegerSource`.
 
     Raises:
         ValueError: a bad option.

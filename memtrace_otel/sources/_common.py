@@ -29,6 +29,8 @@ EMPTY_LINE = "empty_line"
 TRUNCATED = "truncated"
 UNSUPPORTED_FORMAT = "unsupported_format"
 UNREADABLE = "unreadable"
+LINE_TOO_LONG = "line_too_long"
+DOCUMENT_TOO_LARGE = "document_too_large"
 
 MAX_ERROR_MESSAGES = 10
 """How many error messages :class:`SourceStats` keeps (the counts are always complete)."""

@@ -10,6 +10,10 @@ What a file holds is read from its first bytes, never from its name:
 - a 4-byte big-endian length followed by a zstd frame, a protobuf ``ExportTraceServiceRequest``
   or JSON: the Collector's length-prefixed records (``format: proto``, or any format with the
   legacy per-record ``compression: zstd``).
+
+What is read before parsing is bounded by :class:`ReadLimits`: a line (or a record, after
+decompression) over ``max_line_bytes`` is skipped without being held, a document over
+``max_document_bytes`` is skipped after reading at most that much; both are counted.
 """
 
 from __future__ import annotations
@@ -25,12 +29,15 @@ from typing import IO, Any, Protocol
 
 from memtrace_otel.errors import SourceError
 from memtrace_otel.semconv import SpanRecord
+from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources._common import (
+    DOCUMENT_TOO_LARGE,
     EMPTY_FILE,
     EMPTY_LINE,
     INVALID_JSON,
     INVALID_RECORD,
     INVALID_UTF8,
+    LINE_TOO_LONG,
     TRUNCATED,
     UNREADABLE,
     UNSUPPORTED_FORMAT,
@@ -40,15 +47,18 @@ from memtrace_otel.sources._common import (
     make_error,
 )
 from memtrace_otel.sources._documents import BenchSink, decode_value
-from memtrace_otel.sources._limits import RecordCapper
+from memtrace_otel.sources._limits import LineReader, LineSource, ReadLimits, RecordCapper
 from memtrace_otel.sources._otlp_proto import decode_request_message, parse_request
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 MAX_FRAME = 256 * 1024 * 1024
-"""Largest length-prefixed record we read (the Collector cuts zstd frames at 100 MiB)."""
+"""Largest record length a length-prefixed file may announce; a larger one means a corrupt file
+(the Collector cuts zstd frames at 100 MiB). Records over ``max_line_bytes`` are skipped."""
+_CHUNK = 1 << 20
+"""Bytes read at a time while reading a document or skipping a record."""
 
-_fast_loads: Callable[[bytes], Any] | None
+_fast_loads: Callable[[bytes | bytearray], Any] | None
 try:  # the optional accelerator (pip install 'memtrace-otel[fast]'): parses JSON ~3x faster
     from orjson import loads as _fast_loads
 except ImportError:  # the standard parser then does all the work
@@ -137,7 +147,7 @@ def open_binary(path: str) -> IO[bytes]:
 class _Prefixed(io.RawIOBase):
     """``head`` followed by the rest of ``stream`` (to sniff a stream that cannot seek)."""
 
-    def __init__(self, head: bytes, stream: Readable) -> None:
+    def __init__(self, head: bytes | bytearray, stream: Readable) -> None:
         self._head = memoryview(head)
         self._stream = stream
 
@@ -149,6 +159,8 @@ class _Prefixed(io.RawIOBase):
             n = min(len(buffer), len(self._head))
             buffer[:n] = self._head[:n]
             self._head = self._head[n:]
+            if not self._head:
+                self._head = memoryview(b"")  # let go of the (possibly large) head
             return n
         data = self._stream.read(len(buffer))
         buffer[: len(data)] = data
@@ -167,14 +179,32 @@ def _read_exactly(stream: Readable, size: int) -> bytes:
     return b"".join(parts)
 
 
-def _decompress_frame(payload: bytes) -> bytes:
+def _skip_exactly(stream: Readable, size: int) -> int:
+    """Read and drop ``size`` bytes a chunk at a time; how many there were."""
+    done = 0
+    while done < size:
+        chunk = stream.read(min(_CHUNK, size - done))
+        if not chunk:
+            break
+        done += len(chunk)
+    return done
+
+
+def _decompress_frame(payload: bytes, limit: int) -> bytes | None:
+    """The decompressed record, or ``None`` when it holds more than ``limit`` bytes (a
+    decompression bomb is stopped after ``limit + 1`` bytes)."""
     if payload[:4] == ZSTD_MAGIC:
         import zstandard  # optional dependency, only needed for zstd data
 
-        return zstandard.ZstdDecompressor().decompressobj().decompress(payload)
-    if payload[:2] == GZIP_MAGIC:
-        return gzip.decompress(payload)
-    return payload
+        stream: Readable = zstandard.ZstdDecompressor().stream_reader(
+            payload, read_across_frames=True
+        )
+    elif payload[:2] == GZIP_MAGIC:
+        stream = gzip.GzipFile(fileobj=io.BytesIO(payload), mode="rb")
+    else:
+        return payload
+    data = _read_exactly(stream, limit + 1)
+    return None if len(data) > limit else data
 
 
 class FileReader:
@@ -186,11 +216,13 @@ class FileReader:
         on_error: OnError,
         bench: BenchSink | None,
         capper: RecordCapper | None = None,
+        limits: ReadLimits | None = None,
     ) -> None:
         self.path = path
         self.on_error = on_error
         self.bench = bench
         self.capper = capper
+        self.limits = limits if limits is not None else ReadLimits.resolve()
 
     def fail(
         self, kind: str, reason: str, line: int | None = None, field: str | None = None
@@ -266,7 +298,7 @@ class FileReader:
             self.fail(TRUNCATED, f"corrupt or truncated zstd data ({exc})")
 
     # --- JSON --------------------------------------------------------------------------------
-    def _parse(self, raw: bytes, line: int | None) -> Any:
+    def _parse(self, raw: bytes | bytearray, line: int | None) -> Any:
         """One JSON value, or ``Bad`` naming what is wrong with it."""
         if _fast_loads is not None:
             try:
@@ -286,11 +318,28 @@ class FileReader:
         except RecursionError:
             raise Bad("", "JSON nested too deeply", INVALID_JSON) from None
 
+    def _line_too_long(self, line: int, what: str) -> None:
+        """Report a line (or record) over the line cap, ``what`` saying how long it was."""
+        cap = self.limits.max_line_bytes
+        self.fail(
+            LINE_TOO_LONG,
+            f"{what}: longer than max_line_bytes={cap} ({A.ENV_MEMTRACE_MAX_LINE_BYTES}), "
+            "skipped without being held in memory",
+            line,
+        )
+
     def _json_text(self, stream: IO[bytes]) -> Iterator[SpanRecord]:
+        reader = LineReader(stream, self.limits.max_line_bytes)
         lineno = 0
         first = b""
-        for raw in stream:
+        for raw in reader:
             lineno += 1
+            if not raw:
+                # Over the line cap before any other line: read the file as JSON Lines (a
+                # document on one line is one line, and the line cap applies to it).
+                self._line_too_long(lineno, f"a line of {reader.skipped_size} bytes")
+                yield from self._json_lines(stream, lineno)
+                return
             if raw.strip():
                 first = raw
                 break
@@ -299,11 +348,38 @@ class FileReader:
         except Bad:
             first_value = None
         if first_value is not None and type(first_value) in (dict, list):
-            yield from self._decode(first_value, lineno, len(first))
+            records = self.decode(first_value, lineno, len(first))
+            del first_value, first  # not kept alive while the rest of the file is read
+            yield from records
+            del records
             yield from self._json_lines(stream, lineno)
             return
-        # Not one value per line: a whole document (pretty-printed API responses, UI downloads).
-        text = first + stream.read()
+        yield from self._document(first, stream, lineno)
+
+    def _document(self, first: bytes, stream: IO[bytes], lineno: int) -> Iterator[SpanRecord]:
+        """A file that is not one value per line: one document (pretty-printed API responses,
+        UI downloads), read whole when it is at most ``max_document_bytes``."""
+        cap = self.limits.max_document_bytes
+        text = bytearray(first)
+        while len(text) <= cap:
+            chunk = stream.read(min(_CHUNK, cap + 1 - len(text)))
+            if not chunk:
+                break
+            text += chunk
+        if len(text) > cap:
+            if self._looks_like_lines(text):
+                # A JSON Lines file whose first line is broken: go on line by line from what
+                # was read (let go of once consumed), then from the rest of the stream.
+                rest = io.BufferedReader(_Prefixed(text, stream), buffer_size=1 << 16)
+                del text
+                yield from self._json_lines(rest, lineno - 1)
+            else:
+                self.fail(
+                    DOCUMENT_TOO_LARGE,
+                    f"a JSON document of more than max_document_bytes={cap} bytes "
+                    f"({A.ENV_MEMTRACE_MAX_DOCUMENT_BYTES}): the file is skipped",
+                )
+            return
         try:
             value = self._parse(text, None)
         except Bad as bad:
@@ -313,12 +389,20 @@ class FileReader:
             else:
                 self.fail(bad.kind, bad.reason)
             return
-        yield from self._decode(value, None, len(text))
+        size = len(text)
+        del text
+        yield from self.decode(value, None, size)
 
-    def _looks_like_lines(self, text: bytes) -> bool:
+    def _looks_like_lines(self, text: bytes | bytearray) -> bool:
         """Whether a text that is not one JSON document has a complete, non-empty JSON object
         on one of its first lines after the first (a pretty-printed document never does)."""
-        for line in text.split(b"\n", 50)[1:50]:
+        end = text.find(b"\n")
+        for _ in range(49):  # the second to the fiftieth line
+            if end < 0:
+                return False
+            start = end + 1
+            end = text.find(b"\n", start)
+            line = text[start:end] if end >= 0 else text[start:]
             if line.lstrip()[:1] != b"{":
                 continue
             try:
@@ -329,26 +413,76 @@ class FileReader:
                 return True
         return False
 
-    def _json_lines(self, stream: IO[bytes], lineno: int) -> Iterator[SpanRecord]:
-        blank_at = None
-        for raw in stream:
-            lineno += 1
-            if raw[0] in _WHITESPACE and not raw.strip():  # (strip() copies: check cheaply first)
-                if blank_at is None:
-                    blank_at = lineno
-                continue
-            if blank_at is not None:
-                # Blank lines only count when more data follows (a trailing newline is fine).
-                self.fail(EMPTY_LINE, "empty line in a JSON Lines file", blank_at)
-                blank_at = None
-            try:
-                value = self._parse(raw, lineno)
-            except Bad as bad:
-                self.fail(bad.kind, bad.reason, lineno)
-                continue
-            yield from self._decode(value, lineno, len(raw))
+    def _json_lines(self, stream: LineSource, lineno: int) -> Iterator[SpanRecord]:
+        for line, _, size, value in self.json_line_values(stream, lineno):
+            yield from self.decode(value, line, size)
 
-    def _decode(self, value: Any, line: int | None, size: int) -> list[SpanRecord]:
+    def json_line_values(
+        self,
+        stream: LineSource,
+        lineno: int,
+        *,
+        offset: int = 0,
+        end: int | None = None,
+        data_follows: bool = False,
+        head: bool = False,
+    ) -> Iterator[tuple[int, int, int, Any]]:
+        """The parsed values of the JSON Lines of ``stream``, from where it stands.
+
+        Yields ``(line number, byte offset, size in bytes, value)`` for each line that parses;
+        the line-level problems go to ``on_error`` as the loader reports them: blank lines
+        followed by data (``empty_line``), lines that are not JSON or not UTF-8, lines over
+        ``max_line_bytes`` (``line_too_long``, never held in memory).
+
+        Args:
+            stream: positioned at the start of a line.
+            lineno: the number of the line before that one (0 at the start of the file).
+            offset: the byte offset of the stream's position (to give each line's offset).
+            end: stop after the line that reaches this byte offset (``None``: read to the end).
+            data_follows: data follows ``end``, so blank lines just before it are an error.
+            head: the stream starts the file: blank lines before the first value are no error.
+        """
+        reader = LineReader(stream, self.limits.max_line_bytes)
+        blank_at = None
+        leading = head
+        for raw in reader:
+            lineno += 1
+            at = offset
+            offset += len(raw) or reader.skipped_size
+            # (strip() copies: check cheaply first; an over-long line comes as b"")
+            if raw and raw[0] in _WHITESPACE and not raw.strip():
+                if blank_at is None and not leading:
+                    blank_at = lineno
+            else:
+                leading = False
+                if blank_at is not None:
+                    # Blank lines only count when more data follows (a trailing newline is fine).
+                    self.fail(EMPTY_LINE, "empty line in a JSON Lines file", blank_at)
+                    blank_at = None
+                if not raw:
+                    self._line_too_long(lineno, f"a line of {reader.skipped_size} bytes")
+                else:
+                    try:
+                        value = self._parse(raw, lineno)
+                    except Bad as bad:
+                        self.fail(bad.kind, bad.reason, lineno)
+                    else:
+                        yield lineno, at, len(raw), value
+            if end is not None and offset >= end:
+                break
+        if blank_at is not None and data_follows:
+            self.fail(EMPTY_LINE, "empty line in a JSON Lines file", blank_at)
+
+    def parse_or_none(self, raw: bytes, line: int | None = None) -> Any:
+        """``raw`` parsed as JSON, or ``None`` once ``on_error`` has been told why it is not
+        (a JSON ``null`` also gives ``None``: it holds no spans either)."""
+        try:
+            return self._parse(raw, line)
+        except Bad as bad:
+            self.fail(bad.kind, bad.reason, line)
+            return None
+
+    def decode(self, value: Any, line: int | None, size: int) -> list[SpanRecord]:
         """The records of one parsed value, decoded from ``size`` bytes of input."""
         records = decode_value(
             value, path=self.path, line=line, on_error=self.on_error, bench=self.bench
@@ -372,16 +506,26 @@ class FileReader:
                     TRUNCATED, f"record length {size} exceeds {MAX_FRAME}: corrupt file", number
                 )
                 return
+            if size > self.limits.max_line_bytes:
+                skipped = _skip_exactly(stream, size)
+                if skipped < size:
+                    self.fail(TRUNCATED, f"truncated record: {skipped} of {size} bytes", number)
+                    return
+                self._line_too_long(number, f"a record of {size} bytes")
+                continue
             payload = _read_exactly(stream, size)
             if len(payload) < size:
                 self.fail(TRUNCATED, f"truncated record: {len(payload)} of {size} bytes", number)
                 return
             try:
-                data = _decompress_frame(payload)
+                data = _decompress_frame(payload, self.limits.max_line_bytes)
             except Exception as exc:  # gzip, zlib and zstandard errors alike
                 self.fail(
                     TRUNCATED, f"corrupt compressed record ({type(exc).__name__}: {exc})", number
                 )
+                continue
+            if data is None:
+                self._line_too_long(number, "a record that decompresses to more bytes")
                 continue
             yield from self._frame(data, number)
 
@@ -397,7 +541,7 @@ class FileReader:
             except Bad as bad:
                 self.fail(bad.kind, bad.reason, number)
                 return []
-            return self._decode(value, number, len(data))
+            return self.decode(value, number, len(data))
         try:
             request = parse_request(data, path=self.path, line=number)
         except Bad as bad:
@@ -414,11 +558,13 @@ def read_file(
     on_error: OnError,
     bench: BenchSink | None = None,
     capper: RecordCapper | None = None,
+    limits: ReadLimits | None = None,
 ) -> Iterator[SpanRecord]:
     """The records of one trace file of any supported format, streamed.
 
     Bad records go to ``on_error`` (which raises in strict mode); an unreadable or
     unrecognised file is reported the same way. With a ``capper``, attribute values over its
-    caps are cut and counted in its stats.
+    caps are cut and counted in its stats. ``limits`` bound the lines and documents read
+    (default: :meth:`ReadLimits.resolve`).
     """
-    return FileReader(path, on_error, bench, capper).records()
+    return FileReader(path, on_error, bench, capper, limits).records()

@@ -1,7 +1,9 @@
 """A small JSON-over-HTTP client on the standard library, for the live backends.
 
 Timeouts, retries with exponential backoff on 429 and 5xx (honouring ``Retry-After``), bearer or
-basic auth, extra headers and TLS options. We use ``urllib`` rather than adding an HTTP
+basic auth, extra headers and TLS options. Response bodies are read a chunk at a time up to
+``max_response_bytes``: a larger body (announced or streamed) raises :class:`BackendError`
+instead of filling memory. We use ``urllib`` rather than adding an HTTP
 dependency: the query APIs are plain GETs returning JSON, and the batch job makes few, large
 requests, so connection pooling would not pay for a new core dependency.
 """
@@ -9,6 +11,7 @@ requests, so connection pooling would not pay for a new core dependency.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import random
 import ssl
@@ -22,9 +25,15 @@ from typing import Any
 
 from memtrace_otel import __version__
 from memtrace_otel.errors import BackendError
+from memtrace_otel.semconv import attributes as A
+from memtrace_otel.sources._limits import DEFAULT_MAX_RESPONSE_BYTES, resolve_cap
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 """HTTP statuses worth retrying: rate limits and server-side failures."""
+_BODY_CHUNK = 256 * 1024
+"""Bytes read at a time from a response body."""
+_ERROR_BODY_BYTES = 64 * 1024
+"""How much of an error response we read (only its message is shown)."""
 
 
 @dataclass(frozen=True)
@@ -40,14 +49,20 @@ class HttpOptions:
         token: a bearer token (``Authorization: Bearer ...``).
         username: basic-auth user (with ``password``); also taken from ``user:pass@`` in the URL.
         password: basic-auth password.
-        headers: extra request headers (e.g. ``X-Scope-OrgID`` for a multi-tenant Tempo).
+        headers: extra request headers (e.g. ``X-Scope-OrgID`` for a multi-tenant Tempo); left
+            out of ``repr``, as they may carry API keys.
         verify: check the server's TLS certificate.
         ca_file: a PEM bundle of CAs to trust instead of the system's.
         client_cert: a PEM client certificate (mutual TLS), with ``client_key`` if separate.
         client_key: the client certificate's key.
+        max_response_bytes: the largest response body read; a larger one raises
+            :class:`~memtrace_otel.errors.BackendError` after reading at most this much (plus
+            one 256 KiB chunk). ``None``: the ``MEMTRACE_MAX_RESPONSE_BYTES`` environment
+            variable, else 256 MiB; resolved when the options are built.
 
     Raises:
-        ValueError: a negative number, or both a token and a user.
+        ValueError: a negative number, both a token and a user, or a response cap (argument
+            or environment variable) that is not a positive integer.
     """
 
     timeout: float = 30.0
@@ -57,11 +72,12 @@ class HttpOptions:
     token: str | None = field(default=None, repr=False)
     username: str | None = None
     password: str | None = field(default=None, repr=False)
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)  # may hold keys
     verify: bool = True
     ca_file: str | None = None
     client_cert: str | None = None
     client_key: str | None = None
+    max_response_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.timeout <= 0:
@@ -70,6 +86,13 @@ class HttpOptions:
             raise ValueError("retries, backoff and max_backoff must be >= 0")
         if self.token and self.username:
             raise ValueError("give a bearer token or a basic-auth user, not both")
+        cap = resolve_cap(
+            "max_response_bytes",
+            self.max_response_bytes,
+            A.ENV_MEMTRACE_MAX_RESPONSE_BYTES,
+            DEFAULT_MAX_RESPONSE_BYTES,
+        )
+        object.__setattr__(self, "max_response_bytes", cap)  # frozen: set once, resolved
 
     def ssl_context(self) -> ssl.SSLContext:
         """The TLS context these options describe."""
@@ -127,6 +150,9 @@ class HttpClient:
             (parts.scheme, netloc, parts.path.rstrip("/"), "", "")
         )
         self.options = options
+        cap = options.max_response_bytes
+        self.max_response_bytes = cap if cap is not None else DEFAULT_MAX_RESPONSE_BYTES
+        """The largest response body read (resolved by :class:`HttpOptions`)."""
         self._sleep = sleep
         handlers: list[urllib.request.BaseHandler] = []
         if parts.scheme == "https":
@@ -153,8 +179,9 @@ class HttpClient:
         """GET ``path``; retry 429/5xx/network errors; return 2xx and 404, raise on the rest.
 
         Raises:
-            BackendError: a 4xx other than 404 (after a 401/403 the message says so), or a
-                retryable failure that outlasted the retries.
+            BackendError: a 4xx other than 404 (after a 401/403 the message says so), a body
+                larger than ``max_response_bytes``, or a retryable failure that outlasted the
+                retries.
         """
         url = self.url(path, params)
         attempt = 0
@@ -166,12 +193,18 @@ class HttpClient:
             try:
                 with self._opener.open(request, timeout=self.options.timeout) as reply:
                     status = reply.status
-                    raw = reply.read()
+                    raw = self._read_body(reply, url)
             except urllib.error.HTTPError as exc:
                 status = exc.code
-                raw = exc.read() if exc.fp is not None else b""
+                raw = exc.read(_ERROR_BODY_BYTES) if exc.fp is not None else b""
                 retry_after = _retry_after(exc.headers.get("Retry-After") if exc.headers else None)
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+            except (
+                urllib.error.URLError,
+                TimeoutError,
+                ConnectionError,
+                OSError,
+                http.client.HTTPException,  # e.g. IncompleteRead: the body was cut off
+            ) as exc:
                 reason = getattr(exc, "reason", exc)
                 if attempt > self.options.retries:
                     raise BackendError(f"cannot reach the backend: {reason}", url=url) from None
@@ -191,6 +224,39 @@ class HttpClient:
             raise BackendError(
                 f"request failed: {detail}" if detail else "request failed", url=url, status=status
             )
+
+    def _read_body(self, reply: Any, url: str) -> bytes:
+        """The body of ``reply``, read a chunk at a time, never more than the cap plus a chunk.
+
+        The chunks are joined only once the whole body is in (a growing buffer would hold up
+        to twice the cap while it is copied to a larger one); the join costs no more than the
+        decoding to text that follows anyway.
+
+        Raises:
+            BackendError: the body (as announced by ``Content-Length``, or as read) is larger
+                than ``max_response_bytes``.
+        """
+        cap = self.max_response_bytes
+        length = reply.headers.get("Content-Length") if reply.headers else None
+        if length is not None and length.strip().isdigit() and int(length) > cap:
+            raise self._too_large(url, f"announces {int(length)} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = reply.read(_BODY_CHUNK)
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > cap:
+                raise self._too_large(url, f"sent more than {cap} bytes")
+            chunks.append(chunk)
+
+    def _too_large(self, url: str, what: str) -> BackendError:
+        return BackendError(
+            f"the response body {what}, over max_response_bytes={self.max_response_bytes} "
+            f"({A.ENV_MEMTRACE_MAX_RESPONSE_BYTES}); reading stopped",
+            url=url,
+        )
 
     def _wait(self, attempt: int, retry_after: float | None) -> None:
         delay = min(self.options.max_backoff, self.options.backoff * 2 ** (attempt - 1))

@@ -1,20 +1,26 @@
-"""Size caps on decoded attribute values, so one huge value cannot fill the batch job's memory.
+"""Size caps, so one huge input cannot fill the batch job's memory.
 
-The JSON parser has already built the value when we see it, so the cap does not bound the peak
-while one line is decoded; it bounds what the records *keep*: without it every record holding a
-1 GB string keeps 1 GB alive until the graph is built. The cap is applied once, as records leave
-the decoders (:meth:`Source.records`), so every format (OTLP JSON and protobuf, Jaeger,
-MemTraceBench) is cut the same way and the decoders' hot loops stay untouched.
+Two kinds of cap, at two places:
+
+- **Read caps** (:class:`ReadLimits`) bound what is read before it is parsed: a JSON Lines line
+  (``max_line_bytes``) and a whole JSON document (``max_document_bytes``). A line over the cap
+  is skipped in bounded chunks, never held (:class:`LineReader`), so the peak while a file is
+  read no longer scales with its longest line.
+- **Value caps** (:class:`ValueLimits`) bound what the records *keep*: without them every
+  record holding a 1 MB string keeps it alive until the graph is built. They are applied once,
+  as records leave the decoders (:meth:`Source.records`), so every format (OTLP JSON and
+  protobuf, Jaeger, MemTraceBench, live backends) is cut the same way and the decoders' hot
+  loops stay untouched.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from memtrace_otel.semconv import AttrValue, EventRecord, LinkRecord, SpanRecord
 from memtrace_otel.semconv import attributes as A
@@ -25,12 +31,149 @@ DEFAULT_MAX_ATTRIBUTE_BYTES = 1 << 20
 """Longest string (UTF-8 bytes) or bytes attribute value a loader keeps: 1 MiB."""
 DEFAULT_MAX_ARRAY_ITEMS = 10_000
 """Most elements an array attribute value keeps."""
+DEFAULT_MAX_LINE_BYTES = 64 << 20
+"""Longest JSON Lines line (bytes, newline excluded) the file loaders read: 64 MiB.
+
+Three times the largest request the Collector's OTLP/HTTP receiver accepts by default (20 MiB,
+its ``max_request_body_size``), and its file exporter writes one request per line; a line of
+that size parses in well under a second to a few hundred MB (docs/sources.md)."""
+DEFAULT_MAX_DOCUMENT_BYTES = 256 << 20
+"""Largest whole JSON document (bytes) the file loaders read: 256 MiB, the live sources'
+``max_response_bytes``, so a saved API response is readable wherever the API call was."""
+DEFAULT_MAX_RESPONSE_BYTES = 256 << 20
+"""Largest HTTP response body (bytes) the live backends' client reads: 256 MiB."""
+
+_SKIP_CHUNK = 1 << 20
+"""Bytes read at a time while skipping an over-long line (the most it ever holds of one)."""
 
 
 def _positive(name: str, value: int) -> int:
     if type(value) is not int or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return value
+
+
+def resolve_cap(name: str, value: int | None, env: str, default: int) -> int:
+    """A size cap: ``value`` if given, else the environment variable ``env``, else ``default``.
+
+    Raises:
+        ValueError: the value (argument or environment variable) is not a positive integer.
+
+    >>> resolve_cap("max_line_bytes", None, "MEMTRACE_NO_SUCH_VARIABLE", 64)
+    64
+    >>> resolve_cap("max_line_bytes", 0, "MEMTRACE_NO_SUCH_VARIABLE", 64)
+    Traceback (most recent call last):
+    ValueError: max_line_bytes must be a positive integer, got 0
+    """
+    if value is not None:
+        return _positive(name, value)
+    text = os.environ.get(env, "").strip()
+    if not text:
+        return default
+    number = int(text) if text.isdigit() and text.isascii() else 0
+    if number < 1:
+        raise ValueError(f"{env} must be a positive integer, got {text!r}")
+    return number
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLimits:
+    """The read caps of a file source.
+
+    Attributes:
+        max_line_bytes: longest JSON Lines line (or length-prefixed record, after
+            decompression) read; a longer one is skipped unread and counted as
+            ``line_too_long``.
+        max_document_bytes: largest whole JSON document read; a larger file is skipped and
+            counted as ``document_too_large``.
+
+    >>> ReadLimits(max_line_bytes=10).max_document_bytes == DEFAULT_MAX_DOCUMENT_BYTES
+    True
+    """
+
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES
+
+    def __post_init__(self) -> None:
+        _positive("max_line_bytes", self.max_line_bytes)
+        _positive("max_document_bytes", self.max_document_bytes)
+
+    @classmethod
+    def resolve(
+        cls, max_line_bytes: int | None = None, max_document_bytes: int | None = None
+    ) -> ReadLimits:
+        """The caps from the arguments, else ``MEMTRACE_MAX_LINE_BYTES`` /
+        ``MEMTRACE_MAX_DOCUMENT_BYTES``, else the defaults.
+
+        Raises:
+            ValueError: a cap (argument or environment variable) is not a positive integer.
+        """
+        return cls(
+            resolve_cap(
+                "max_line_bytes",
+                max_line_bytes,
+                A.ENV_MEMTRACE_MAX_LINE_BYTES,
+                DEFAULT_MAX_LINE_BYTES,
+            ),
+            resolve_cap(
+                "max_document_bytes",
+                max_document_bytes,
+                A.ENV_MEMTRACE_MAX_DOCUMENT_BYTES,
+                DEFAULT_MAX_DOCUMENT_BYTES,
+            ),
+        )
+
+
+class LineSource(Protocol):
+    """A binary stream with a size-limited ``readline`` (files, ``BufferedReader``, ``BytesIO``)."""
+
+    def readline(self, size: int = -1, /) -> bytes: ...
+
+
+class LineReader:
+    """The lines of a binary stream, none longer than ``max_bytes`` ever held in memory.
+
+    Iterating yields each line as ``bytes`` (with its newline). A line longer than ``max_bytes``
+    (newline excluded) is read and dropped in 1 MiB chunks up to its newline, and yielded as
+    ``b""``: a real line is never empty (it has at least its newline, or one byte at the end
+    of the stream). :attr:`skipped_size` then holds its length in bytes, newline included, so
+    callers can report it (and keep byte offsets right).
+
+    Args:
+        stream: what to read.
+        max_bytes: the longest line kept.
+
+    >>> import io
+    >>> reader = LineReader(io.BytesIO(b"short\\n" + b"x" * 10 + b"\\nend"), 8)
+    >>> [(line, reader.skipped_size) for line in reader]
+    [(b'short\\n', 0), (b'', 11), (b'end', 11)]
+    """
+
+    __slots__ = ("_limit", "_readline", "skipped_size")
+
+    def __init__(self, stream: LineSource, max_bytes: int) -> None:
+        self._readline = stream.readline
+        self._limit = _positive("max_line_bytes", max_bytes) + 1
+        self.skipped_size = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        readline, limit = self._readline, self._limit
+        while True:
+            raw = readline(limit)
+            if len(raw) < limit or raw[-1] == 10:  # a whole line (b"\n" is 10), or the end
+                if not raw:
+                    return
+                yield raw
+                continue
+            size = len(raw)
+            del raw  # hold no more of it than one chunk from here on
+            while True:
+                chunk = readline(_SKIP_CHUNK)
+                size += len(chunk)
+                if not chunk or chunk[-1] == 10:
+                    break
+            self.skipped_size = size
+            yield b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,19 +208,13 @@ class ValueLimits:
         >>> ValueLimits.resolve(100).max_bytes
         100
         """
-        if max_attribute_bytes is None:
-            text = os.environ.get(A.ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES, "").strip()
-            if text:
-                max_attribute_bytes = int(text) if text.isdigit() and text.isascii() else 0
-                if max_attribute_bytes < 1:
-                    raise ValueError(
-                        f"{A.ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES} must be a positive integer, "
-                        f"got {text!r}"
-                    )
-            else:
-                max_attribute_bytes = DEFAULT_MAX_ATTRIBUTE_BYTES
         return cls(
-            max_attribute_bytes,
+            resolve_cap(
+                "max_attribute_bytes",
+                max_attribute_bytes,
+                A.ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES,
+                DEFAULT_MAX_ATTRIBUTE_BYTES,
+            ),
             DEFAULT_MAX_ARRAY_ITEMS if max_array_items is None else max_array_items,
         )
 

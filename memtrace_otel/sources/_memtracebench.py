@@ -63,6 +63,7 @@ from memtrace_otel.sources._common import (
     short_repr,
     source_label,
 )
+from memtrace_otel.sources._limits import DEFAULT_MAX_DOCUMENT_BYTES, resolve_cap
 
 OTHER_KIND = "other"
 """The op kind of operations whose name and category say nothing we can map (kept, never blamed
@@ -860,20 +861,39 @@ def decode_memtracebench(
         )
 
 
-def load_memtracebench(path: str | os.PathLike[str], *, strict: bool = True) -> BenchGraph:
+def load_memtracebench(
+    path: str | os.PathLike[str], *, strict: bool = True, max_document_bytes: int | None = None
+) -> BenchGraph:
     """Import one MemTraceBench / smartcomment export file.
 
     Args:
         path: the JSON file.
         strict: raise at a bad element (default); ``False`` skips bad elements.
+        max_document_bytes: the largest file read (``None``: ``MEMTRACE_MAX_DOCUMENT_BYTES``,
+            else 256 MiB).
 
     Raises:
-        DecodeError: the file is not a JSON smartcomment export, or (strict) a bad element.
+        DecodeError: the file is not a JSON smartcomment export, is larger than
+            ``max_document_bytes``, or (strict) has a bad element.
+        ValueError: a bad ``max_document_bytes``.
     """
     text = os.fspath(path)
+    cap = resolve_cap(
+        "max_document_bytes",
+        max_document_bytes,
+        attr.ENV_MEMTRACE_MAX_DOCUMENT_BYTES,
+        DEFAULT_MAX_DOCUMENT_BYTES,
+    )
     try:
         with open(text, "rb") as f:
-            obj = json.load(f)
+            data = f.read(cap + 1)
+        if len(data) > cap:
+            raise DecodeError(
+                f"larger than max_document_bytes={cap} ({attr.ENV_MEMTRACE_MAX_DOCUMENT_BYTES})",
+                path=text,
+            )
+        obj = json.loads(data)
+        del data
     except OSError as exc:
         raise DecodeError(f"cannot read the file ({exc.strerror or exc})", path=text) from None
     except ValueError as exc:

@@ -16,7 +16,7 @@ from memtrace_otel.sources._common import (
 )
 from memtrace_otel.sources._documents import BenchSink
 from memtrace_otel.sources._files import expand_paths, read_file
-from memtrace_otel.sources._limits import RecordCapper, ValueLimits
+from memtrace_otel.sources._limits import ReadLimits, RecordCapper, ValueLimits
 from memtrace_otel.sources._memtracebench import BenchCase, BenchLabel
 
 DEFAULT_DEDUPE_WINDOW = 1 << 18
@@ -142,6 +142,13 @@ class FileSource(Source):
         dedupe_window: see :class:`Source`.
         max_attribute_bytes: see :class:`Source`.
         max_array_items: see :class:`Source`.
+        max_line_bytes: longest JSON Lines line (or length-prefixed record) read; a longer one
+            is skipped without being held in memory and counted as ``line_too_long`` (strict:
+            a ``DecodeError`` naming file, line and the cap). ``None``: the
+            ``MEMTRACE_MAX_LINE_BYTES`` environment variable, else 64 MiB.
+        max_document_bytes: largest whole JSON document read; a larger file is skipped after
+            reading at most this much and counted as ``document_too_large``. ``None``:
+            ``MEMTRACE_MAX_DOCUMENT_BYTES``, else 256 MiB.
 
     Raises:
         SourceError: (when iterating) a spec names nothing.
@@ -156,6 +163,8 @@ class FileSource(Source):
         dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
         max_attribute_bytes: int | None = None,
         max_array_items: int | None = None,
+        max_line_bytes: int | None = None,
+        max_document_bytes: int | None = None,
     ) -> None:
         super().__init__(
             strict=strict,
@@ -163,6 +172,7 @@ class FileSource(Source):
             max_attribute_bytes=max_attribute_bytes,
             max_array_items=max_array_items,
         )
+        self.read_limits = ReadLimits.resolve(max_line_bytes, max_document_bytes)
         self.specs: list[str | os.PathLike[str]] = (
             [paths] if isinstance(paths, str | os.PathLike) else list(paths)
         )
@@ -172,7 +182,7 @@ class FileSource(Source):
         for spec in self.specs:
             for path in expand_paths(spec):
                 self.stats.files += 1
-                yield from read_file(path, self.on_error, self._bench, capper)
+                yield from read_file(path, self.on_error, self._bench, capper, self.read_limits)
 
     def _capped_records(self) -> Iterator[SpanRecord]:
         # The file reader caps as it decodes, skipping lines too short to hold a long value.
