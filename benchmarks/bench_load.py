@@ -7,20 +7,33 @@
    bounded memory (the graph stays under ``max_ops``).
 2. ``run_batch`` with the ``evidence`` method on a generated benchmark (``--users`` users of the
    four reference systems): cases per second, including loading.
+3. The batch job on ``--cases`` failed cases (100,000 by default): a synthetic OTLP JSON Lines
+   export is written directly (one small store per case: two messages stored as facts, a
+   retrieval, an answer, a failed judgement; half the cases lose the fact at retrieval, half
+   answer wrongly from it), then the real ``memtrace attribute`` CLI runs on it in a child
+   process, once in memory and once with ``--memory-bound``. Checks that every case gets a
+   verdict or a reported failure (unreported losses = 0) and that the verdicts name the
+   planted faults; reports wall and CPU seconds, cases/s and the child's peak RSS.
 
-Peak memory is the process's maximum RSS (``ru_maxrss``) after each part.
+Peak memory is the process's maximum RSS (``ru_maxrss``) after each part (part 3: the CLI's).
 
-Run: .venv/bin/python benchmarks/bench_load.py [--spans 100000] [--users 20]
+Run: nice -n 10 .venv/bin/python benchmarks/bench_load.py [--spans 100000] [--users 20]
+         [--cases 100000] [--only processor|batch|cases ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import resource
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -29,7 +42,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from memtrace_otel.attribution import get_method, run_batch
 from memtrace_otel.cli import main as cli_main
-from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
+from memtrace_otel.instrumentation import (
+    CaptureConfig,
+    MemTracer,
+    WriterRegistry,
+    dumps_request,
+    span_to_record,
+)
 from memtrace_otel.processing import EvolutionGraphProcessor
 
 THREADS = 8
@@ -142,16 +161,235 @@ def bench_batch(users: int) -> None:
         sys.exit("batch load: verdict lines do not match the cases")
 
 
+# --- 3. the batch job on many cases ---------------------------------------------------------
+
+FAULTS = ("retrieval", "response")
+EXPECTED = {"retrieval": "RetrievalError", "response": "ResponseError"}
+_TOKEN = "QQCASEQQ"  # stands for the case number in the template; never in a value (digests)
+_CASE_ID = re.compile(r"case-(\d+)")
+
+
+def _template_line(fault: str) -> str:
+    """One case of the workload as one OTLP JSON line, through the real ``MemTracer`` and SDK.
+
+    Its trace and span ids are replaced by ``{t0}``/``{s0}``... fields and ``_TOKEN`` by ``{c}``,
+    so :meth:`str.format` writes a new case in microseconds without an SDK round trip.
+    """
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    mt = MemTracer(
+        tracer_provider=provider,
+        system="synthetic",
+        store_id=f"user-{_TOKEN}",
+        capture=CaptureConfig(mode="SPAN_AND_EVENT"),
+        registry=WriterRegistry(),
+    )
+    case = f"case-{_TOKEN}"
+    texts = ("My sister Ana moved to Porto last May.", "I love hiking in the mountains.")
+    facts = ("Ana lives in Porto", "User likes hiking")
+    stored = []
+    for n, (text, fact) in enumerate(zip(texts, facts, strict=True), 1):
+        message = mt.variable(f"msg:{_TOKEN}:{n}", text, category="message")
+        with mt.create("synthetic.add_fact", inputs=[message]) as op:
+            stored.append(op.output(mt.variable(f"mem:{_TOKEN}:{n}", fact, category="memory")))
+    question = mt.variable(f"query:{_TOKEN}", "Where does Ana live?", category="query")
+    gold = mt.variable(f"gold:{_TOKEN}", ["Porto"], category="gold")
+    with provider.get_tracer("bench").start_as_current_span("POST /answer"):
+        with mt.retrieve("synthetic.search", inputs=[question, *stored], case_id=case) as op:
+            hits = [stored[1].value] if fault == "retrieval" else [stored[0].value]
+            found = op.output(mt.variable(f"cands:{_TOKEN}", hits, category="candidates"))
+        with mt.generate("synthetic.answer", inputs=[found, question], case_id=case) as op:
+            answer = "I don't know" if fault == "retrieval" else "Lisbon"
+            prediction = op.output(mt.variable(f"pred:{_TOKEN}", answer, category="prediction"))
+        with mt.judge("synthetic.judge", inputs=[prediction, gold], case_id=case) as op:
+            op.set_verdict(False)
+            op.output(mt.variable(f"score:{_TOKEN}", 0, category="score"))
+    provider.shutdown()
+    records = [span_to_record(span) for span in exporter.get_finished_spans()]
+    line = dumps_request(records).replace("{", "{{").replace("}", "}}")
+    trace_ids = list(dict.fromkeys(r.trace_id for r in records))
+    for number, trace_id in enumerate(trace_ids):
+        line = line.replace(trace_id, f"{{t{number}}}")
+    for number, record in enumerate(records):
+        line = line.replace(record.span_id, f"{{s{number}}}")
+    assert _TOKEN in line and "{t0}" in line and "{s0}" in line
+    return line.replace(_TOKEN, "{c}")
+
+
+def write_cases_workload(folder: Path, cases: int) -> tuple[Path, Path, float]:
+    """``traces.jsonl`` and ``cases.jsonl`` for ``cases`` failed cases; seconds it took."""
+    start = time.perf_counter()
+    templates = [_template_line(fault) for fault in FAULTS]
+    spans = [t.count('"spanId"') for t in templates]
+    traces_per_case = [len(set(re.findall(r"\{t\d+\}", t))) for t in templates]
+    traces_path, cases_path = folder / "traces.jsonl", folder / "cases.jsonl"
+    with traces_path.open("w", encoding="utf-8") as traces, cases_path.open("w") as out:
+        for i in range(cases):
+            fault = i % len(FAULTS)
+            c = f"{i:07d}"
+            # Unique non-zero ids: the case number, then the span's (or trace's) position.
+            ids = {f"s{k}": f"{i + 1:012x}{k + 1:04x}" for k in range(spans[fault])}
+            ids.update({f"t{k}": f"{i + 1:028x}{k + 1:04x}" for k in range(traces_per_case[fault])})
+            traces.write(templates[fault].format(c=c, **ids) + "\n")
+            entry = {
+                "case_id": f"case-{c}",
+                "question": "Where does Ana live?",
+                "gold_answers": ["Porto"],
+                "evidence_refs": [f"msg:{c}:1@1"],
+                "verdict": "incorrect",
+            }
+            out.write(json.dumps(entry) + "\n")
+    return traces_path, cases_path, time.perf_counter() - start
+
+
+_CLI = r"""
+import resource, sys
+from memtrace_otel.cli import main
+code = main(sys.argv[1:])
+own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print(f"PEAK_RSS_KB {own} {workers}", file=sys.stderr)
+sys.exit(code)
+"""
+_HEADLINE = re.compile(
+    r"(\d+) failed cases, (\d+) attributed, (\d+) without a culprit, (\d+) failed to run, "
+    r"(\d+) resumed; (\d+) span records read, (\d+) skipped"
+)
+
+
+@dataclass
+class CliRun:
+    """What one ``memtrace attribute`` run reported (its summary line and verdicts file)."""
+
+    exit: int
+    cases: int
+    failed_to_run: int
+    records: int
+    skipped_records: int
+    skipped_cases: int
+    verdict_lines: int
+    verdict_types: dict[str, int]
+    wrong_culprit: int
+    wall: float
+    cpu: float
+    peak_rss_mb: float
+    worker_peak_rss_mb: float
+
+
+def run_attribute_cli(folder: Path, traces: Path, cases: Path, mode: str) -> CliRun:
+    """``memtrace attribute`` in a child process; its counts, time, CPU and peak memory."""
+    out = folder / f"verdicts-{mode.replace('=', '-')}.jsonl"
+    out.unlink(missing_ok=True)
+    argv = [str(traces), "--cases", str(cases), "--out", str(out), "--quiet"]
+    if mode.startswith("memory-bound="):
+        argv += ["--memory-bound", mode.split("=", 1)[1]]
+    elif mode.startswith("executor="):
+        argv += ["--executor", mode.split("=", 1)[1]]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", _CLI, "attribute", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    headline = _HEADLINE.search(done.stderr)
+    peak = re.search(r"PEAK_RSS_KB (\d+) (\d+)", done.stderr)
+    if headline is None or peak is None:
+        sys.exit(f"memtrace attribute ({mode}) failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    counts = [int(x) for x in headline.groups()]
+    skipped_cases = re.search(r"skipped cases-file lines: (\d+)", done.stderr)
+    verdict_types: Counter[str] = Counter()
+    wrong = 0
+    with out.open(encoding="utf-8") as handle:
+        for line in handle:
+            verdict = json.loads(line)
+            verdict_types[str(verdict["error_type"])] += 1
+            match = _CASE_ID.fullmatch(verdict["case_id"])
+            fault = FAULTS[int(match.group(1)) % len(FAULTS)] if match else ""
+            wrong += verdict["error_type"] != EXPECTED.get(fault)
+    return CliRun(
+        exit=done.returncode,
+        cases=counts[0],
+        failed_to_run=counts[3],
+        records=counts[5],
+        skipped_records=counts[6],
+        skipped_cases=int(skipped_cases.group(1)) if skipped_cases else 0,
+        verdict_lines=sum(verdict_types.values()),
+        verdict_types=dict(verdict_types),
+        wrong_culprit=wrong,
+        wall=wall,
+        cpu=(after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+        peak_rss_mb=int(peak.group(1)) / 1024,
+        worker_peak_rss_mb=int(peak.group(2)) / 1024,
+    )
+
+
+def bench_cases(cases: int, modes: list[str], keep: Path | None) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        traces, cases_file, seconds = write_cases_workload(folder, cases)
+        print(
+            f"cases: {cases:,} failed cases (one store each), export written in {seconds:.1f}s: "
+            f"{traces.stat().st_size / 1e6:,.0f} MB of OTLP JSON Lines"
+        )
+        failures = []
+        for mode in modes:
+            r = run_attribute_cli(folder, traces, cases_file, mode)
+            # Every line of the cases file ends as a verdict or as a reported failure.
+            unreported = cases - r.verdict_lines - r.failed_to_run - r.skipped_cases
+            workers = f" (workers {r.worker_peak_rss_mb:,.0f} MB)" if "executor" in mode else ""
+            print(
+                f"  {mode}: exit {r.exit}; {r.records:,} spans, {r.cases:,} failed cases -> "
+                f"{r.verdict_lines:,} verdict lines {r.verdict_types}; failed to run "
+                f"{r.failed_to_run}, skipped records {r.skipped_records}, skipped cases "
+                f"{r.skipped_cases}; unreported losses {unreported}; culprit other than the "
+                f"planted fault: {r.wrong_culprit}"
+            )
+            print(
+                f"    wall {r.wall:,.1f}s, CPU {r.cpu:,.1f}s ({cases / r.wall:,.0f} cases/s "
+                f"including loading); peak RSS {r.peak_rss_mb:,.0f} MB{workers}"
+            )
+            if unreported or r.verdict_lines != r.cases or r.exit != 0:
+                failures.append(mode)
+        if failures:
+            sys.exit(f"batch job on {cases} cases: losses or a failed run in {failures}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spans", type=int, default=100_000, help="spans per thread")
     parser.add_argument("--users", type=int, default=20, help="users of the generated benchmark")
+    parser.add_argument(
+        "--cases", type=int, default=100_000, help="failed cases of the synthetic export"
+    )
+    parser.add_argument(
+        "--modes",
+        default="in-process,memory-bound=512M",
+        help="comma-separated runs of part 3: in-process, memory-bound=SIZE, executor=local[N]",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=("processor", "batch", "cases"),
+        help="run only these parts (repeatable; default: all three)",
+    )
+    parser.add_argument("--keep", type=Path, help="write part 3's files here and keep them")
     args = parser.parse_args()
-    templates = [thread_spans(t) for t in range(THREADS)]
-    # The default buffer (drops, counted, when folding falls behind) and one holding every span.
-    bench_processor(templates, args.spans, None)
-    bench_processor(templates, args.spans, THREADS * args.spans)
-    bench_batch(args.users)
+    parts = set(args.only or ("processor", "batch", "cases"))
+    if "processor" in parts:
+        templates = [thread_spans(t) for t in range(THREADS)]
+        # The default buffer (drops, counted, when folding falls behind) and one holding all.
+        bench_processor(templates, args.spans, None)
+        bench_processor(templates, args.spans, THREADS * args.spans)
+    if "batch" in parts:
+        bench_batch(args.users)
+    if "cases" in parts:
+        bench_cases(args.cases, [m for m in args.modes.split(",") if m], args.keep)
 
 
 if __name__ == "__main__":
