@@ -5,6 +5,7 @@ Every scaled run is compared with the single-process run over the same generated
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -249,3 +250,62 @@ def test_dask_poison_partition_is_reported(
     lost = set(failures[0]["error"].rsplit("(stores ", 1)[1].rstrip(")").split(", "))
     expected = [v for v in baseline[0] if v.store_id not in lost]
     assert verdicts == expected and expected
+
+
+def _hostile_copy(workload: Path, folder: Path) -> Path:
+    """The workload's traces with bad input of every kind a scan or a partition counts."""
+    lines = (workload / "traces.jsonl").read_bytes().splitlines(keepends=True)
+    assert len(lines) > 200
+    first, second = json.loads(lines[40]), json.loads(lines[-40])
+    # One resource holding spans of two stores: only a full decode can tell the stores apart.
+    first["resourceSpans"][0]["scopeSpans"][0]["spans"] += second["resourceSpans"][0]["scopeSpans"][
+        0
+    ]["spans"]
+    bad_span = json.loads(lines[60])
+    bad_span["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["spanId"] = "not-hex"
+    long_value = json.loads(lines[80])
+    long_value["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"].append(
+        {"key": "huge", "value": {"stringValue": "x" * 5000}}
+    )
+    out = [
+        b"\n",  # a blank line before the first value: no error
+        *lines[:30],
+        *[b"\n", b"  \n"],  # blank lines inside the file: one error
+        *lines[30:100],
+        *[b'{"resourceSpans": [\n', b"\xff\xfe not utf-8\n"],  # invalid JSON, invalid UTF-8
+        json.dumps(first).encode() + b"\n",
+        json.dumps(bad_span).encode() + b"\n",
+        json.dumps(long_value).encode() + b"\n",
+        *lines[100:150],
+        *[lines[120], lines[121]],  # a Collector retry: duplicate spans
+        *lines[150:],
+        *[b"\n", b"\n"],  # trailing blank lines: no error
+    ]
+    path = folder / "traces.jsonl"
+    path.write_bytes(b"".join(out))
+    return path
+
+
+@pytest.mark.parametrize("executor", ["local[2]", "local[1]"])
+def test_bad_input_is_counted_once_by_the_scans_and_partitions(
+    workload: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, executor: str
+) -> None:
+    from memtrace_otel.attribution import _executors
+
+    monkeypatch.setattr(_executors, "_MIN_RANGE", 64 << 10)  # many small ranges
+    monkeypatch.setenv("MEMTRACE_MAX_ATTRIBUTE_BYTES", "4096")
+    source = str(_hostile_copy(workload, tmp_path))
+    single_verdicts, single = run_batch([source], get_method("evidence"))
+    verdicts, summary = run_batch([source], get_method("evidence"), executor=executor)
+    expected = _plain(single)
+    # Duplicates: the merged line's two spans, the long-value copy of line 80, lines 120-121.
+    assert expected["skipped_by_kind"] == {
+        "duplicate_span": 2 + 1 + 2,
+        "empty_line": 1,
+        "invalid_json": 1,
+        "invalid_utf8": 1,
+        "invalid_span": 1,
+    }
+    assert expected["truncated_values"] == 1
+    assert _plain(summary) == expected
+    assert verdicts == single_verdicts

@@ -1,11 +1,12 @@
 """The batch job at scale: partitions by memory store, run in a process pool, on Dask, or spilled.
 
 Work is partitioned by memory store (``gen_ai.memory.store.id``), never by trace: a case's graph
-spans the traces that built its store and the trace that asked the question. A cheap first pass
-over the sources (:func:`plan_sources`) records, per store, the lines of the files that hold its
-spans; each partition then re-reads only those lines, keeps its stores' spans, builds one graph
-per store and attributes that store's cases. The driver merges the per-store results in the
-order of the single-process run, so verdicts and summaries are the same whatever the executor.
+spans the traces that built its store and the trace that asked the question. The executor first
+scans the JSON Lines files in parallel, cut into byte ranges, for the lines that hold each
+store's spans (reading only store ids, see :mod:`._partitions`); each partition then re-reads
+only those lines, keeps its stores' spans, builds one graph per store and attributes that
+store's cases. The driver merges the per-store results in the order of the single-process run,
+so verdicts and summaries are the same whatever the executor.
 
 Executors (``--executor``):
 
@@ -14,9 +15,9 @@ Executors (``--executor``):
   the workers read the files themselves, so sources must be paths every worker sees (a shared
   disk, or fsspec URLs such as ``s3://bucket/traces/``).
 
-A lost worker's partition is run again (Dask reschedules it; the local pool is rebuilt); a
-partition that raises (a poison partition) is reported in ``summary.failed`` and the others
-complete.
+A lost worker's task (a scan or a partition) is run again (Dask reschedules it; the local pool
+is rebuilt); a partition that raises (a poison partition) is reported in ``summary.failed`` and
+the others complete; a range whose scan keeps failing is scanned in the driver instead.
 
 Without an executor, ``memory_bound`` keeps one process's memory bounded: records are spilled
 per store to a SQLite file in a temp folder, then one store's graph is built at a time.
@@ -24,21 +25,20 @@ per store to a SQLite file in a temp folder, then one store's graph is built at 
 
 from __future__ import annotations
 
+import contextlib
 import copyreg
-import heapq
 import io
-import json
 import os
 import pickle
 import re
 import sqlite3
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import networkx as nx
 
@@ -52,18 +52,37 @@ from memtrace_otel.attribution._batch import (
 )
 from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case, Verdict, load_cases
-from memtrace_otel.errors import BackendError, DecodeError, MemtraceError, SourceError
+from memtrace_otel.attribution._partitions import (
+    Key,
+    Partition,
+    Plan,
+    Range,
+    Tally,
+    address_lines,
+    check_file_spec,
+    first_messages,
+    is_json_lines,
+    load_partition,
+    make_partitions,
+    merge_scan,
+    plan_sources,
+    scan_range,
+    split_ranges,
+)
+from memtrace_otel.errors import BackendError, MemtraceError
 from memtrace_otel.graph import build_graph
 from memtrace_otel.semconv import JudgeVerdict, SpanRecord
-from memtrace_otel.semconv import attributes as A
-from memtrace_otel.sources import (
-    BACKEND_SCHEMES,
-    RecordCapper,
-    ValueLimits,
-    decode_document,
-    iter_records,
-    open_source,
-)
+from memtrace_otel.sources import SourceStats, expand_paths, open_source
+
+__all__ = [
+    "ExecutorSpec",
+    "SpillIndex",
+    "make_partitions",
+    "parse_executor",
+    "parse_size",
+    "plan_sources",
+    "run_scaled",
+]
 
 DEFAULT_RETRIES = 2
 """How often a partition whose worker was lost is run again before it is reported."""
@@ -73,12 +92,6 @@ PARTITIONS_PER_WORKER = 4
 
 _CASE_ERRORS = (MemtraceError, ValueError, KeyError, TypeError, RuntimeError)
 """What a method may raise for one case (the same list as the single-process run)."""
-
-_loads: Callable[[bytes], Any]
-try:  # the loaders' optional accelerator
-    from orjson import loads as _loads
-except ImportError:  # pragma: no cover - the standard parser does the work
-    _loads = json.loads
 
 _EXECUTOR = re.compile(r"^local(?:\[(\d+)\])?$")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
@@ -141,249 +154,6 @@ def parse_size(text: str | int) -> int:
     return value
 
 
-# --- the plan --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Chunk:
-    """Where a partition reads: lines of a JSON Lines file, or (``lines is None``) a whole file.
-
-    ``lines`` holds ``(byte offset, line number)`` pairs in file order.
-    """
-
-    path: str
-    lines: tuple[tuple[int, int], ...] | None
-
-
-@dataclass(frozen=True)
-class Partition:
-    """A unit of work: some stores and the chunks that hold their spans."""
-
-    number: int
-    stores: tuple[str, ...]
-    chunks: tuple[Chunk, ...]
-    records: int
-
-
-@dataclass
-class Plan:
-    """What the first pass learnt: per store, which lines of which files hold its spans."""
-
-    files: list[str] = field(default_factory=list)
-    """Every file read, in reading order (the order records reach a store's graph)."""
-    lines: dict[str, dict[str, set[int] | None]] = field(default_factory=dict)
-    """store -> file -> line numbers (``None``: the file cannot be addressed by line)."""
-    records: dict[str, int] = field(default_factory=dict)
-    """store -> number of its span records."""
-    offsets: dict[str, dict[int, int]] = field(default_factory=dict)
-    """file -> line number -> byte offset, for the plain JSON Lines files."""
-
-
-def plan_sources(
-    sources: Sequence[str], *, strict: bool = False, summary: BatchSummary | None = None
-) -> Plan:
-    """Read the sources once and record, per store, the file lines that hold its spans.
-
-    Raises:
-        SourceError: a backend URL (partitions re-read files; export the traces first).
-    """
-    plan = Plan()
-    seen_files: set[str] = set()
-    for spec in sources:
-        if os.fspath(spec).startswith(BACKEND_SCHEMES):
-            raise SourceError(
-                f"{spec}: executors read trace files; export the traces first (memtrace export)"
-            )
-        source = open_source(spec, strict=strict)
-        for record in source.records():
-            store = store_of(record)
-            path, _, number = record.source.rpartition(":")
-            if path not in seen_files:
-                seen_files.add(path)
-                plan.files.append(path)
-            per_file = plan.lines.setdefault(store, {})
-            if not number.isdigit():
-                per_file[path] = None
-            elif path not in per_file:
-                per_file[path] = {int(number)}
-            else:
-                held = per_file[path]
-                if held is not None:
-                    held.add(int(number))
-            plan.records[store] = plan.records.get(store, 0) + 1
-        if summary is not None:
-            _count_source(summary, source.stats)
-    for path in plan.files:
-        wanted: set[int] = set()
-        for per_file in plan.lines.values():
-            held = per_file.get(path, set())
-            wanted |= held or set()
-        offsets = _line_offsets(path, wanted) if wanted else None
-        if offsets is None:  # compressed, framed or a document: partitions read it whole
-            for per_file in plan.lines.values():
-                if path in per_file:
-                    per_file[path] = None
-        else:
-            plan.offsets[path] = offsets
-    return plan
-
-
-def _count_source(summary: BatchSummary, stats: Any) -> None:
-    summary.records += stats.records
-    summary.skipped_records += stats.skipped
-    summary.truncated_values += stats.truncated_values
-    for kind, count in stats.skipped_by_kind.items():
-        summary.skipped_by_kind[kind] = summary.skipped_by_kind.get(kind, 0) + count
-    summary.source_errors.extend(stats.errors[: 20 - len(summary.source_errors)])
-
-
-def _open(path: str) -> Any:
-    from memtrace_otel.sources._files import open_binary
-
-    return open_binary(path)
-
-
-def _line_offsets(path: str, wanted: set[int]) -> dict[int, int] | None:
-    """Byte offsets of ``wanted`` lines of a plain JSON Lines file (``None``: not one)."""
-    offsets: dict[int, int] = {}
-    with _open(path) as stream:
-        head = stream.read(4)
-        if head[:2] == b"\x1f\x8b" or head[:4] == b"\x28\xb5\x2f\xfd":
-            return None
-        if head.lstrip()[:1] not in (b"{", b"["):
-            return None
-        stream.seek(0)
-        # The loader numbers lines the same way: one per b"\n", counting from 1.
-        position = 0
-        for number, raw in enumerate(stream, 1):
-            if number in wanted:
-                offsets[number] = position
-            position += len(raw)
-    return offsets if len(offsets) == len(wanted) else None
-
-
-def make_partitions(plan: Plan, count: int, stores: Iterable[str] | None = None) -> list[Partition]:
-    """Split the stores into at most ``count`` partitions of similar record counts.
-
-    The biggest stores are placed first, each into the lightest partition so far.
-    """
-    chosen = sorted(plan.records if stores is None else stores)
-    count = max(1, min(count, len(chosen)))
-    heap: list[tuple[int, int]] = [(0, n) for n in range(count)]
-    members: list[list[str]] = [[] for _ in range(count)]
-    for store in sorted(chosen, key=lambda s: (-plan.records.get(s, 0), s)):
-        load, number = heapq.heappop(heap)
-        members[number].append(store)
-        heapq.heappush(heap, (load + plan.records.get(store, 0), number))
-    partitions = []
-    for number, group in enumerate(members):
-        if group:
-            partitions.append(_partition(plan, number, sorted(group)))
-    return partitions
-
-
-def _partition(plan: Plan, number: int, stores: list[str]) -> Partition:
-    chunks = []
-    for path in plan.files:
-        lines: set[int] | None = set()
-        used = False
-        for store in stores:
-            per_file = plan.lines.get(store, {})
-            if path not in per_file:
-                continue
-            used = True
-            held = per_file[path]
-            if held is None or lines is None:
-                lines = None
-            else:
-                lines |= held
-        if not used:
-            continue
-        if lines is None:
-            chunks.append(Chunk(path, None))
-        else:
-            offsets = plan.offsets[path]
-            chunks.append(Chunk(path, tuple((offsets[n], n) for n in sorted(lines))))
-    return Partition(
-        number, tuple(stores), tuple(chunks), sum(plan.records.get(s, 0) for s in stores)
-    )
-
-
-def load_partition(partition: Partition) -> dict[str, list[SpanRecord]]:
-    """The span records of the partition's stores, in the order the single-process run reads them.
-
-    A line can hold spans of several stores: it is decoded whole and filtered by store. Spans
-    seen twice (a Collector retry) are kept once, as the sources do.
-    """
-    wanted = set(partition.stores)
-    by_store: dict[str, list[SpanRecord]] = {store: [] for store in partition.stores}
-    seen: set[tuple[str, str]] = set()
-
-    def keep(record: SpanRecord) -> None:
-        store = store_of(record)
-        if store in wanted:
-            key = (record.trace_id, record.span_id)
-            if key not in seen:
-                seen.add(key)
-                by_store[store].append(record)
-
-    for chunk in partition.chunks:
-        if chunk.lines is None:
-            for record in iter_records(chunk.path):
-                keep(record)
-            continue
-        errors: list[DecodeError] = []  # counted by the first pass already
-        # The planning pass read these lines through a source, which cut (and counted) long
-        # values; cut them the same way here so a partition's graph equals the in-process one.
-        capper = RecordCapper(ValueLimits.resolve())
-        with _open(chunk.path) as stream:
-            for offset, number in chunk.lines:
-                stream.seek(offset)
-                try:
-                    value = _loads(stream.readline())
-                except ValueError:
-                    continue
-                _prune(value, wanted)
-                for record in decode_document(value, path=chunk.path, line=number, errors=errors):
-                    keep(capper.cap(record)[0])
-    return by_store
-
-
-def _prune(value: Any, wanted: set[str]) -> None:
-    """Drop the spans of other stores from a parsed OTLP JSON line before decoding it.
-
-    Lines hold spans of many stores; decoding only ours keeps partitions from repeating each
-    other's work. A span whose store cannot be read here is kept (the decoded record is
-    filtered again by :func:`store_of`).
-    """
-    if type(value) is not dict:
-        return
-    for resource in value.get("resourceSpans") or ():
-        if type(resource) is not dict:
-            continue
-        for scope in resource.get("scopeSpans") or ():
-            if type(scope) is dict and type(scope.get("spans")) is list:
-                scope["spans"] = [
-                    s for s in scope["spans"] if _raw_store(s) in wanted or _raw_store(s) is None
-                ]
-
-
-def _raw_store(span: Any) -> str | None:
-    """The store id of an undecoded OTLP JSON span (``None``: cannot tell without decoding)."""
-    if type(span) is not dict:
-        return None
-    attributes = span.get("attributes")
-    if attributes is None:
-        return NO_STORE
-    if type(attributes) is not list:
-        return None
-    for item in attributes:
-        if type(item) is dict and item.get("key") == A.GEN_AI_MEMORY_STORE_ID:
-            value = item.get("value")
-            if type(value) is dict and type(value.get("stringValue")) is str:
-                return str(value["stringValue"])
-            return None
-    return NO_STORE
-
-
 # --- attributing a store ---------------------------------------------------------------------
 @dataclass
 class StoreResult:
@@ -404,11 +174,12 @@ class StoreResult:
 
 @dataclass
 class PartitionResult:
-    """The results of one partition's stores, and the seconds it took."""
+    """The results of one partition's stores, what its loading counted, and the seconds it took."""
 
     number: int
     stores: list[StoreResult]
     seconds: float
+    tally: Tally = field(default_factory=Tally)
 
 
 def attribute_store(
@@ -492,12 +263,12 @@ def run_partition(
 ) -> PartitionResult:
     """Load a partition's spans, build its graphs one store at a time and attribute its cases."""
     started = time.perf_counter()
-    by_store = load_partition(partition)
+    by_store, tally = load_partition(partition)
     results = []
     for store in partition.stores:
         G = build_graph(by_store.pop(store))
         results.append(attribute_store(store, G, shared.method, shared.cases, shared.done, forced))
-    return PartitionResult(partition.number, results, time.perf_counter() - started)
+    return PartitionResult(partition.number, results, time.perf_counter() - started, tally)
 
 
 # --- the SQLite spill ------------------------------------------------------------------------
@@ -635,61 +406,65 @@ def run_scaled(
     shared = _Shared(method, cases, frozenset(done))
     results: dict[str, StoreResult] = {}
     poison: list[dict[str, str]] = []
-    plan: Plan | None = None
-    no_store_graph: nx.MultiDiGraph | None = None
-    if spec is None:
-        assert bound is not None
-        no_store_graph = _run_spilled(
-            sources, shared, bound, strict, summary, results, spill_dir, progress
-        )
-    else:
-        plan = plan_sources(sources, strict=strict, summary=summary)
-        count = partitions or spec.workers * PARTITIONS_PER_WORKER
-        work = make_partitions(plan, count)
-        _run_executor(spec, work, shared, retries, results, poison, progress)
-    summary.source_errors.extend(skipped[:5])
-    summary.skipped_cases += len(skipped)
-
-    # Place each case in one store, as the single-process run does: the first store (sorted)
-    # whose graph holds its ops.
-    where: dict[str, str] = {}
-    for store in sorted(results):
-        for case_id in results[store].case_ids:
-            where.setdefault(case_id, store)
-    chosen: list[tuple[str, str]] = []
-    leftovers: list[Case] = []
-    if cases is not None:
-        for case in case_order:
-            found = where.get(case.case_id)
-            if found is None:
-                if case.verdict == JudgeVerdict.CORRECT or poison:
-                    # With a poison partition a case may live in its stores: it is reported
-                    # with the partition, not as missing from the traces.
-                    continue
-                summary.cases_not_in_traces.append(case.case_id)
-                chosen.append((NO_STORE, case.case_id))
-                leftovers.append(case)
-                continue
-            if case.case_id in results[found].chosen:  # else judged correct in the graph
-                chosen.append((found, case.case_id))
-    else:
-        for store in sorted(results):
-            for case_id in results[store].failed:
-                if where.get(case_id) == store:
-                    chosen.append((store, case_id))
-
-    # Cases found in no store run against the store-less graph, or an empty one.
-    extra: StoreResult | None = None
-    todo = [case for case in leftovers if case.case_id not in done]
-    if todo:
-        if spec is not None and plan is not None and NO_STORE in plan.records:
-            holder: dict[str, StoreResult] = {}
-            no_store = make_partitions(plan, 1, [NO_STORE])
-            _run_executor(spec, no_store, shared, retries, holder, poison, None, forced=todo)
-            extra = holder.get(NO_STORE)
+    with contextlib.ExitStack() as stack:
+        engine = stack.enter_context(_engine(spec, retries)) if spec is not None else None
+        plan: Plan | None = None
+        no_store_graph: nx.MultiDiGraph | None = None
+        if engine is None:
+            assert bound is not None
+            no_store_graph = _run_spilled(
+                sources, shared, bound, strict, summary, results, spill_dir, progress
+            )
         else:
-            G = no_store_graph if no_store_graph is not None else nx.MultiDiGraph()
-            extra = attribute_store(NO_STORE, G, method, cases, frozenset(done), todo)
+            wanted = partitions or engine.workers * PARTITIONS_PER_WORKER
+            counts = _Counts()
+            plan = _plan(engine, sources, strict, counts, wanted)
+            work = make_partitions(plan, wanted)
+            _run_partitions(engine, work, shared, results, poison, counts, progress)
+            counts.report(summary, plan.files)
+        summary.source_errors.extend(skipped[:5])
+        summary.skipped_cases += len(skipped)
+
+        # Place each case in one store, as the single-process run does: the first store (sorted)
+        # whose graph holds its ops.
+        where: dict[str, str] = {}
+        for store in sorted(results):
+            for case_id in results[store].case_ids:
+                where.setdefault(case_id, store)
+        chosen: list[tuple[str, str]] = []
+        leftovers: list[Case] = []
+        if cases is not None:
+            for case in case_order:
+                found = where.get(case.case_id)
+                if found is None:
+                    if case.verdict == JudgeVerdict.CORRECT or poison:
+                        # With a poison partition a case may live in its stores: it is reported
+                        # with the partition, not as missing from the traces.
+                        continue
+                    summary.cases_not_in_traces.append(case.case_id)
+                    chosen.append((NO_STORE, case.case_id))
+                    leftovers.append(case)
+                    continue
+                if case.case_id in results[found].chosen:  # else judged correct in the graph
+                    chosen.append((found, case.case_id))
+        else:
+            for store in sorted(results):
+                for case_id in results[store].failed:
+                    if where.get(case_id) == store:
+                        chosen.append((store, case_id))
+
+        # Cases found in no store run against the store-less graph, or an empty one.
+        extra: StoreResult | None = None
+        todo = [case for case in leftovers if case.case_id not in done]
+        if todo:
+            if engine is not None and plan is not None and NO_STORE in plan.records:
+                holder: dict[str, StoreResult] = {}
+                no_store = make_partitions(plan, 1, [NO_STORE])
+                _run_partitions(engine, no_store, shared, holder, poison, None, None, forced=todo)
+                extra = holder.get(NO_STORE)
+            else:
+                G = no_store_graph if no_store_graph is not None else nx.MultiDiGraph()
+                extra = attribute_store(NO_STORE, G, method, cases, frozenset(done), todo)
 
     summary.cases = len(chosen)
     summary.truncated_captured += sum(r.truncated_captured for r in results.values())
@@ -769,23 +544,107 @@ def _progress(progress: TextIO | None, number: int, total: int) -> None:
         progress.flush()
 
 
-def _run_executor(
-    spec: ExecutorSpec,
+# --- planning and running on an engine ------------------------------------------------------
+def _count_source(summary: BatchSummary, stats: SourceStats) -> None:
+    summary.records += stats.records
+    summary.skipped_records += stats.skipped
+    summary.truncated_values += stats.truncated_values
+    for kind, count in stats.skipped_by_kind.items():
+        summary.skipped_by_kind[kind] = summary.skipped_by_kind.get(kind, 0) + count
+    summary.source_errors.extend(stats.errors[: 20 - len(summary.source_errors)])
+
+
+@dataclass
+class _Counts:
+    """What the sources' records counted, added up over the driver, the scans and partitions."""
+
+    stats: SourceStats = field(default_factory=SourceStats)
+    keys: list[Key] = field(default_factory=list)
+
+    def add(self, tally: Tally) -> None:
+        tally.add_to(self.stats, self.keys)
+
+    def report(self, summary: BatchSummary, files: Sequence[str]) -> None:
+        stats = self.stats
+        stats.errors = first_messages(stats.errors, self.keys, files)
+        _count_source(summary, stats)
+
+
+def _plan(
+    engine: _Engine, sources: Sequence[str], strict: bool, counts: _Counts, count: int
+) -> Plan:
+    """Plan the partitions: scan the JSON Lines files on the engine, decode the rest here.
+
+    A strict run decodes everything here, so the first bad record stops it before any work
+    is sent out.
+    """
+    if strict:
+        return plan_sources(sources, strict=True, summary_stats=counts.stats)
+    plan = Plan()
+    scanned: list[str] = []
+    for spec in sources:
+        check_file_spec(spec)
+        for path in expand_paths(spec):
+            plan.add_file(path)
+            if is_json_lines(path):
+                scanned.append(path)
+            else:
+                _plan_whole_file(plan, path, counts)
+    ranges = _cut(scanned, count)
+    for part, outcome in engine.map(scan_range, ranges):
+        if isinstance(outcome, BaseException):
+            outcome = scan_range(part)  # once more, here: a failure now is a real one
+        merge_scan(plan, outcome)
+        counts.add(outcome.tally)
+    address_lines(plan, [path for path in plan.files if path not in plan.scanned])
+    return plan
+
+
+def _plan_whole_file(plan: Plan, path: str, counts: _Counts) -> None:
+    """Plan a file that cannot be cut into ranges by decoding it here."""
+    source = open_source(path)
+    for record in source.records():
+        source_path, _, number = record.source.rpartition(":")
+        plan.add(store_of(record), source_path, int(number) if number.isdigit() else None)
+    counts.add(Tally(source.stats, [(path, 0, 0, n) for n in range(len(source.stats.errors))]))
+
+
+_MIN_RANGE = 4 << 20
+"""Smallest range worth a task of its own (bytes)."""
+
+
+def _cut(paths: Sequence[str], count: int) -> list[Range]:
+    """About ``count`` ranges over ``paths``, each file's share proportional to its size."""
+    sizes = {path: _size(path) for path in paths}
+    total = sum(sizes.values()) or 1
+    ranges: list[Range] = []
+    for path in paths:
+        share = max(1, min(round(count * sizes[path] / total), sizes[path] // _MIN_RANGE + 1))
+        ranges += split_ranges(path, share)
+    return ranges
+
+
+def _size(path: str) -> int:
+    from memtrace_otel.sources._files import open_binary
+
+    with open_binary(path) as stream:
+        return int(stream.seek(0, 2))
+
+
+def _run_partitions(
+    engine: _Engine,
     work: list[Partition],
     shared: _Shared,
-    retries: int,
     results: dict[str, StoreResult],
     poison: list[dict[str, str]],
+    counts: _Counts | None,
     progress: TextIO | None,
     forced: Sequence[Case] = (),
 ) -> None:
-    """Run the partitions; store results by store, report poison partitions."""
-    finished: Iterator[tuple[Partition, PartitionResult | BaseException]]
-    if spec.kind == "dask":
-        finished = _run_dask(spec.address, work, shared, retries, forced)
-    else:
-        finished = _run_pool(spec.workers, work, shared, retries, forced)
-    for number, (partition, outcome) in enumerate(finished, 1):
+    """Run the partitions; store results by store, add up their counts, report poison ones."""
+    for number, (partition, outcome) in enumerate(
+        engine.map(run_partition, work, shared, forced), 1
+    ):
         if isinstance(outcome, BaseException):
             poison.append(
                 {
@@ -797,75 +656,150 @@ def _run_executor(
         else:
             for result in outcome.stores:
                 results[result.store] = result
+            if counts is not None:
+                counts.add(outcome.tally)
         _progress(progress, number, len(work))
     if progress is not None and work:
         progress.write("\n")
 
 
-def _run_pool(
-    workers: int,
-    work: list[Partition],
-    shared: _Shared,
-    retries: int,
-    forced: Sequence[Case],
-) -> Iterator[tuple[Partition, PartitionResult | BaseException]]:
-    """A local process pool; a dead worker breaks the pool, which is rebuilt for the rest."""
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-    from concurrent.futures.process import BrokenProcessPool
+_T = TypeVar("_T")
 
-    attempts = {p.number: 0 for p in work}
-    pending = list(work)
-    context = multiprocessing.get_context("fork")
-    while pending:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            futures: dict[Future[PartitionResult], Partition] = {
-                pool.submit(run_partition, p, shared, forced): p for p in pending
-            }
+
+class _Engine:
+    """Runs a function over items on workers, yielding each item with its result or error.
+
+    A task whose worker was lost is run again, up to ``retries`` more times, then yielded with
+    the error; a task that raises is yielded with its exception.
+    """
+
+    workers: int = 1
+
+    def map(
+        self, fn: Callable[..., Any], items: Sequence[_T], *args: Any
+    ) -> Iterator[tuple[_T, Any]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the workers (or the connection)."""
+
+
+class _PoolEngine(_Engine):
+    """A local process pool, rebuilt when a dead worker breaks it."""
+
+    def __init__(self, workers: int, retries: int) -> None:
+        self.workers = workers
+        self.retries = retries
+        self._pool: Any = None
+
+    def _executor(self) -> Any:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        if self._pool is None:
+            context = multiprocessing.get_context("fork")
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context)
+        return self._pool
+
+    def map(
+        self, fn: Callable[..., Any], items: Sequence[_T], *args: Any
+    ) -> Iterator[tuple[_T, Any]]:
+        from concurrent.futures import FIRST_COMPLETED, Future, wait
+        from concurrent.futures.process import BrokenProcessPool
+
+        attempts = [0] * len(items)
+        pending = list(range(len(items)))
+        while pending:
+            pool = self._executor()
+            futures: dict[Future[Any], int] = {pool.submit(fn, items[i], *args): i for i in pending}
             pending = []
+            broken = False
             while futures:
                 ready, _ = wait(futures, return_when=FIRST_COMPLETED)
                 for future in ready:
-                    partition = futures.pop(future)
+                    i = futures.pop(future)
                     try:
-                        yield partition, future.result()
+                        yield items[i], future.result()
                     except BrokenProcessPool as exc:
-                        attempts[partition.number] += 1
-                        if attempts[partition.number] > retries:
-                            yield partition, exc
+                        broken = True
+                        attempts[i] += 1
+                        if attempts[i] > self.retries:
+                            yield items[i], exc
                         else:
-                            pending.append(partition)
+                            pending.append(i)
                     except Exception as exc:
-                        yield partition, exc
+                        yield items[i], exc
+            if broken:
+                self.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
 
-def _run_dask(
-    address: str,
-    work: list[Partition],
-    shared: _Shared,
-    retries: int,
-    forced: Sequence[Case],
-) -> Iterator[tuple[Partition, PartitionResult | BaseException]]:
+class _DaskEngine(_Engine):
     """An existing Dask scheduler; it reschedules the tasks of lost workers itself."""
-    try:
-        from dask.distributed import Client, as_completed
-    except ImportError:
-        raise ValueError(
-            "the dask executor needs dask.distributed: pip install 'memtrace-otel[dask]'"
-        ) from None
-    try:
-        client: Any = Client(address, set_as_default=False, timeout=30)  # type: ignore[no-untyped-call]
-    except (OSError, TimeoutError) as exc:
-        raise BackendError(f"cannot reach the Dask scheduler: {exc}", url=address) from None
-    with client:
-        [payload] = client.scatter([shared], broadcast=True, hash=False)
+
+    def __init__(self, address: str, retries: int) -> None:
+        try:
+            from dask.distributed import Client
+        except ImportError:
+            raise ValueError(
+                "the dask executor needs dask.distributed: pip install 'memtrace-otel[dask]'"
+            ) from None
+        try:
+            self._client: Any = Client(address, set_as_default=False, timeout=30)  # type: ignore[no-untyped-call]
+        except (OSError, TimeoutError) as exc:
+            raise BackendError(f"cannot reach the Dask scheduler: {exc}", url=address) from None
+        self.retries = retries
+        self.workers = max(1, len(self._client.scheduler_info().get("workers", {})))
+
+    def map(
+        self, fn: Callable[..., Any], items: Sequence[_T], *args: Any
+    ) -> Iterator[tuple[_T, Any]]:
+        from dask.distributed import as_completed
+
+        client = self._client
+        shipped = self._scatter(list(args))
         futures = {
-            client.submit(run_partition, p, payload, forced, retries=retries, pure=False): p
-            for p in work
+            client.submit(fn, item, *shipped, retries=self.retries, pure=False): item
+            for item in items
         }
         for future in as_completed(list(futures), loop=client.loop):  # type: ignore[no-untyped-call]
-            partition = futures[future]
+            item = futures[future]
             try:
-                yield partition, future.result()
+                yield item, future.result()
             except Exception as exc:
-                yield partition, exc
+                yield item, exc
+
+    def _scatter(self, args: list[Any]) -> list[Any]:
+        """Ship ``args`` to every worker once (not with each task).
+
+        A worker dying during the broadcast breaks it: try again on the survivors, and in the
+        end send the arguments with each task instead.
+        """
+        if not args:
+            return args
+        for _ in range(3):
+            try:
+                return list(self._client.scatter(args, broadcast=True, hash=False))
+            except OSError:  # distributed's CommClosedError is one
+                time.sleep(0.5)
+        return args
+
+    def close(self) -> None:
+        self._client.close()
+
+
+@contextlib.contextmanager
+def _engine(spec: ExecutorSpec, retries: int) -> Iterator[_Engine]:
+    engine: _Engine
+    if spec.kind == "dask":
+        engine = _DaskEngine(spec.address, retries)
+    else:
+        engine = _PoolEngine(spec.workers, retries)
+    try:
+        yield engine
+    finally:
+        engine.close()

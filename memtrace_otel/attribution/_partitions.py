@@ -1,0 +1,607 @@
+"""Planning the scaled batch job: which lines of which files hold each memory store's spans.
+
+Work is partitioned by memory store, never by trace (a case's graph spans the traces that built
+its store and the trace that asked the question). Planning happens in two steps:
+
+1. **Scan** (parallel, :func:`scan_range`): a JSON Lines file is cut into byte ranges at line
+   starts (:func:`split_ranges`), and each range is read on a worker: every line is parsed, but
+   only the store id of each span is looked up in the raw JSON, which is far cheaper than
+   decoding spans into records. A line whose stores cannot be told that way (another format, a
+   malformed span, a store id that is not a plain string) is decoded fully right there.
+2. **Load** (in each partition, :func:`load_partition`): a partition re-reads only the lines
+   of its stores, drops the other stores' spans from the parsed JSON and decodes the rest.
+
+Other files (compressed, length-prefixed, whole documents) and strict runs are planned by
+decoding them in the driver (:func:`plan_sources`), as a single-process run reads them.
+
+Counting stays exact: every skip, cut value and record is counted exactly once, by the piece of
+work that decoded it (a :class:`Tally`), and the driver adds the tallies up. Line-level problems
+(blank lines, invalid JSON, over-long lines) and lines decoded during the scan are counted by
+the scan; the spans of the other lines by the partition of their store.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from memtrace_otel.attribution._batch import NO_STORE, store_of
+from memtrace_otel.errors import DecodeError, SourceError
+from memtrace_otel.semconv import SpanRecord
+from memtrace_otel.semconv import attributes as A
+from memtrace_otel.sources import (
+    BACKEND_SCHEMES,
+    RecordCapper,
+    SourceStats,
+    ValueLimits,
+    iter_records,
+    open_source,
+)
+from memtrace_otel.sources._common import DUPLICATE_SPAN, MAX_ERROR_MESSAGES, make_error
+from memtrace_otel.sources._files import FileReader, open_binary
+from memtrace_otel.sources._limits import LineReader, ReadLimits
+
+_loads: Callable[[bytes], Any]
+try:  # the loaders' optional accelerator
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - the standard parser does the work
+    _loads = json.loads
+
+_GZIP_OR_ZSTD = (b"\x1f\x8b", b"\x28\xb5\x2f\xfd")
+_BLOCK = 1 << 20
+"""Bytes read at a time while cutting files into ranges."""
+
+Key = tuple[str, int, int, int]
+"""Where a message was found: (file, line, phase, sequence); phase 0 is the scan, 1 the load."""
+
+
+# --- counting ------------------------------------------------------------------------------
+@dataclass
+class Tally:
+    """What one piece of work (a scanned range, a loaded partition) counted.
+
+    ``stats`` counts like a source's :class:`~memtrace_otel.sources.SourceStats`; ``keys`` holds,
+    for each of its kept messages, where it was found, so the driver can keep the first ones
+    in file order whatever piece found them.
+    """
+
+    stats: SourceStats = field(default_factory=SourceStats)
+    keys: list[Key] = field(default_factory=list)
+    phase: int = 0
+
+    def on_error(self, kind: str, error: DecodeError) -> None:
+        """The lenient policy of the sources, remembering where each kept message came from."""
+        if len(self.stats.errors) < MAX_ERROR_MESSAGES:
+            self.keys.append((error.path, error.line or 0, self.phase, len(self.keys)))
+        self.stats.skip(kind, str(error))
+
+    def add_to(self, total: SourceStats, keys: list[Key]) -> None:
+        """Add these counts to ``total`` (messages still unsorted: see :func:`first_messages`)."""
+        total.records += self.stats.records
+        total.skipped += self.stats.skipped
+        total.truncated_values += self.stats.truncated_values
+        for kind, count in self.stats.skipped_by_kind.items():
+            total.skipped_by_kind[kind] = total.skipped_by_kind.get(kind, 0) + count
+        total.errors.extend(self.stats.errors)
+        keys.extend(self.keys)
+
+
+def first_messages(messages: list[str], keys: list[Key], files: Sequence[str]) -> list[str]:
+    """The first :data:`MAX_ERROR_MESSAGES` messages in reading order (file, then line)."""
+    order = {path: number for number, path in enumerate(files)}
+    ranked = sorted(
+        zip(keys, messages, strict=True), key=lambda item: (order.get(item[0][0], 0), item[0][1:])
+    )
+    return [message for _, message in ranked[:MAX_ERROR_MESSAGES]]
+
+
+# --- the plan ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Chunk:
+    """Where a partition reads: lines of a JSON Lines file, or (``lines is None``) a whole file.
+
+    ``lines`` holds ``(byte offset, line number)`` pairs in file order. ``counted`` says whether
+    the partition counts what it decodes there (the lines found by a scan), and ``decoded``
+    names the lines the scan decoded (and counted) already.
+    """
+
+    path: str
+    lines: tuple[tuple[int, int], ...] | None
+    counted: bool = False
+    decoded: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A unit of work: some stores and the chunks that hold their spans."""
+
+    number: int
+    stores: tuple[str, ...]
+    chunks: tuple[Chunk, ...]
+    records: int
+
+
+@dataclass
+class Plan:
+    """What planning learnt: per store, which lines of which files hold its spans."""
+
+    files: list[str] = field(default_factory=list)
+    """Every file read, in reading order (the order records reach a store's graph)."""
+    lines: dict[str, dict[str, set[int] | None]] = field(default_factory=dict)
+    """store -> file -> line numbers (``None``: the file cannot be addressed by line)."""
+    records: dict[str, int] = field(default_factory=dict)
+    """store -> number of its spans (to balance the partitions)."""
+    offsets: dict[str, dict[int, int]] = field(default_factory=dict)
+    """file -> line number -> byte offset, for the plain JSON Lines files."""
+    scanned: set[str] = field(default_factory=set)
+    """Files planned by scanning: their partitions count what they decode."""
+    decoded: dict[str, set[int]] = field(default_factory=dict)
+    """file -> lines a scan decoded and counted already."""
+
+    def add(self, store: str, path: str, line: int | None, spans: int = 1) -> None:
+        """Note that ``line`` of ``path`` (``None``: somewhere in it) holds spans of ``store``."""
+        per_file = self.lines.setdefault(store, {})
+        if line is None:
+            per_file[path] = None
+        elif path not in per_file:
+            per_file[path] = {line}
+        else:
+            held = per_file[path]
+            if held is not None:
+                held.add(line)
+        self.records[store] = self.records.get(store, 0) + spans
+
+    def add_file(self, path: str) -> None:
+        if path not in self.files:
+            self.files.append(path)
+
+
+def plan_sources(
+    sources: Sequence[str], *, strict: bool = False, summary_stats: SourceStats | None = None
+) -> Plan:
+    """Plan by decoding every source in this process (strict runs, tests, small inputs).
+
+    Args:
+        sources: trace files, directories, globs or fsspec URLs.
+        strict: raise at the first bad record.
+        summary_stats: where to add the sources' counts.
+
+    Raises:
+        SourceError: a backend URL (partitions re-read files; export the traces first).
+    """
+    plan = Plan()
+    for spec in sources:
+        check_file_spec(spec)
+        source = open_source(spec, strict=strict)
+        for record in source.records():
+            path, _, number = record.source.rpartition(":")
+            plan.add_file(path)
+            plan.add(store_of(record), path, int(number) if number.isdigit() else None)
+        if summary_stats is not None:
+            Tally(source.stats).add_to(summary_stats, [])
+    address_lines(plan, [path for path in plan.files if path not in plan.scanned])
+    return plan
+
+
+def check_file_spec(spec: str) -> None:
+    """Raise :class:`SourceError` for a backend URL: partitions re-read files."""
+    if str(spec).startswith(BACKEND_SCHEMES):
+        raise SourceError(
+            f"{spec}: executors read trace files; export the traces first (memtrace export)"
+        )
+
+
+def address_lines(plan: Plan, paths: Iterable[str]) -> None:
+    """Find the byte offsets of the planned lines of ``paths`` (or read those files whole)."""
+    for path in paths:
+        wanted: set[int] = set()
+        for per_file in plan.lines.values():
+            wanted |= per_file.get(path, set()) or set()
+        offsets = _line_offsets(path, wanted) if wanted else None
+        if offsets is None:  # compressed, framed or a document: partitions read it whole
+            for per_file in plan.lines.values():
+                if path in per_file:
+                    per_file[path] = None
+        else:
+            plan.offsets[path] = offsets
+
+
+def _line_offsets(path: str, wanted: set[int]) -> dict[int, int] | None:
+    """Byte offsets of ``wanted`` lines of a plain JSON Lines file (``None``: not one)."""
+    offsets: dict[int, int] = {}
+    with open_binary(path) as stream:
+        head = stream.read(4)
+        if head[:2] in _GZIP_OR_ZSTD or head[:4] in _GZIP_OR_ZSTD:
+            return None
+        if head.lstrip()[:1] not in (b"{", b"["):
+            return None
+        stream.seek(0)
+        # The loader numbers lines the same way: one per b"\n", counting from 1; an over-long
+        # line (skipped by the loader) is stepped over without being held.
+        reader = LineReader(stream, ReadLimits.resolve().max_line_bytes)
+        position = 0
+        for number, raw in enumerate(reader, 1):
+            if number in wanted:
+                offsets[number] = position
+            position += len(raw) or reader.skipped_size
+    return offsets if len(offsets) == len(wanted) else None
+
+
+# --- scanning ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Range:
+    """A byte range of a JSON Lines file that starts at a line (never a blank one).
+
+    ``first_line`` is the number of the line at ``start``; ``last`` says whether the range ends
+    the file; ``head`` whether it starts it (blank lines before the first value are no error).
+    """
+
+    path: str
+    start: int
+    end: int
+    first_line: int
+    head: bool
+    last: bool
+
+
+@dataclass
+class RangeScan:
+    """What a scan found in one range: the lines of each store, and its counts."""
+
+    path: str
+    lines: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    """store -> (byte offset, line number) of the lines holding its spans."""
+    spans: dict[str, int] = field(default_factory=dict)
+    decoded: list[int] = field(default_factory=list)
+    """Lines decoded (and counted) by the scan itself."""
+    tally: Tally = field(default_factory=Tally)
+
+
+def is_json_lines(path: str) -> bool:
+    """Whether ``path`` is a plain (uncompressed) JSON Lines file, sniffed as the loaders do.
+
+    The loaders take a file whose first non-blank line is a whole JSON object or array for JSON
+    Lines; anything else is read some other way.
+    """
+    try:
+        with open_binary(path) as stream:
+            head = stream.read(4)
+            if not head or head[:2] in _GZIP_OR_ZSTD or head[:4] in _GZIP_OR_ZSTD:
+                return False
+            stream.seek(0)
+            for raw in iter(lambda: stream.readline(_BLOCK), b""):
+                if not raw.strip():
+                    continue
+                if len(raw) >= _BLOCK and raw[-1] != 10:
+                    return False  # a huge first line: let the loader decide
+                try:
+                    value = _loads(raw)
+                except ValueError:
+                    return False
+                return type(value) in (dict, list)
+    except OSError:
+        return False
+    return False
+
+
+def split_ranges(path: str, count: int) -> list[Range]:
+    """Cut a JSON Lines file into about ``count`` ranges, each starting at a non-blank line.
+
+    Costs one read of the file (counting newlines in 1 MiB blocks) and a few seeks.
+    """
+    with open_binary(path) as stream:
+        size = stream.seek(0, 2)
+        starts = [0]
+        for k in range(1, max(1, count)):
+            target = size * k // count
+            if target <= starts[-1]:
+                continue
+            boundary = _next_line_start(stream, target)
+            if boundary is not None and boundary > starts[-1]:
+                starts.append(boundary)
+        lines = _line_numbers_at(stream, starts)
+    ends = [*starts[1:], size]
+    return [
+        Range(path, start, end, lines[i], head=i == 0, last=i == len(starts) - 1)
+        for i, (start, end) in enumerate(zip(starts, ends, strict=True))
+        if end > start
+    ]
+
+
+def _next_line_start(stream: IO[bytes], position: int) -> int | None:
+    """The offset of the first non-blank line starting after ``position`` (``None``: none)."""
+    stream.seek(position - 1)
+    if stream.read(1) != b"\n":
+        while True:  # skip the rest of this line, in bounded chunks
+            chunk = stream.readline(_BLOCK)
+            if not chunk:
+                return None
+            if chunk[-1] == 10:
+                break
+    while True:
+        at = stream.tell()
+        raw = stream.readline(_BLOCK)
+        if not raw:
+            return None
+        if raw.strip():
+            return at
+        if raw[-1] != 10:  # a long run of whitespace without a newline: it is a line's start
+            return at
+
+
+def _line_numbers_at(stream: IO[bytes], offsets: list[int]) -> list[int]:
+    """The line number (from 1) of the line starting at each of the sorted ``offsets``."""
+    numbers = []
+    stream.seek(0)
+    position = 0
+    newlines = 0
+    for offset in offsets:
+        while position < offset:
+            block = stream.read(min(_BLOCK, offset - position))
+            if not block:
+                break
+            newlines += block.count(b"\n")
+            position += len(block)
+        numbers.append(newlines + 1)
+    return numbers
+
+
+def scan_range(part: Range) -> RangeScan:
+    """Find the stores of every span in a range of a JSON Lines file (see the module doc).
+
+    Line-level problems are counted here; so are the lines this scan has to decode.
+    """
+    scan = RangeScan(part.path)
+    tally = scan.tally
+    reader = FileReader(part.path, tally.on_error, None, RecordCapper(ValueLimits.resolve()))
+    assert reader.capper is not None
+    reader.capper.stats = tally.stats
+    with open_binary(part.path) as stream:
+        stream.seek(part.start)
+        values = reader.json_line_values(
+            stream,
+            part.first_line - 1,
+            offset=part.start,
+            end=part.end,
+            data_follows=not part.last,
+            head=part.head,
+        )
+        for line, offset, size, value in values:
+            stores = _raw_stores(value)
+            if stores is None:  # not plain OTLP JSON: decode it now, and count it here
+                scan.decoded.append(line)
+                stores = {}
+                for record in reader.decode(value, line, size):
+                    store = store_of(record)
+                    stores[store] = stores.get(store, 0) + 1
+            for store, spans in stores.items():
+                scan.lines.setdefault(store, []).append((offset, line))
+                scan.spans[store] = scan.spans.get(store, 0) + spans
+    return scan
+
+
+def merge_scan(plan: Plan, scan: RangeScan) -> None:
+    """Add one range's scan to the plan (ranges of a file in any order)."""
+    path = scan.path
+    plan.add_file(path)
+    plan.scanned.add(path)
+    offsets = plan.offsets.setdefault(path, {})
+    for store, lines in scan.lines.items():
+        for offset, line in lines:
+            offsets[line] = offset
+            plan.add(store, path, line, spans=0)
+        plan.records[store] = plan.records.get(store, 0) + scan.spans[store]
+    if scan.decoded:
+        plan.decoded.setdefault(path, set()).update(scan.decoded)
+
+
+def _raw_stores(value: Any) -> dict[str, int] | None:
+    """Store -> number of spans of a parsed OTLP JSON line (``None``: decode it to tell).
+
+    A line is left to the partitions only when each of its resources holds spans of one store
+    (and holds some): a bad resource or scope is then reported, and a long resource attribute
+    cut, by exactly one partition.
+    """
+    if type(value) is not dict or set(value) != {"resourceSpans"}:
+        return None
+    resources = value["resourceSpans"]
+    if type(resources) is not list or not resources:
+        return None
+    stores: dict[str, int] = {}
+    for resource in resources:
+        if type(resource) is not dict or type(resource.get("scopeSpans")) is not list:
+            return None
+        owner: str | None = None
+        for scope in resource["scopeSpans"]:
+            if type(scope) is not dict or type(scope.get("spans")) is not list:
+                return None
+            if not scope["spans"]:
+                return None
+            for span in scope["spans"]:
+                store = raw_store(span)
+                if store is None or (owner is not None and store != owner):
+                    return None
+                owner = store
+        if owner is None:
+            return None
+        stores[owner] = stores.get(owner, 0) + sum(len(s["spans"]) for s in resource["scopeSpans"])
+    return stores
+
+
+def raw_store(span: Any) -> str | None:
+    """The store id of an undecoded OTLP JSON span (``None``: cannot tell without decoding).
+
+    >>> raw_store({"attributes": [{"key": "gen_ai.memory.store.id",
+    ...                            "value": {"stringValue": "u1"}}]})
+    'u1'
+    >>> raw_store({"attributes": []}), raw_store({"attributes": [{"key": "x"}]}) == ""
+    ('', True)
+    """
+    if type(span) is not dict:
+        return None
+    attributes = span.get("attributes")
+    if attributes is None:
+        return NO_STORE
+    if type(attributes) is not list:
+        return None
+    found: str | None = NO_STORE
+    seen = False
+    for item in attributes:
+        if type(item) is not dict:
+            return None
+        if item.get("key") == A.GEN_AI_MEMORY_STORE_ID:
+            value = item.get("value")
+            if seen or type(value) is not dict or set(value) != {"stringValue"}:
+                return None  # repeated (the decoder keeps the last), or not a plain string
+            if type(value["stringValue"]) is not str:
+                return None
+            found = value["stringValue"]
+            seen = True
+    return found
+
+
+# --- partitions ----------------------------------------------------------------------------
+def make_partitions(plan: Plan, count: int, stores: Iterable[str] | None = None) -> list[Partition]:
+    """Split the stores into at most ``count`` partitions of similar record counts.
+
+    The biggest stores are placed first, each into the lightest partition so far.
+    """
+    chosen = sorted(plan.records if stores is None else stores)
+    count = max(1, min(count, len(chosen)))
+    heap: list[tuple[int, int]] = [(0, n) for n in range(count)]
+    members: list[list[str]] = [[] for _ in range(count)]
+    for store in sorted(chosen, key=lambda s: (-plan.records.get(s, 0), s)):
+        load, number = heapq.heappop(heap)
+        members[number].append(store)
+        heapq.heappush(heap, (load + plan.records.get(store, 0), number))
+    partitions = []
+    for number, group in enumerate(members):
+        if group:
+            partitions.append(_partition(plan, number, sorted(group)))
+    return partitions
+
+
+def _partition(plan: Plan, number: int, stores: list[str]) -> Partition:
+    chunks = []
+    for path in plan.files:
+        lines: set[int] | None = set()
+        used = False
+        for store in stores:
+            per_file = plan.lines.get(store, {})
+            if path not in per_file:
+                continue
+            used = True
+            held = per_file[path]
+            if held is None or lines is None:
+                lines = None
+            else:
+                lines |= held
+        if not used:
+            continue
+        if lines is None:
+            chunks.append(Chunk(path, None))
+            continue
+        offsets = plan.offsets[path]
+        decoded = plan.decoded.get(path, set())
+        chunks.append(
+            Chunk(
+                path,
+                tuple((offsets[n], n) for n in sorted(lines)),
+                counted=path in plan.scanned,
+                decoded=frozenset(n for n in lines if n in decoded),
+            )
+        )
+    return Partition(
+        number, tuple(stores), tuple(chunks), sum(plan.records.get(s, 0) for s in stores)
+    )
+
+
+def load_partition(partition: Partition) -> tuple[dict[str, list[SpanRecord]], Tally]:
+    """The span records of the partition's stores, in the order the single-process run reads them.
+
+    A line can hold spans of several stores: it is parsed whole and the other stores' spans are
+    dropped before decoding. Spans seen twice (a Collector retry) are kept once, as the sources
+    do. Returns the records by store and what was counted on the way (only for scanned files:
+    the others were counted when they were planned).
+    """
+    wanted = set(partition.stores)
+    by_store: dict[str, list[SpanRecord]] = {store: [] for store in partition.stores}
+    seen: dict[tuple[str, str], str] = {}
+    tally = Tally(phase=1)
+    stats = tally.stats
+    limits = ValueLimits.resolve()
+    ignored: list[DecodeError] = []
+
+    def keep(record: SpanRecord, counted: bool) -> None:
+        store = store_of(record)
+        if store not in wanted:
+            return
+        key = (record.trace_id, record.span_id)
+        first = seen.get(key)
+        if first is None:
+            seen[key] = record.source
+            by_store[store].append(record)
+            if counted:
+                stats.records += 1
+        elif counted:
+            path, _, line = record.source.rpartition(":")
+            tally.on_error(
+                DUPLICATE_SPAN,
+                make_error(
+                    f"duplicate span {record.span_id} of trace {record.trace_id} "
+                    f"(first seen at {first})",
+                    path=path,
+                    line=int(line) if line.isdigit() else None,
+                    field="spanId",
+                ),
+            )
+
+    for chunk in partition.chunks:
+        if chunk.lines is None:
+            for record in iter_records(chunk.path):
+                keep(record, counted=False)
+            continue
+        # Count the spans of this partition's stores only, so each is counted exactly once;
+        # lines the scan decoded were counted there (but their records are counted here).
+        counting = FileReader(chunk.path, tally.on_error, None, RecordCapper(limits, stats))
+        quiet = FileReader(chunk.path, lambda kind, error: ignored.append(error), None)
+        quiet.capper = RecordCapper(limits)
+        with open_binary(chunk.path) as stream:
+            for offset, number in chunk.lines:
+                stream.seek(offset)
+                raw = stream.readline()
+                try:
+                    value = _loads(raw)
+                except ValueError:
+                    value = quiet.parse_or_none(raw)
+                    if value is None:
+                        continue
+                scanned_here = number in chunk.decoded
+                if not scanned_here:
+                    _prune(value, wanted)
+                reader = counting if chunk.counted and not scanned_here else quiet
+                for record in reader.decode(value, number, len(raw)):
+                    keep(record, counted=chunk.counted)
+    return by_store, tally
+
+
+def _prune(value: Any, wanted: set[str]) -> None:
+    """Drop the spans of other stores from a parsed OTLP JSON line before decoding it.
+
+    Lines hold spans of many stores; decoding only ours keeps partitions from repeating each
+    other's work (and from counting each other's bad spans). A span whose store cannot be read
+    here is kept (the decoded record is filtered again by its store).
+    """
+    if type(value) is not dict:
+        return
+    for resource in value.get("resourceSpans") or ():
+        if type(resource) is not dict:
+            continue
+        for scope in resource.get("scopeSpans") or ():
+            if type(scope) is dict and type(scope.get("spans")) is list:
+                scope["spans"] = [
+                    s for s in scope["spans"] if raw_store(s) in wanted or raw_store(s) is None
+                ]
