@@ -8,6 +8,7 @@ it wrote; a rerun skips the cases already in ``--out`` (after repairing a torn l
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -200,6 +201,46 @@ def failed_cases(
     return chosen
 
 
+class QuietHeap:
+    """Keep Python's cyclic garbage collector off the traces the batch job holds.
+
+    The job keeps every record and graph while it attributes, and each full collection would
+    traverse all of them again: on a 300 MB export that was a third of the run. So the collector
+    is off while records are loaded and graphs built (they hold no reference cycles), and once
+    :meth:`loaded` is called what is in memory is frozen (``gc.freeze``: never scanned again)
+    while the collector runs again for the methods' own garbage. Leaving unfreezes it all. A
+    collector that was off stays off; objects frozen by someone else are left alone.
+
+    >>> import gc
+    >>> with QuietHeap() as heap:
+    ...     heap.loaded()
+    ...     gc.get_freeze_count() > 0
+    True
+    >>> gc.get_freeze_count()
+    0
+    """
+
+    def __enter__(self) -> QuietHeap:
+        self._enabled = gc.isenabled()
+        self._froze = False
+        gc.disable()
+        return self
+
+    def loaded(self) -> None:
+        """What is in memory now stays: freeze it, and let the collector run again."""
+        if not self._froze and gc.get_freeze_count() == 0:
+            gc.freeze()
+            self._froze = True
+        if self._enabled:
+            gc.enable()
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._froze:
+            gc.unfreeze()
+        if self._enabled:
+            gc.enable()
+
+
 def run_batch(
     sources: Sequence[str],
     method: Method,
@@ -246,10 +287,28 @@ def run_batch(
             progress=progress,
             on_verdict=on_verdict,
         )
+    with QuietHeap() as heap:
+        return _run_in_process(
+            heap, sources, method, cases_file, out, strict, progress, on_verdict, graphs
+        )
+
+
+def _run_in_process(
+    heap: QuietHeap,
+    sources: Sequence[str],
+    method: Method,
+    cases_file: str | None,
+    out: str | os.PathLike[str] | None,
+    strict: bool,
+    progress: TextIO | None,
+    on_verdict: Callable[[Verdict], None] | None,
+    graphs: dict[str, nx.MultiDiGraph] | None,
+) -> tuple[list[Verdict], BatchSummary]:
     started = time.perf_counter()
     summary = BatchSummary(method=method.name)
     if graphs is None:
         graphs = load_store_graphs(sources, strict=strict, summary=summary)
+    heap.loaded()
     work = failed_cases(graphs, cases_file, summary)
     summary.cases = len(work)
     summary.truncated_captured += sum(count_truncated_captured(G) for G in graphs.values())

@@ -46,6 +46,7 @@ from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._batch import (
     NO_STORE,
     BatchSummary,
+    QuietHeap,
     completed_case_ids,
     count_truncated_captured,
     store_of,
@@ -263,11 +264,15 @@ def run_partition(
 ) -> PartitionResult:
     """Load a partition's spans, build its graphs one store at a time and attribute its cases."""
     started = time.perf_counter()
-    by_store, tally = load_partition(partition)
     results = []
-    for store in partition.stores:
-        G = build_graph(by_store.pop(store))
-        results.append(attribute_store(store, G, shared.method, shared.cases, shared.done, forced))
+    with QuietHeap() as heap:  # the partition's records stay in memory: keep the collector off
+        by_store, tally = load_partition(partition)
+        heap.loaded()
+        for store in partition.stores:
+            G = build_graph(by_store.pop(store))
+            results.append(
+                attribute_store(store, G, shared.method, shared.cases, shared.done, forced)
+            )
     return PartitionResult(partition.number, results, time.perf_counter() - started, tally)
 
 
@@ -754,6 +759,8 @@ class _DaskEngine(_Engine):
             raise BackendError(f"cannot reach the Dask scheduler: {exc}", url=address) from None
         self.retries = retries
         self.workers = max(1, len(self._client.scheduler_info().get("workers", {})))
+        # Workers import this package while the driver cuts the files into ranges.
+        self._client.run(_import_on_worker, wait=False)
 
     def map(
         self, fn: Callable[..., Any], items: Sequence[_T], *args: Any
@@ -790,6 +797,11 @@ class _DaskEngine(_Engine):
 
     def close(self) -> None:
         self._client.close()
+
+
+async def _import_on_worker() -> None:
+    # A coroutine: Dask runs only those without waiting for them.
+    import memtrace_otel.attribution._executors  # noqa: F401  (and everything it imports)
 
 
 @contextlib.contextmanager

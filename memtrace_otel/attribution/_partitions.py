@@ -40,7 +40,7 @@ from memtrace_otel.sources import (
     iter_records,
     open_source,
 )
-from memtrace_otel.sources._common import DUPLICATE_SPAN, MAX_ERROR_MESSAGES, make_error
+from memtrace_otel.sources._common import DUPLICATE_SPAN, MAX_ERROR_MESSAGES, GcPaused, make_error
 from memtrace_otel.sources._files import FileReader, open_binary
 from memtrace_otel.sources._limits import LineReader, ReadLimits
 
@@ -356,10 +356,9 @@ def scan_range(part: Range) -> RangeScan:
     """
     scan = RangeScan(part.path)
     tally = scan.tally
-    reader = FileReader(part.path, tally.on_error, None, RecordCapper(ValueLimits.resolve()))
-    assert reader.capper is not None
-    reader.capper.stats = tally.stats
-    with open_binary(part.path) as stream:
+    capper = RecordCapper(ValueLimits.resolve(), tally.stats)
+    reader = FileReader(part.path, tally.on_error, None, capper)
+    with GcPaused(), open_binary(part.path) as stream:
         stream.seek(part.start)
         values = reader.json_line_values(
             stream,
@@ -527,48 +526,38 @@ def load_partition(partition: Partition) -> tuple[dict[str, list[SpanRecord]], T
     do. Returns the records by store and what was counted on the way (only for scanned files:
     the others were counted when they were planned).
     """
-    wanted = set(partition.stores)
-    by_store: dict[str, list[SpanRecord]] = {store: [] for store in partition.stores}
-    seen: dict[tuple[str, str], str] = {}
-    tally = Tally(phase=1)
-    stats = tally.stats
-    limits = ValueLimits.resolve()
-    ignored: list[DecodeError] = []
+    loader = _Loader(partition.stores)
+    # The records are kept until the graphs are built: with the cyclic collector running, its
+    # full collections would traverse all of them again and again (twice the loading time).
+    with GcPaused():
+        for chunk in partition.chunks:
+            loader.load(chunk)
+    return loader.by_store, loader.tally
 
-    def keep(record: SpanRecord, counted: bool) -> None:
-        store = store_of(record)
-        if store not in wanted:
-            return
-        key = (record.trace_id, record.span_id)
-        first = seen.get(key)
-        if first is None:
-            seen[key] = record.source
-            by_store[store].append(record)
-            if counted:
-                stats.records += 1
-        elif counted:
-            path, _, line = record.source.rpartition(":")
-            tally.on_error(
-                DUPLICATE_SPAN,
-                make_error(
-                    f"duplicate span {record.span_id} of trace {record.trace_id} "
-                    f"(first seen at {first})",
-                    path=path,
-                    line=int(line) if line.isdigit() else None,
-                    field="spanId",
-                ),
-            )
 
-    for chunk in partition.chunks:
+class _Loader:
+    """One partition's loading: its stores' records, deduplicated, and what it counted."""
+
+    def __init__(self, stores: Sequence[str]) -> None:
+        self.wanted = set(stores)
+        self.by_store: dict[str, list[SpanRecord]] = {store: [] for store in stores}
+        self.seen: dict[tuple[str, str], str] = {}
+        self.tally = Tally(phase=1)
+        self.limits = ValueLimits.resolve()
+        self.ignored: list[DecodeError] = []  # counted by the planning already
+
+    def load(self, chunk: Chunk) -> None:
         if chunk.lines is None:
             for record in iter_records(chunk.path):
-                keep(record, counted=False)
-            continue
+                self.keep(record, counted=False)
+            return
         # Count the spans of this partition's stores only, so each is counted exactly once;
         # lines the scan decoded were counted there (but their records are counted here).
-        counting = FileReader(chunk.path, tally.on_error, None, RecordCapper(limits, stats))
-        quiet = FileReader(chunk.path, lambda kind, error: ignored.append(error), None)
-        quiet.capper = RecordCapper(limits)
+        stats = self.tally.stats
+        counting = FileReader(
+            chunk.path, self.tally.on_error, None, RecordCapper(self.limits, stats)
+        )
+        quiet = FileReader(chunk.path, self._ignore, None, RecordCapper(self.limits))
         with open_binary(chunk.path) as stream:
             for offset, number in chunk.lines:
                 stream.seek(offset)
@@ -581,11 +570,37 @@ def load_partition(partition: Partition) -> tuple[dict[str, list[SpanRecord]], T
                         continue
                 scanned_here = number in chunk.decoded
                 if not scanned_here:
-                    _prune(value, wanted)
+                    _prune(value, self.wanted)
                 reader = counting if chunk.counted and not scanned_here else quiet
                 for record in reader.decode(value, number, len(raw)):
-                    keep(record, counted=chunk.counted)
-    return by_store, tally
+                    self.keep(record, counted=chunk.counted)
+
+    def _ignore(self, kind: str, error: DecodeError) -> None:
+        self.ignored.append(error)
+
+    def keep(self, record: SpanRecord, counted: bool) -> None:
+        store = store_of(record)
+        if store not in self.wanted:
+            return
+        key = (record.trace_id, record.span_id)
+        first = self.seen.get(key)
+        if first is None:
+            self.seen[key] = record.source
+            self.by_store[store].append(record)
+            if counted:
+                self.tally.stats.records += 1
+        elif counted:
+            path, _, line = record.source.rpartition(":")
+            self.tally.on_error(
+                DUPLICATE_SPAN,
+                make_error(
+                    f"duplicate span {record.span_id} of trace {record.trace_id} "
+                    f"(first seen at {first})",
+                    path=path,
+                    line=int(line) if line.isdigit() else None,
+                    field="spanId",
+                ),
+            )
 
 
 def _prune(value: Any, wanted: set[str]) -> None:
