@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -59,3 +60,36 @@ def otlp_receiver() -> Iterator[Receiver]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class SilentServer:
+    """Accepts TCP connections on 127.0.0.1 and never answers (a hung Collector)."""
+
+    def __init__(self) -> None:
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self.port = int(self._sock.getsockname()[1])
+        self._held: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def _accept(self) -> None:
+        self._sock.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                continue
+            self._held.append(conn)  # keep it open, read nothing, answer nothing
+
+    def __enter__(self) -> SilentServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        for conn in self._held:
+            conn.close()
+        self._sock.close()

@@ -452,6 +452,14 @@ def test_conflicting_copies_of_a_span_keep_the_same_one_in_any_order() -> None:
     assert G1.number_of_nodes() == 2  # one op, one variable: the loser left nothing behind
 
 
+def test_a_cycle_through_a_version_edge_is_found_in_one_build() -> None:
+    # The op reads x@2 and writes x@1, and x@1 -> x@2 is a version edge: a loop, whose every
+    # read and write edge rises in time; only the version edge breaks the quick proof.
+    G = build_graph([op_span(A1, "update", ["x@2"], ["x@1"], start=5, end=6)])
+    [cycle] = anomalies(G, "cycle")
+    assert cycle["span_ids"] == [A1] and cycle["refs"] == ["x@1", "x@2"]
+
+
 def test_deep_chains_and_long_cycles_do_not_recurse() -> None:
     n = 3000
     records = [

@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import json
 import logging
-import socket
 import threading
 import time
 import tracemalloc
@@ -35,6 +34,7 @@ from memtrace_otel.instrumentation._configure import resolve_exporter
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.testing import spans_as_dicts
 from tests._openai_server import closed_port
+from tests._otlp_receiver import SilentServer
 
 # --- 1. built-in redaction ---------------------------------------------------------------------
 
@@ -119,39 +119,6 @@ def test_capture_off_sends_no_value_even_with_a_hook() -> None:
 
 
 # --- 2. a sick Collector -----------------------------------------------------------------------
-
-
-class SilentServer:
-    """Accepts TCP connections on 127.0.0.1 and never answers (a hung Collector)."""
-
-    def __init__(self) -> None:
-        self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(64)
-        self.port = int(self._sock.getsockname()[1])
-        self._held: list[socket.socket] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-
-    def _accept(self) -> None:
-        self._sock.settimeout(0.1)
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                continue
-            self._held.append(conn)  # keep it open, read nothing, answer nothing
-
-    def __enter__(self) -> SilentServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        for conn in self._held:
-            conn.close()
-        self._sock.close()
 
 
 class RejectingServer:

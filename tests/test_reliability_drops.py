@@ -12,7 +12,6 @@ import collections
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -40,6 +39,7 @@ from memtrace_otel.instrumentation import (
     resolve_exporter,
 )
 from memtrace_otel.semconv import attributes as A
+from tests._otlp_receiver import SilentServer
 
 REPO = Path(__file__).resolve().parents[1]
 SDK_LOGGER = "opentelemetry.sdk._shared_internal"
@@ -47,39 +47,6 @@ OUR_LOGGER = "memtrace_otel"
 SPANS = 1000
 QUEUE = 128
 BATCH = 64
-
-
-class SilentServer:
-    """Accepts TCP connections on 127.0.0.1 and never answers (a hung Collector)."""
-
-    def __init__(self) -> None:
-        self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(64)
-        self.port = int(self._sock.getsockname()[1])
-        self._held: list[socket.socket] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-
-    def _accept(self) -> None:
-        self._sock.settimeout(0.1)
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                continue
-            self._held.append(conn)  # keep it open, read nothing, answer nothing
-
-    def __enter__(self) -> SilentServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        for conn in self._held:
-            conn.close()
-        self._sock.close()
 
 
 class HandedCounter(SpanExporter):

@@ -28,7 +28,7 @@ from memtrace_otel.errors import DecodeError, MemtraceError
 from memtrace_otel.graph import build_graph
 from memtrace_otel.semconv import JudgeVerdict, SpanRecord
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.sources import open_source
+from memtrace_otel.sources import SourceStats, open_source
 
 NO_STORE = ""
 """Partition key of ops that name no memory store."""
@@ -84,6 +84,15 @@ class BatchSummary:
         per = self.by_system_error.setdefault(system, {})
         per[verdict.error_type] = per.get(verdict.error_type, 0) + 1
 
+    def add_source_stats(self, stats: SourceStats) -> None:
+        """Count what a source read, skipped and cut (keeping the first 20 messages)."""
+        self.records += stats.records
+        self.skipped_records += stats.skipped
+        self.truncated_values += stats.truncated_values
+        for kind, count in stats.skipped_by_kind.items():
+            self.skipped_by_kind[kind] = self.skipped_by_kind.get(kind, 0) + count
+        self.source_errors.extend(stats.errors[: 20 - len(self.source_errors)])
+
     def to_json(self) -> dict[str, Any]:
         """Plain data for ``summary.json``."""
         data = {k: v for k, v in self.__dict__.items()}
@@ -127,12 +136,7 @@ def load_store_graphs(
         for record in source.records():
             by_store[store_of(record)].append(record)
         if summary is not None:
-            summary.records += source.stats.records
-            summary.skipped_records += source.stats.skipped
-            summary.truncated_values += source.stats.truncated_values
-            for kind, count in source.stats.skipped_by_kind.items():
-                summary.skipped_by_kind[kind] = summary.skipped_by_kind.get(kind, 0) + count
-            summary.source_errors.extend(source.stats.errors[: 20 - len(summary.source_errors)])
+            summary.add_source_stats(source.stats)
     return {store: build_graph(records) for store, records in by_store.items()}
 
 

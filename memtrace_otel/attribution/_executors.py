@@ -524,7 +524,7 @@ def _run_spilled(
             source = open_source(spec, strict=strict)
             for record in source.records():
                 spill.add(record)
-            _count_source(summary, source.stats)
+            summary.add_source_stats(source.stats)
         spill.finish()
         stores = sorted(spill.records)
         for number, store in enumerate(stores, 1):
@@ -550,15 +550,6 @@ def _progress(progress: TextIO | None, number: int, total: int) -> None:
 
 
 # --- planning and running on an engine ------------------------------------------------------
-def _count_source(summary: BatchSummary, stats: SourceStats) -> None:
-    summary.records += stats.records
-    summary.skipped_records += stats.skipped
-    summary.truncated_values += stats.truncated_values
-    for kind, count in stats.skipped_by_kind.items():
-        summary.skipped_by_kind[kind] = summary.skipped_by_kind.get(kind, 0) + count
-    summary.source_errors.extend(stats.errors[: 20 - len(summary.source_errors)])
-
-
 @dataclass
 class _Counts:
     """What the sources' records counted, added up over the driver, the scans and partitions."""
@@ -572,7 +563,7 @@ class _Counts:
     def report(self, summary: BatchSummary, files: Sequence[str]) -> None:
         stats = self.stats
         stats.errors = first_messages(stats.errors, self.keys, files)
-        _count_source(summary, stats)
+        summary.add_source_stats(stats)
 
 
 def _plan(

@@ -40,9 +40,10 @@ from memtrace_otel.sources import (
     iter_records,
     open_source,
 )
-from memtrace_otel.sources._common import DUPLICATE_SPAN, MAX_ERROR_MESSAGES, GcPaused, make_error
+from memtrace_otel.sources._common import DUPLICATE_SPAN, MAX_ERROR_MESSAGES, GcPaused
 from memtrace_otel.sources._files import FileReader, open_binary
 from memtrace_otel.sources._limits import LineReader, ReadLimits
+from memtrace_otel.sources._source import duplicate_span_error
 
 _loads: Callable[[bytes], Any]
 try:  # the loaders' optional accelerator
@@ -590,17 +591,7 @@ class _Loader:
             if counted:
                 self.tally.stats.records += 1
         elif counted:
-            path, _, line = record.source.rpartition(":")
-            self.tally.on_error(
-                DUPLICATE_SPAN,
-                make_error(
-                    f"duplicate span {record.span_id} of trace {record.trace_id} "
-                    f"(first seen at {first})",
-                    path=path,
-                    line=int(line) if line.isdigit() else None,
-                    field="spanId",
-                ),
-            )
+            self.tally.on_error(DUPLICATE_SPAN, duplicate_span_error(record, first))
 
 
 def _prune(value: Any, wanted: set[str]) -> None:

@@ -228,9 +228,12 @@ class _Fold:
         self.new_ops: set[str] = set()
         self.evicted: set[str] = set()  # removed ops whose anomalies must go
         self.writer_counts: dict[str, int] = {}  # of the variables derived in finish()
-        # In a fresh build every version edge is found from its newer end (a new variable
-        # looks for its predecessor); only variables already in the graph need a look ahead.
-        self.look_ahead = bool(G._node)
+        # A fresh build (into an empty graph) takes two short cuts: every version edge is found
+        # from its newer end (a new variable looks for its predecessor), and the proof that
+        # data flow has no cycle is made edge by edge as variables are derived (see _prove).
+        self.fresh = not G._node
+        self.look_ahead = not self.fresh
+        self.proving = self.fresh  # no edge has broken the proof yet
 
     # --- adding ---------------------------------------------------------------------------------
 
@@ -441,6 +444,30 @@ class _Fold:
         node["external"] = writer is None
         node["source_span"] = best[2] if best is not None else None
         self.writer_counts[ref] = len(writers)
+        if self.proving:
+            self._prove(ref, node, writers)
+
+    def _prove(self, ref: str, node: dict[str, Any], writers: list[str]) -> None:
+        """Check the potential of :func:`_ordered_by_time` along a variable's read and write edges.
+
+        In a fresh build every variable is derived once, before any version edge exists, so
+        this visits every read and write edge; :meth:`_link_versions` checks the version edges.
+        If all rise, there is no cycle and :meth:`_check_cycles` has nothing to do; otherwise
+        it runs the exact check.
+        """
+        nodes = self.G._node
+        try:
+            here = _variable_potential(node)
+            for op in writers:
+                if 3 * nodes[op]["end"] + 1 >= here:
+                    self.proving = False
+                    return
+            for op in self.G._succ[ref]:
+                if 3 * nodes[op]["end"] + 1 <= here:
+                    self.proving = False
+                    return
+        except (KeyError, TypeError):
+            self.proving = False
 
     def _link_versions(self, ref: str) -> None:
         nodes = self.G._node
@@ -465,6 +492,13 @@ class _Fold:
         if VERSION not in keyed:
             keyed[VERSION] = {}
             self.cycle_heads.add(newer)
+        if self.proving:
+            nodes = self.G._node
+            try:
+                if _variable_potential(nodes[older]) >= _variable_potential(nodes[newer]):
+                    self.proving = False
+            except (KeyError, TypeError):
+                self.proving = False
 
     def _check_parents(self) -> None:
         nodes, non_op = self.G._node, self.non_op
@@ -530,6 +564,8 @@ class _Fold:
         """Report data-flow cycles through the new edges (a memory graph should be acyclic)."""
         G = self.G
         nodes = G._node
+        if self.fresh and self.proving:
+            return  # every edge was checked as it was made (see _prove)
         heads = {n for n in self.cycle_heads if n in nodes}
         heads.update(n for n in self.new_ops if n in nodes)
         if not heads:
@@ -595,6 +631,11 @@ def _ordered_by_time(G: nx.MultiDiGraph, region: Iterable[str]) -> bool:
         return False
 
 
+def _variable_potential(data: Mapping[str, Any]) -> int:
+    """A derived variable's potential (see :func:`_ordered_by_time`)."""
+    return -1 if data.get("writer") is None else 3 * data["time"] + 2
+
+
 def _potential_rises(G: nx.MultiDiGraph, region: Iterable[str]) -> bool:
     nodes, succ = G._node, G._succ
     potential: dict[str, int] = {}
@@ -630,18 +671,29 @@ def _op_from_record(
         anomalies.append(_anomaly("unknown_kind", [span_id], None, f"unknown op kind {raw_kind!r}"))
     inputs = _refs(get(sc.MEMTRACE_OP_INPUTS), span_id, anomalies)
     outputs = _refs(get(sc.MEMTRACE_OP_OUTPUTS), span_id, anomalies)
-    name = get(sc.MEMTRACE_OP_NAME)
-    stage = get(sc.MEMTRACE_STAGE)
+    # (one comprehension instead of a call per value: this runs for every span)
+    name, stage, system, store, case, prompt_ref, judge_verdict = [
+        value if type(value) in _SCALARS else _plain(value)
+        for value in (
+            get(sc.MEMTRACE_OP_NAME),
+            get(sc.MEMTRACE_STAGE),
+            get(sc.MEMTRACE_SYSTEM),
+            get(sc.GEN_AI_MEMORY_STORE_ID),
+            get(sc.MEMTRACE_CASE_ID),
+            get(sc.MEMTRACE_PROMPT_REF),
+            get(sc.MEMTRACE_JUDGE_VERDICT),
+        )
+    ]
     op: dict[str, Any] = {
         "type": "op",
         "kind": kind,
-        "name": _scalar(name) if name is not None else record.name,
+        "name": name if name is not None else record.name,
         "span_name": record.name,
-        "stage": _scalar(stage) if stage is not None else _DEFAULT_STAGE.get(kind),
-        "system": _scalar(get(sc.MEMTRACE_SYSTEM)),
-        "store": _scalar(get(sc.GEN_AI_MEMORY_STORE_ID)),
-        "case": _scalar(get(sc.MEMTRACE_CASE_ID)),
-        "prompt_ref": _scalar(get(sc.MEMTRACE_PROMPT_REF)),
+        "stage": stage if stage is not None else _DEFAULT_STAGE.get(kind),
+        "system": system,
+        "store": store,
+        "case": case,
+        "prompt_ref": prompt_ref,
         "trace_id": record.trace_id,
         "span_id": span_id,
         "parent_span_id": record.parent_span_id or None,
@@ -650,7 +702,7 @@ def _op_from_record(
         "status": record.status_code,
         "inputs": inputs,
         "outputs": outputs,
-        "judge_verdict": _scalar(get(sc.MEMTRACE_JUDGE_VERDICT)),
+        "judge_verdict": judge_verdict,
         "links": [
             {
                 "trace_id": link.trace_id,
@@ -769,18 +821,21 @@ def _refs(raw: Any, span_id: str, anomalies: list[dict[str, Any]]) -> list[str]:
         return []
     refs: list[str] = []
     for item in items:
-        if type(item) is str and _valid_ref(item):
-            if item not in refs:
-                refs.append(item)
-        else:
-            anomalies.append(
-                _anomaly(
-                    "invalid_ref",
-                    [span_id],
-                    item if isinstance(item, str) else repr(item),
-                    "expected '<id>@<version>' with an integer version >= 1",
-                )
+        if type(item) is str:
+            # _valid_ref, inlined: this runs for every ref of every span.
+            ident, _, version = item.rpartition("@")
+            if ident and version.isdecimal() and version.isascii() and version.lstrip("0"):
+                if item not in refs:
+                    refs.append(item)
+                continue
+        anomalies.append(
+            _anomaly(
+                "invalid_ref",
+                [span_id],
+                item if isinstance(item, str) else repr(item),
+                "expected '<id>@<version>' with an integer version >= 1",
             )
+        )
     return refs
 
 

@@ -6,6 +6,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 
+from memtrace_otel.errors import DecodeError
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.sources._common import (
     DUPLICATE_SPAN,
@@ -111,17 +112,7 @@ class Source(ABC):
             if first is None:
                 first = older.get(key)
             if first is not None:
-                path, _, line = record.source.rpartition(":")
-                self.on_error(
-                    DUPLICATE_SPAN,
-                    make_error(
-                        f"duplicate span {record.span_id} of trace {record.trace_id} "
-                        f"(first seen at {first})",
-                        path=path,
-                        line=int(line) if line.isdigit() else None,
-                        field="spanId",
-                    ),
-                )
+                self.on_error(DUPLICATE_SPAN, duplicate_span_error(record, first))
                 continue
             recent[key] = record.source
             if len(recent) >= window:
@@ -190,6 +181,17 @@ class FileSource(Source):
 
     def __repr__(self) -> str:
         return f"FileSource({self.specs!r}, strict={self.strict})"
+
+
+def duplicate_span_error(record: SpanRecord, first: str) -> DecodeError:
+    """The error reported for a span seen again (``first``: where it was first seen)."""
+    path, _, line = record.source.rpartition(":")
+    return make_error(
+        f"duplicate span {record.span_id} of trace {record.trace_id} (first seen at {first})",
+        path=path,
+        line=int(line) if line.isdigit() else None,
+        field="spanId",
+    )
 
 
 def iter_records(
