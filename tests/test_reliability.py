@@ -282,6 +282,7 @@ def test_queue_overflow_drops_spans_and_counts_them(
                 assert app_call(mt, i) == expected(i)
         dropped = _dropped(reader)
         provider.shutdown()
-    # 1000 spans, a queue of 128 and one batch of at most 64 in flight to the silent server.
-    assert 1000 - 128 - 64 <= dropped < 1000
+    # 1000 spans, a queue of 128 and a batch of at most 64 in flight to the silent server; each
+    # export gives up after its timeout, so on a slow machine a few more batches leave the queue.
+    assert 500 <= dropped <= 1000 - 128
     assert any("Queue full" in r.getMessage() for r in caplog.records)
