@@ -25,6 +25,7 @@ from memtrace_otel.attribution._executors import (
 )
 from memtrace_otel.attribution._model import Case, Verdict
 from memtrace_otel.cli import main
+from tests.conftest import shared_path
 
 distributed = pytest.importorskip("dask.distributed")
 
@@ -309,3 +310,12 @@ def test_bad_input_is_counted_once_by_the_scans_and_partitions(
     assert expected["truncated_values"] == 1
     assert _plain(summary) == expected
     assert verdicts == single_verdicts
+
+
+def test_a_memtracebench_document_is_read_whole_by_its_partition() -> None:
+    # Its records name line 1 of a pretty-printed document: it must not be read as JSON Lines.
+    source = [str(shared_path("samples", "smartcomment_export_sample.json"))]
+    single_verdicts, single = run_batch(source, get_method("evidence"))
+    verdicts, summary = run_batch(source, get_method("evidence"), executor="local[2]")
+    assert single_verdicts and verdicts == single_verdicts
+    assert _plain(summary) == _plain(single)

@@ -211,7 +211,13 @@ def address_lines(plan: Plan, paths: Iterable[str]) -> None:
 
 
 def _line_offsets(path: str, wanted: set[int]) -> dict[int, int] | None:
-    """Byte offsets of ``wanted`` lines of a plain JSON Lines file (``None``: not one)."""
+    """Byte offsets of ``wanted`` lines of a plain JSON Lines file (``None``: not one).
+
+    Records of a whole document may name a line too (a MemTraceBench file's say ``:1``), so the
+    file is sniffed as the loaders do first.
+    """
+    if not is_json_lines(path):
+        return None
     offsets: dict[int, int] = {}
     with open_binary(path) as stream:
         head = stream.read(4)
