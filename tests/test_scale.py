@@ -319,3 +319,16 @@ def test_a_memtracebench_document_is_read_whole_by_its_partition() -> None:
     verdicts, summary = run_batch(source, get_method("evidence"), executor="local[2]")
     assert single_verdicts and verdicts == single_verdicts
     assert _plain(summary) == _plain(single)
+
+
+def test_every_shared_fixture_gives_the_single_process_summary_on_the_pool() -> None:
+    # Jaeger, jaeger-ui, OTLP and Tempo files, some unreadable: each file is its own source, and
+    # the summary keeps the first messages per source, as the single process does.
+    folder = shared_path("fixtures")
+    files = sorted(str(p) for p in folder.rglob("*") if p.is_file())
+    assert len(files) > 10
+    single_verdicts, single = run_batch(files, get_method("evidence"))
+    verdicts, summary = run_batch(files, get_method("evidence"), executor="local[2]")
+    assert single.skipped_records > 0 and len(single.source_errors) > 10
+    assert verdicts == single_verdicts
+    assert _plain(summary) == _plain(single)

@@ -556,13 +556,15 @@ class _Counts:
 
     stats: SourceStats = field(default_factory=SourceStats)
     keys: list[Key] = field(default_factory=list)
+    spec_of: dict[str, int] = field(default_factory=dict)
+    """file -> the number of the source spec it came from (messages are kept per spec)."""
 
     def add(self, tally: Tally) -> None:
         tally.add_to(self.stats, self.keys)
 
     def report(self, summary: BatchSummary, files: Sequence[str]) -> None:
         stats = self.stats
-        stats.errors = first_messages(stats.errors, self.keys, files)
+        stats.errors = first_messages(stats.errors, self.keys, files, self.spec_of)
         summary.add_source_stats(stats)
 
 
@@ -578,10 +580,11 @@ def _plan(
         return plan_sources(sources, strict=True, summary_stats=counts.stats)
     plan = Plan()
     scanned: list[str] = []
-    for spec in sources:
+    for number, spec in enumerate(sources):
         check_file_spec(spec)
         for path in expand_paths(spec):
             plan.add_file(path)
+            counts.spec_of.setdefault(path, number)
             if is_json_lines(path):
                 scanned.append(path)
             else:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -90,13 +90,28 @@ class Tally:
         keys.extend(self.keys)
 
 
-def first_messages(messages: list[str], keys: list[Key], files: Sequence[str]) -> list[str]:
-    """The first :data:`MAX_ERROR_MESSAGES` messages in reading order (file, then line)."""
+def first_messages(
+    messages: list[str],
+    keys: list[Key],
+    files: Sequence[str],
+    group_of: Mapping[str, int] | None = None,
+) -> list[str]:
+    """The messages in reading order (file, then line), the first :data:`MAX_ERROR_MESSAGES`
+    of each group of files (each source spec, as a single-process run keeps them per source).
+    """
     order = {path: number for number, path in enumerate(files)}
+    groups = group_of or {}
     ranked = sorted(
         zip(keys, messages, strict=True), key=lambda item: (order.get(item[0][0], 0), item[0][1:])
     )
-    return [message for _, message in ranked[:MAX_ERROR_MESSAGES]]
+    kept: list[str] = []
+    per_group: dict[int, int] = {}
+    for key, message in ranked:
+        group = groups.get(key[0], 0)
+        if per_group.get(group, 0) < MAX_ERROR_MESSAGES:
+            per_group[group] = per_group.get(group, 0) + 1
+            kept.append(message)
+    return kept
 
 
 # --- the plan ------------------------------------------------------------------------------
