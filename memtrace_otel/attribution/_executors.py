@@ -34,6 +34,7 @@ import re
 import sqlite3
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -665,7 +666,7 @@ def _run_partitions(
 _T = TypeVar("_T")
 
 
-class _Engine:
+class _Engine(ABC):
     """Runs a function over items on workers, yielding each item with its result or error.
 
     A task whose worker was lost is run again, up to ``retries`` more times, then yielded with
@@ -674,11 +675,13 @@ class _Engine:
 
     workers: int = 1
 
+    @abstractmethod
     def map(
         self, fn: Callable[..., Any], items: Sequence[_T], *args: Any
     ) -> Iterator[tuple[_T, Any]]:
-        raise NotImplementedError
+        """``fn(item, *args)`` for each item, as they finish: ``(item, result or exception)``."""
 
+    @abstractmethod
     def close(self) -> None:
         """Release the workers (or the connection)."""
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from memtrace_otel.semconv import AttrValue, EventRecord, LinkRecord, SpanRecord
 from memtrace_otel.semconv import attributes as A
@@ -318,40 +318,40 @@ def cap_attributes(attrs: Attributes, limits: ValueLimits) -> tuple[Attributes, 
     return (attrs if out is None else MappingProxyType(out)), count
 
 
+_Item = TypeVar("_Item", EventRecord, LinkRecord)
+
+
+def _cap_items(
+    items: tuple[_Item, ...],
+    limits: ValueLimits,
+    rebuild: Callable[[_Item, Attributes], _Item],
+) -> tuple[tuple[_Item, ...], int]:
+    """Events or links with their attributes within ``limits`` (the same tuple when none is cut)."""
+    quarter, max_items = limits.max_bytes >> 2, limits.max_items
+    changed: list[_Item] | None = None
+    total = 0
+    for i, item in enumerate(items):
+        if _fits(item.attributes, quarter, max_items):
+            continue
+        attrs, n = cap_attributes(item.attributes, limits)
+        if n:
+            if changed is None:
+                changed = list(items)
+            changed[i] = rebuild(item, attrs)
+            total += n
+    return (items if changed is None else tuple(changed)), total
+
+
 def _cap_events(
     events: tuple[EventRecord, ...], limits: ValueLimits
 ) -> tuple[tuple[EventRecord, ...], int]:
-    quarter, max_items = limits.max_bytes >> 2, limits.max_items
-    changed: list[EventRecord] | None = None
-    total = 0
-    for i, event in enumerate(events):
-        if _fits(event.attributes, quarter, max_items):
-            continue
-        attrs, n = cap_attributes(event.attributes, limits)
-        if n:
-            if changed is None:
-                changed = list(events)
-            changed[i] = EventRecord(event.name, event.time_unix_nano, attrs)
-            total += n
-    return (events if changed is None else tuple(changed)), total
+    return _cap_items(events, limits, lambda e, a: EventRecord(e.name, e.time_unix_nano, a))
 
 
 def _cap_links(
     links: tuple[LinkRecord, ...], limits: ValueLimits
 ) -> tuple[tuple[LinkRecord, ...], int]:
-    quarter, max_items = limits.max_bytes >> 2, limits.max_items
-    changed: list[LinkRecord] | None = None
-    total = 0
-    for i, link in enumerate(links):
-        if _fits(link.attributes, quarter, max_items):
-            continue
-        attrs, n = cap_attributes(link.attributes, limits)
-        if n:
-            if changed is None:
-                changed = list(links)
-            changed[i] = LinkRecord(link.trace_id, link.span_id, attrs)
-            total += n
-    return (links if changed is None else tuple(changed)), total
+    return _cap_items(links, limits, lambda k, a: LinkRecord(k.trace_id, k.span_id, a))
 
 
 class RecordCapper:
