@@ -630,5 +630,5 @@ def _prune(value: Any, wanted: set[str]) -> None:
         for scope in resource.get("scopeSpans") or ():
             if type(scope) is dict and type(scope.get("spans")) is list:
                 scope["spans"] = [
-                    s for s in scope["spans"] if raw_store(s) in wanted or raw_store(s) is None
+                    s for s in scope["spans"] if (store := raw_store(s)) is None or store in wanted
                 ]
