@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _HEX_ID = re.compile(rb'"([0-9a-f]{32}|[0-9a-f]{16})"')
@@ -89,12 +90,14 @@ def status(field):
 folder, bound = sys.argv[1], (sys.argv[2] if sys.argv[2] != "-" else None)
 baseline = status("VmRSS")
 started = time.perf_counter()
+cpu = time.process_time()
 verdicts, summary = run_batch(
     [folder + "/traces.jsonl"], get_method("evidence"), cases_file=folder + "/cases.jsonl",
     memory_bound=bound,
 )
 print(json.dumps({
     "seconds": time.perf_counter() - started,
+    "cpu": time.process_time() - cpu,
     "baseline": baseline,
     "peak": status("VmHWM"),
     "verdicts": [v.to_json() for v in verdicts],
@@ -119,15 +122,31 @@ def _import_package() -> None:
     import memtrace_otel.attribution._executors  # noqa: F401
 
 
-def run_dask(folder: Path, repeats: int) -> tuple[list[float], list[str]]:
-    """The same job on a 2-worker LocalCluster, ``repeats`` times; wall seconds of each run
-    (cluster start-up excluded) and the verdicts of the last."""
+@dataclass
+class DaskRuns:
+    """What :func:`run_dask` measured."""
+
+    seconds: list[float] = field(default_factory=list)
+    """Wall seconds of each run (cluster start-up excluded)."""
+    worker_cpu: list[float] = field(default_factory=list)
+    """CPU seconds the two workers spent in each run, together."""
+    idle_share: float = 0.0
+    """Share of the two cores Dask's own processes (the driver, which hosts the scheduler,
+    and the workers) used while no task ran."""
+    verdicts: list[str] = field(default_factory=list)
+    """The verdicts of the last run."""
+
+
+_IDLE_SECONDS = 5.0
+
+
+def run_dask(folder: Path, repeats: int) -> DaskRuns:
+    """The same job on a 2-worker LocalCluster, ``repeats`` times."""
     from dask.distributed import Client, LocalCluster
 
     from memtrace_otel.attribution import get_method, run_batch
 
-    seconds = []
-    verdicts: list[str] = []
+    runs = DaskRuns()
     with LocalCluster(
         n_workers=2,
         threads_per_worker=1,
@@ -139,17 +158,26 @@ def run_dask(folder: Path, repeats: int) -> tuple[list[float], list[str]]:
         # The single process imports the package before its clock starts; so do the workers.
         with Client(cluster) as client:
             client.run(_import_package)
-        for _ in range(repeats):
-            started = time.perf_counter()
-            found, _ = run_batch(
-                [str(folder / "traces.jsonl")],
-                get_method("evidence"),
-                cases_file=str(folder / "cases.jsonl"),
-                executor=address,
-            )
-            seconds.append(time.perf_counter() - started)
-            verdicts = [v.to_json() for v in found]
-    return seconds, verdicts
+            workers_before, driver_before = client.run(time.process_time), time.process_time()
+            time.sleep(_IDLE_SECONDS)
+            workers_after, driver_after = client.run(time.process_time), time.process_time()
+            idle_cpu = driver_after - driver_before
+            idle_cpu += sum(workers_after[w] - workers_before[w] for w in workers_before)
+            runs.idle_share = idle_cpu / (2 * _IDLE_SECONDS)
+            for _ in range(repeats):
+                cpu_before = client.run(time.process_time)
+                started = time.perf_counter()
+                found, _ = run_batch(
+                    [str(folder / "traces.jsonl")],
+                    get_method("evidence"),
+                    cases_file=str(folder / "cases.jsonl"),
+                    executor=address,
+                )
+                runs.seconds.append(time.perf_counter() - started)
+                cpu_after = client.run(time.process_time)
+                runs.worker_cpu.append(sum(cpu_after[w] - cpu_before[w] for w in cpu_before))
+                runs.verdicts = [v.to_json() for v in found]
+    return runs
 
 
 def _seconds(values: list[float]) -> str:
@@ -171,14 +199,20 @@ def main() -> None:
 
         # Interleaved, best of each: this machine's speed drifts by +-20% from minute to minute.
         singles: list[float] = []
+        single_cpu: list[float] = []
         dasks: list[float] = []
+        dask_cpu: list[float] = []
+        idle: list[float] = []
         same = True
         for _ in range(args.repeats):
             single = run_child(folder, None)
             singles.append(float(single["seconds"]))  # type: ignore[arg-type]
-            dask_seconds, dask_verdicts = run_dask(folder, 1)
-            dasks += dask_seconds
-            same = same and dask_verdicts == single["verdicts"]
+            single_cpu.append(float(single["cpu"]))  # type: ignore[arg-type]
+            runs = run_dask(folder, 1)
+            dasks += runs.seconds
+            dask_cpu += runs.worker_cpu
+            idle.append(runs.idle_share)
+            same = same and runs.verdicts == single["verdicts"]
         speedup = min(singles) / min(dasks)
         print(
             f"single process: best {min(singles):.1f} s of {_seconds(singles)}, "
@@ -191,6 +225,22 @@ def main() -> None:
         print(
             f"speedup: {speedup:.2f}x (best vs best; goal >= 1.6x); per round: "
             + ", ".join(f"{a / b:.2f}x" for a, b in zip(singles, dasks, strict=True))
+        )
+        # Where the speed-up goes. The workers do more work in all than the single process (the
+        # scan, and each runs slower beside the other on two cores), Dask's own processes take
+        # a share of the cores even when no task runs, and the workers wait at the start and
+        # at the tail. The ceiling is what the first two leave with no waiting at all.
+        work = min(dask_cpu) / min(single_cpu)
+        busy = min(dask_cpu) / (2 * min(dasks))
+        tax = min(idle)
+        print(
+            f"CPU: single process best {min(single_cpu):.1f} s, the 2 workers best "
+            f"{min(dask_cpu):.1f} s in all = {work:.2f}x the work; Dask idle takes "
+            f"{tax:.0%} of the 2 cores; workers busy {busy:.0%} of the run"
+        )
+        print(
+            f"ceiling with no waiting: 2 x (1 - {tax:.2f}) / {work:.2f} = "
+            f"{2 * (1 - tax) / work:.2f}x"
         )
 
         bound = size // 10
