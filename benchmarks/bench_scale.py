@@ -5,6 +5,9 @@ Prints, for a workload of at least 2,000 failed cases over at least 500 memory s
 - wall seconds of the single-process run (``run_batch``, no executor) and of the same job on a
   ``dask.distributed`` LocalCluster with 2 worker processes (cluster start-up not counted),
   their ratio (goal >= 1.6x on this 2-core machine), and whether verdicts are identical;
+- where the speed-up goes: the workers' CPU time against the single process's, the share of
+  the cores Dask takes while idle, how busy the workers were, and the ceiling those leave; and a
+  control, the CPU time of a fixed job run twice at once against once alone;
 - the peak memory (RSS of a fresh process) of the single-process run with ``memory_bound`` set
   to a tenth of the export's size, next to the unbounded run's (goal: the growth over the
   interpreter's baseline stays under the bound + 20%).
@@ -180,6 +183,32 @@ def run_dask(folder: Path, repeats: int) -> DaskRuns:
     return runs
 
 
+def _fixed_work(_: int = 0) -> float:
+    """CPU seconds of a fixed pure-Python job (dict churn, like loading and graph building)."""
+    started = time.process_time()
+    table: dict[int, dict[str, object]] = {}
+    for i in range(2_000_000):
+        table[i % 50_000] = {"a": i, "b": str(i)}
+    return time.process_time() - started
+
+
+def core_check(rounds: int = 3) -> list[float]:
+    """How much CPU time the same job takes when two run at once, against one alone, per round.
+
+    On two independent, steady cores this is 1.0; more means the cores slow each other down
+    (shared caches, memory bandwidth, a busy host), which no partitioning can win back.
+    """
+    import multiprocessing
+
+    inflation = []
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        for _ in range(rounds):
+            alone = _fixed_work()
+            together = pool.map(_fixed_work, [0, 1])
+            inflation.append(sum(together) / 2 / alone)
+    return inflation
+
+
 def _seconds(values: list[float]) -> str:
     return "[" + ", ".join(f"{v:.1f}" for v in values) + "]"
 
@@ -241,6 +270,12 @@ def main() -> None:
         print(
             f"ceiling with no waiting: 2 x (1 - {tax:.2f}) / {work:.2f} = "
             f"{2 * (1 - tax) / work:.2f}x"
+        )
+        control = core_check()
+        print(
+            "control, a fixed pure-Python job: two at once take "
+            + ", ".join(f"{x:.2f}x" for x in control)
+            + " the CPU time of one alone (1.00x on independent steady cores)"
         )
 
         bound = size // 10
