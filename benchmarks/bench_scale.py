@@ -39,6 +39,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 _HEX_ID = re.compile(rb'"([0-9a-f]{32}|[0-9a-f]{16})"')
 
@@ -161,11 +162,9 @@ def run_dask(folder: Path, repeats: int) -> DaskRuns:
         # The single process imports the package before its clock starts; so do the workers.
         with Client(cluster) as client:
             client.run(_import_package)
-            workers_before, driver_before = client.run(time.process_time), time.process_time()
+            workers, driver = client.run(time.process_time), time.process_time()
             time.sleep(_IDLE_SECONDS)
-            workers_after, driver_after = client.run(time.process_time), time.process_time()
-            idle_cpu = driver_after - driver_before
-            idle_cpu += sum(workers_after[w] - workers_before[w] for w in workers_before)
+            idle_cpu = time.process_time() - driver + _cpu_since(client, workers)
             runs.idle_share = idle_cpu / (2 * _IDLE_SECONDS)
             for _ in range(repeats):
                 cpu_before = client.run(time.process_time)
@@ -177,10 +176,15 @@ def run_dask(folder: Path, repeats: int) -> DaskRuns:
                     executor=address,
                 )
                 runs.seconds.append(time.perf_counter() - started)
-                cpu_after = client.run(time.process_time)
-                runs.worker_cpu.append(sum(cpu_after[w] - cpu_before[w] for w in cpu_before))
+                runs.worker_cpu.append(_cpu_since(client, cpu_before))
                 runs.verdicts = [v.to_json() for v in found]
     return runs
+
+
+def _cpu_since(client: Any, before: dict[str, float]) -> float:
+    """CPU seconds the workers spent since ``before`` (their ``time.process_time()``), in all."""
+    after: dict[str, float] = client.run(time.process_time)
+    return sum(after[worker] - before[worker] for worker in before)
 
 
 def _fixed_work(_: int = 0) -> float:
@@ -260,7 +264,8 @@ def main() -> None:
         # a share of the cores even when no task runs, and the workers wait at the start and
         # at the tail. The ceiling is what the first two leave with no waiting at all.
         work = min(dask_cpu) / min(single_cpu)
-        busy = min(dask_cpu) / (2 * min(dasks))
+        fastest = dasks.index(min(dasks))
+        busy = dask_cpu[fastest] / (2 * dasks[fastest])  # in the fastest run
         tax = min(idle)
         print(
             f"CPU: single process best {min(single_cpu):.1f} s, the 2 workers best "
