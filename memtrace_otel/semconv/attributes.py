@@ -58,6 +58,14 @@ MEMTRACE_ATTRIBUTION_OP_NAME: Final = "memtrace.attribution.op_name"
 MEMTRACE_ATTRIBUTION_METHOD: Final = "memtrace.attribution.method"
 MEMTRACE_ATTRIBUTION_CONFIDENCE: Final = "memtrace.attribution.confidence"
 MEMTRACE_ATTRIBUTION_EVIDENCE_REFS: Final = "memtrace.attribution.evidence_refs"
+
+# --- Feedback on answers (contract v0.2, section 5) ---------------------------------------------
+MEMTRACE_FEEDBACK_SPAN: Final = "memtrace.feedback"
+"""Name of the short span that carries a ``gen_ai.evaluation.result`` event about an answer,
+parented to (or linked to) the answer's span; it may come days later, from another service."""
+MEMTRACE_FEEDBACK_EXPECTED: Final = "memtrace.feedback.expected"
+"""Optional, on the evaluation event or the feedback span: the expected answer, subject to content
+capture."""
 MEMTRACE_OPTIMIZE_VERSIONS: Final = "memtrace.optimize.versions"
 """Resource attribute of an optimiser run: the prompt and parameter variable refs in effect."""
 
@@ -69,9 +77,20 @@ GEN_AI_MEMORY_RECORD_COUNT: Final = "gen_ai.memory.record.count"
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
 GEN_AI_SYSTEM: Final = "gen_ai.system"
+"""Deprecated upstream name of the provider; still read, superseded by ``gen_ai.provider.name``."""
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+"""Upstream: the GenAI provider (``openai``, ...); replaces ``gen_ai.system``."""
 GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
 GEN_AI_EVALUATION_EXPLANATION: Final = "gen_ai.evaluation.explanation"
+GEN_AI_EVALUATION_RESULT_EVENT: Final = "gen_ai.evaluation.result"
+"""Upstream event (on a span, or a log record's event name) carrying one evaluation of an answer."""
+GEN_AI_EVALUATION_NAME: Final = "gen_ai.evaluation.name"
+"""Upstream: the evaluator's metric, e.g. ``user_feedback``, ``correctness``."""
+GEN_AI_EVALUATION_SCORE_VALUE: Final = "gen_ai.evaluation.score.value"
+"""Upstream: a numeric score; by default 0 marks a failure and 1 a success (contract section 5)."""
+GEN_AI_EVALUATION_SCORE_LABEL: Final = "gen_ai.evaluation.score.label"
+"""Upstream: a label; by default ``incorrect`` marks a failure and ``correct`` a success."""
 
 # --- Standard OpenTelemetry names we read ------------------------------------------------------
 SERVICE_NAME: Final = "service.name"
@@ -131,12 +150,19 @@ _NOT_ATTRIBUTES = frozenset(
     [
         "MEMTRACE_VARIABLE_EVENT",
         "MEMTRACE_ATTRIBUTION_SPAN",
+        "MEMTRACE_FEEDBACK_SPAN",
+        "GEN_AI_EVALUATION_RESULT_EVENT",
         "OP_SPAN_NAME_PREFIX",
         "METADATA_TRACEPARENT",
     ]
 )
 
-SPAN_AND_EVENT_NAMES: Final[tuple[str, ...]] = (MEMTRACE_VARIABLE_EVENT, MEMTRACE_ATTRIBUTION_SPAN)
+SPAN_AND_EVENT_NAMES: Final[tuple[str, ...]] = (
+    MEMTRACE_VARIABLE_EVENT,
+    MEMTRACE_ATTRIBUTION_SPAN,
+    MEMTRACE_FEEDBACK_SPAN,
+    GEN_AI_EVALUATION_RESULT_EVENT,
+)
 """Names of the spans and events the contract defines (not attributes)."""
 
 # Keep this last: it collects every attribute constant defined above.
