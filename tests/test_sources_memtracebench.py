@@ -76,6 +76,7 @@ def test_contract_attributes(sample: dict[str, Any]) -> None:
         attr.MEMTRACE_SYSTEM: "rag",
         attr.GEN_AI_MEMORY_STORE_ID: "locomo-1",
         attr.GEN_AI_OPERATION_NAME: "create_memory",
+        attr.MEMTRACE_SOURCE_OP_ID: "op-edd8b74881b643e284f61dd7b544b393",
     }
     retrieve = ops["memory_system.retrieve"]
     assert retrieve.attributes[attr.MEMTRACE_OP_INPUTS] == (QUERY, "mem-0@1")
@@ -95,8 +96,11 @@ def test_contract_attributes(sample: dict[str, Any]) -> None:
     judge = ops["llm-judge"]
     assert judge.attributes[attr.MEMTRACE_STAGE] == "evaluation"
     assert judge.attributes[attr.MEMTRACE_JUDGE_VERDICT] == "incorrect"
-    # The judge's intermediate response is written by it, so it is an output too.
-    assert len(judge.attributes[attr.MEMTRACE_OP_OUTPUTS]) == 2  # type: ignore[arg-type]
+    # The judge's response feeds its score inside the op: a chain step, not an output.
+    [score] = judge.attributes[attr.MEMTRACE_OP_OUTPUTS]  # type: ignore[misc]
+    assert str(score).startswith("judge_score:float:")
+    [step] = json.loads(str(judge.attributes[attr.MEMTRACE_SOURCE_CHAIN]))
+    assert step["ref"].startswith("judge_response:str:") and len(step["from"]) == 3
     assert attr.MEMTRACE_CASE_ID not in ops["memory_system.add"].attributes
 
 

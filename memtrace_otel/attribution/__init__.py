@@ -23,6 +23,7 @@ from memtrace_otel.attribution._batch import (
     write_summary,
 )
 from memtrace_otel.attribution._evidence import EvidenceMethod
+from memtrace_otel.attribution._fidelity import FidelityReport, compare_recordings
 from memtrace_otel.attribution._index import GraphIndex, graph_index
 from memtrace_otel.attribution._literature import AllAtOnce, BinarySearch, StepByStep
 from memtrace_otel.attribution._llm import LLMMethod, ModelMethod
@@ -76,6 +77,7 @@ __all__ = [
     "Case",
     "ChatModel",
     "EvidenceMethod",
+    "FidelityReport",
     "GraphIndex",
     "LLMMethod",
     "Method",
@@ -86,6 +88,7 @@ __all__ = [
     "StepByStep",
     "Verdict",
     "blame",
+    "compare_recordings",
     "completed_case_ids",
     "failed_cases",
     "get_method",

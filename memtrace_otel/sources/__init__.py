@@ -64,6 +64,12 @@ from memtrace_otel.sources._memtracebench import (
     decode_memtracebench,
     load_memtracebench,
 )
+from memtrace_otel.sources._memtracebench_export import (
+    ExportSummary,
+    build_plans,
+    export_memtracebench,
+    smartcomment_python,
+)
 from memtrace_otel.sources._otlp_proto import decode_otlp_proto
 from memtrace_otel.sources._source import FileSource, Source, iter_records
 
@@ -124,6 +130,7 @@ __all__ = [
     "BenchGraph",
     "BenchLabel",
     "ExportResult",
+    "ExportSummary",
     "FileSource",
     "HttpOptions",
     "JaegerSource",
@@ -134,16 +141,19 @@ __all__ = [
     "SourceStats",
     "TempoSource",
     "ValueLimits",
+    "build_plans",
     "decode_document",
     "decode_jaeger",
     "decode_memtracebench",
     "decode_otlp_json",
     "decode_otlp_proto",
     "expand_paths",
+    "export_memtracebench",
     "export_source",
     "iter_records",
     "load_memtracebench",
     "open_source",
     "parse_duration",
     "parse_time",
+    "smartcomment_python",
 ]

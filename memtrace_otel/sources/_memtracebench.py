@@ -172,13 +172,16 @@ CATEGORY_BY_NODE_CATEGORY: Mapping[str, str] = MappingProxyType(
         "candidates": Category.CANDIDATES,
         "context": Category.CONTEXT,
         "prompt": Category.PROMPT,
-        "llm_response": Category.PREDICTION,
+        # An LLM reply is the answer, an extracted fact or an intermediate step: by its writer.
         "golden_answers": Category.GOLD,
         "gold": Category.GOLD,
         "score": Category.SCORE,
     }
 )
 """Variable ``category`` -> category, for variables whose class says nothing."""
+
+DELETE_MARKER = "delete_marker"
+"""The node every deleted unit links to (value ``DELETED``): a tombstone."""
 
 _NONE_NODE = "COMMENT:NONE@1"
 _NONE_SESSION = "__none__"
@@ -419,6 +422,29 @@ def _dict_list(data: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return items
 
 
+@dataclass
+class _Flow:
+    """One op as its edges describe it."""
+
+    inputs: list[str]
+    outputs: list[str]
+    chain: list[dict[str, Any]]
+    deletes: dict[str, str]
+    """tombstone ref -> the deleted unit's ref."""
+    last_edge: int
+    position: int
+
+
+def _is_delete_marker(ref: str) -> bool:
+    parts = split_ref(ref)
+    return parts is not None and parts[0].rsplit(":", 1)[-1] == DELETE_MARKER
+
+
+def _version_one(ref: str, node: dict[str, Any]) -> str:
+    del node
+    return ref
+
+
 class _Importer:
     """Builds the records of one export; one instance per document."""
 
@@ -439,6 +465,8 @@ class _Importer:
         self.raw_sessions = _dict_list(data, "sessions")
         self.raw_annotations = _dict_list(data, "annotations")
         self.session_of: dict[str, str] = {}
+        self.writer_kind: dict[str, str] = {}
+        self.clock = 0
 
     def report(self, field: str, reason: str) -> None:
         self.on_error(INVALID_RECORD, make_error(reason, path=self.path, line=None, field=field))
@@ -447,9 +475,13 @@ class _Importer:
         nodes = self._nodes()
         sessions = self._sessions()
         ops = self._ops()
-        reads, writes = self._edges(ops)
-        writer = {ref: op_id for op_id in ops for ref in writes[op_id]}
-        produced = set(writer)
+        flows = self._edges(ops, nodes)
+        # Execution order: the position of an op's last edge (the recorder appends edges as the
+        # op runs, and a ``comment_fn`` op is stamped before its body), then its creation time.
+        ops = {
+            op_id: ops[op_id]
+            for op_id in sorted(ops, key=lambda o: (flows[o].last_edge, flows[o].position))
+        }
         span_ids = {op_id: stable_id(self.graph_id, op_id, width=16) for op_id in ops}
 
         kinds: dict[str, str] = {}
@@ -458,15 +490,23 @@ class _Importer:
             raw_name = op.get("op_name")
             category = op.get("category")
             names[op_id] = raw_name if type(raw_name) is str and raw_name else UNNAMED_OP
-            kinds[op_id] = op_kind(
+            kind = op_kind(
                 raw_name if type(raw_name) is str else None,
                 category if type(category) is str else None,
             )
+            # A step that tombstones a unit (a mem0 update decision that deletes) is a deletion.
+            if flows[op_id].deletes and kind in (OpKind.UPDATE, OTHER_KIND):
+                kind = OpKind.DELETE.value
+            kinds[op_id] = kind
+        self.writer_kind = {
+            ref: kinds[op_id] for op_id in reversed(ops) for ref in flows[op_id].outputs
+        }
 
         queries = [ref for ref, node in nodes.items() if _variable_category(node) == Category.QUERY]
-        case_of_op = self._case_ops(queries, ops, reads, writes, sessions)
+        case_of_op, writer_of = self._case_ops(set(queries), ops, flows, sessions)
 
         records = []
+        produced: set[str] = set()
         for position, (op_id, op) in enumerate(ops.items()):
             try:
                 records.append(
@@ -476,9 +516,8 @@ class _Importer:
                         position,
                         nodes,
                         sessions,
-                        reads[op_id],
-                        writes[op_id],
-                        writer,
+                        flows[op_id],
+                        writer_of[op_id],
                         produced,
                         span_ids,
                         kinds[op_id],
@@ -488,8 +527,11 @@ class _Importer:
                 )
             except Bad as bad:
                 self.report(f"data.operations[{op_id}].{bad.field}", bad.reason)
+            produced.update(flows[op_id].outputs)
         records.sort(key=lambda r: r.start_time_unix_nano)
 
+        reads = {op_id: flows[op_id].inputs for op_id in ops}
+        writes = {op_id: flows[op_id].outputs for op_id in ops}
         cases, labels = self._cases(
             queries, nodes, kinds, reads, writes, case_of_op, span_ids, names
         )
@@ -545,10 +587,18 @@ class _Importer:
         return {op_id: op for _, (op_id, op) in order}
 
     def _edges(
-        self, ops: Mapping[str, dict[str, Any]]
-    ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-        sources: dict[str, list[str]] = {op_id: [] for op_id in ops}
-        targets: dict[str, list[str]] = {op_id: [] for op_id in ops}
+        self, ops: Mapping[str, dict[str, Any]], nodes: Mapping[str, dict[str, Any]]
+    ) -> dict[str, _Flow]:
+        """Each op's true external inputs and outputs, from the edges that carry its id.
+
+        The recorder chains variables inside one op (``comment_link``/``comment_mutation``: a
+        message -> raw response -> cleaned response -> extracted facts). The op's inputs are the
+        variables its edges read and none of them writes; its outputs the variables its edges
+        write that no edge of the op reads further, or that another op reads; the rest is the
+        chain, kept as detail. An edge to the shared ``delete_marker`` node tombstones its source.
+        """
+        edges: dict[str, list[tuple[str, str]]] = {op_id: [] for op_id in ops}
+        last: dict[str, int] = {}
         for i, edge in enumerate(self.raw_edges):
             if type(edge) is not dict:
                 self.report(f"data.edges[{i}]", "expected an edge object")
@@ -561,46 +611,143 @@ class _Importer:
                 continue
             if op_id not in ops:
                 continue
-            if source != _NONE_NODE and source not in sources[op_id]:
-                sources[op_id].append(source)
-            if target != _NONE_NODE and target not in targets[op_id]:
-                targets[op_id].append(target)
-        reads = {}
-        for op_id in ops:
-            written = set(targets[op_id])
-            reads[op_id] = [ref for ref in sources[op_id] if ref not in written]
-        return reads, targets
+            last[op_id] = i
+            if source == _NONE_NODE and target == _NONE_NODE:
+                continue
+            edges[op_id].append((source, target))
+        # An op's external reads: what its edges read and none of its edges writes.
+        read_by: dict[str, set[str]] = {}
+        for op_id, pairs in edges.items():
+            written_here = {t for _s, t in pairs}
+            for source, _target in pairs:
+                if source not in written_here:
+                    read_by.setdefault(source, set()).add(op_id)
+        latest: dict[str, int] = {}
+        for ref in nodes:
+            parts = split_ref(ref)
+            if parts is not None:
+                latest[parts[0]] = max(latest.get(parts[0], 0), parts[1])
+        flows: dict[str, _Flow] = {}
+        file_order = {op_id: i for i, op_id in enumerate(edges)}
+        written_before: set[str] = set()
+        for op_id in sorted(edges, key=lambda o: (last.get(o, -1), file_order[o])):
+            pairs = edges[op_id]
+            position = file_order[op_id]
+            sources: list[str] = []
+            targets: list[str] = []
+            deletes: list[str] = []
+            feeds: dict[str, list[str]] = {}
+            for source, target in pairs:
+                if _is_delete_marker(target):
+                    if source != _NONE_NODE and source not in deletes:
+                        deletes.append(source)
+                    continue
+                if source != _NONE_NODE and source not in sources:
+                    sources.append(source)
+                if target != _NONE_NODE:
+                    if target not in targets:
+                        targets.append(target)
+                    if source != _NONE_NODE:
+                        feeds.setdefault(target, []).append(source)
+            # A node an earlier op wrote that this op reads and "writes" again is one it left
+            # unchanged: the recorder reuses a node whose value did not change (no new version).
+            read_inside = set(sources)
+            kept = {ref for ref in targets if ref in written_before and ref in read_inside}
+            written_before.update(targets)
+            targets = [ref for ref in targets if ref not in kept]
+            written = set(targets)
+            inputs = [ref for ref in sources if ref not in written]
+            inputs += [ref for ref in deletes if ref not in written and ref not in inputs]
+            outputs = [
+                ref
+                for ref in targets
+                if ref not in read_inside or (read_by.get(ref, set()) - {op_id})
+            ]
+            chain = [
+                {"ref": ref, "from": feeds.get(ref, [])} for ref in targets if ref not in outputs
+            ]
+            tombstones = []
+            for ref in deletes:
+                parts = split_ref(ref)
+                if parts is None:
+                    continue
+                version = parts[1] + 1
+                if f"{parts[0]}@{version}" in nodes:
+                    version = latest[parts[0]] + 1
+                tombstones.append(f"{parts[0]}@{version}")
+                latest[parts[0]] = max(latest.get(parts[0], 0), version)
+            flows[op_id] = _Flow(
+                inputs=inputs,
+                outputs=outputs + tombstones,
+                chain=chain,
+                deletes=dict(zip(tombstones, deletes, strict=True)),
+                last_edge=last.get(op_id, -1),
+                position=position,
+            )
+        return flows
 
     def _case_ops(
         self,
-        queries: list[str],
+        queries: set[str],
         ops: Mapping[str, dict[str, Any]],
-        reads: Mapping[str, list[str]],
-        writes: Mapping[str, list[str]],
+        flows: Mapping[str, _Flow],
         sessions: Mapping[str, dict[str, Any]],
-    ) -> dict[str, str]:
-        """Op id -> case id: the ops downstream of each query, outside construction sessions."""
-        readers: dict[str, list[str]] = {}
-        for op_id in ops:
-            for ref in reads[op_id]:
-                readers.setdefault(ref, []).append(op_id)
+    ) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+        """Op id -> case id, and per op the op that wrote each of its inputs.
+
+        Node names come from content, so one variable (a judge score of 0.0, an identical answer,
+        a memory unit several queries retrieve) may be written and read by ops of many questions.
+        An op belongs to the question whose query variable its edges read; an op that reads no
+        query (outside the construction sessions) belongs to the question of the op that last
+        wrote one of its inputs before it ran. Each input's writer is the latest op before the
+        reader that wrote it.
+        """
         construction = {
             sid for sid, s in sessions.items() if s.get("category") == "memory_construction"
         }
+        last_writer: dict[str, str] = {}
         case_of: dict[str, str] = {}
-        for query in queries:
-            frontier = [query]
-            seen = {query}
-            while frontier:
-                for op_id in readers.get(frontier.pop(), []):
-                    if op_id in case_of or ops[op_id].get("session_id") in construction:
-                        continue
-                    case_of[op_id] = query
-                    for out in writes[op_id]:
-                        if out not in seen:
-                            seen.add(out)
-                            frontier.append(out)
-        return case_of
+        writer_of: dict[str, dict[str, str]] = {}
+        for op_id, op in ops.items():
+            flow = flows[op_id]
+            writer_of[op_id] = {ref: last_writer[ref] for ref in flow.inputs if ref in last_writer}
+            if op.get("session_id") not in construction:
+                own = [ref for ref in flow.inputs if ref in queries]
+                if own:
+                    case_of[op_id] = own[0]
+                else:
+                    upstream = [w for ref, w in writer_of[op_id].items() if w in case_of]
+                    if upstream:
+                        latest = max(upstream, key=lambda w: flows[w].last_edge)
+                        case_of[op_id] = case_of[latest]
+            for ref in flow.outputs:
+                last_writer[ref] = op_id
+        return case_of, writer_of
+
+    def _tombstone(self, ref: str, unit: dict[str, Any] | None, time: int) -> EventRecord:
+        """The output event of a unit deleted through the ``delete_marker`` node."""
+        value = canonical_value(decode_value(unit.get("value"))) if unit is not None else ""
+        attrs: dict[str, AttrValue] = {
+            attr.MEMTRACE_VARIABLE_REF: ref,
+            attr.MEMTRACE_VARIABLE_ROLE: Role.OUTPUT.value,
+            attr.MEMTRACE_VARIABLE_CATEGORY: str(
+                self._category(ref, unit) if unit is not None else Category.MEMORY
+            ),
+            attr.MEMTRACE_VARIABLE_DIGEST: digest(value),
+            attr.MEMTRACE_VARIABLE_DELETED: True,
+        }
+        return EventRecord(attr.MEMTRACE_VARIABLE_EVENT, time, MappingProxyType(attrs))
+
+    def _category(self, ref: str, node: dict[str, Any]) -> str:
+        """The node's category; an LLM reply by what wrote it (answer, or extracted memory)."""
+        category = _variable_category(node)
+        if category == Category.OTHER and node.get("category") == "llm_response":
+            kind = self.writer_kind.get(_version_one(ref, node))
+            if kind == OpKind.GENERATE:
+                return Category.PREDICTION.value
+            if kind in (OpKind.EXTRACT, OpKind.CREATE, OpKind.UPDATE):
+                return Category.MEMORY.value
+        return category
 
     def _event(self, ref: str, role: str, node: dict[str, Any] | None) -> EventRecord:
         attrs: dict[str, AttrValue] = {
@@ -614,7 +761,7 @@ class _Importer:
         else:
             value = decode_value(node.get("value"))
             text = canonical_value(value)
-            attrs[attr.MEMTRACE_VARIABLE_CATEGORY] = str(_variable_category(node))
+            attrs[attr.MEMTRACE_VARIABLE_CATEGORY] = str(self._category(ref, node))
             attrs[attr.MEMTRACE_VARIABLE_DIGEST] = digest(text)
             if node.get("value") is not None:
                 attrs[attr.MEMTRACE_VARIABLE_VALUE] = text
@@ -640,8 +787,7 @@ class _Importer:
         position: int,
         nodes: Mapping[str, dict[str, Any]],
         sessions: Mapping[str, dict[str, Any]],
-        inputs: list[str],
-        outputs: list[str],
+        flow: _Flow,
         writer: Mapping[str, str],
         produced: set[str],
         span_ids: Mapping[str, str],
@@ -649,20 +795,22 @@ class _Importer:
         name: str,
         case_id: str | None,
     ) -> SpanRecord:
+        inputs, outputs = flow.inputs, flow.outputs
         session_id = self.session_of[op_id]
         session = sessions.get(session_id, {})
         session_category = session.get("category")
         stage = _stage(kind, session_category if type(session_category) is str else None)
-        start = parse_created_at(op.get("created_at"), "created_at")
+        # Times tie within a millisecond, and a ``comment_fn`` op is stamped before the ops its
+        # body runs: starts follow the execution order (one nanosecond apart at least).
+        start = max(parse_created_at(op.get("created_at"), "created_at"), self.clock + 1)
+        self.clock = start
         end = start
         for ref in outputs:
             node = nodes.get(ref)
             if node is not None:
                 with contextlib.suppress(Bad):
                     end = max(end, parse_created_at(node.get("created_at"), "created_at"))
-        # Ties within a millisecond keep the execution order through the position.
-        start += position
-        end = max(end + position, start)
+        del position
 
         attrs: dict[str, AttrValue] = {
             attr.MEMTRACE_OP_KIND: kind,
@@ -683,13 +831,21 @@ class _Importer:
             verdict = _judge_verdict(outputs, nodes)
             if verdict is not None:
                 attrs[attr.MEMTRACE_JUDGE_VERDICT] = verdict
+        attrs[attr.MEMTRACE_SOURCE_OP_ID] = op_id
+        if flow.chain:
+            attrs[attr.MEMTRACE_SOURCE_CHAIN] = canonical_value(flow.chain)
 
         events = [
             self._event(ref, Role.INPUT.value, nodes.get(ref))
             for ref in inputs
             if ref not in produced
         ]
-        events += [self._event(ref, Role.OUTPUT.value, nodes.get(ref)) for ref in outputs]
+        for ref in outputs:
+            unit = flow.deletes.get(ref)
+            if unit is None:
+                events.append(self._event(ref, Role.OUTPUT.value, nodes.get(ref)))
+            else:
+                events.append(self._tombstone(ref, nodes.get(unit), end))
         links = []
         for ref in inputs:
             source_op = writer.get(ref)

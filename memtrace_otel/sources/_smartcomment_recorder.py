@@ -25,7 +25,6 @@ graph (the smartcomment export plus ``data.annotations``) and prints a JSON summ
 # This file runs under another interpreter with smartcomment installed; the project's own
 # type checker and environment never load it.
 # mypy: ignore-errors
-# ruff: noqa: ANN001, ANN202
 
 from __future__ import annotations
 
@@ -197,7 +196,9 @@ class Recorder:
         by_role = {key: handle for key, handle in zip(step["inputs"], handles, strict=False)}
         roles = step["roles"]
         traced(
-            by_role[roles["question"]], by_role[roles["golden_answers"]], by_role[roles["prediction"]]
+            by_role[roles["question"]],
+            by_role[roles["golden_answers"]],
+            by_role[roles["prediction"]],
         )
 
 
