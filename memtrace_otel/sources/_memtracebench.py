@@ -697,31 +697,67 @@ class _Importer:
 
         Node names come from content, so one variable (a judge score of 0.0, an identical answer,
         a memory unit several queries retrieve) may be written and read by ops of many questions.
-        An op belongs to the question whose query variable its edges read; an op that reads no
-        query (outside the construction sessions) belongs to the question of the op that last
-        wrote one of its inputs before it ran. Each input's writer is the latest op before the
-        reader that wrote it.
+        Outside the construction sessions an op belongs to the question whose query variable its
+        edges read. An op that reads no query belongs to the question of the op that wrote its
+        input when only one op ever wrote that input; else to the question of the op that
+        consumed its output next (the harness answers one question at a time, while it searches
+        for all of them first); else to that of the latest writer of an input. Each input's
+        writer is, among the ops that wrote it before the reader, one of the reader's question if
+        any, else the latest.
         """
         construction = {
             sid for sid, s in sessions.items() if s.get("category") == "memory_construction"
         }
-        last_writer: dict[str, str] = {}
-        case_of: dict[str, str] = {}
-        writer_of: dict[str, dict[str, str]] = {}
-        for op_id, op in ops.items():
+        order = list(ops)
+        writers: dict[str, list[str]] = {}
+        before: dict[str, dict[str, list[str]]] = {}
+        for op_id in order:
             flow = flows[op_id]
-            writer_of[op_id] = {ref: last_writer[ref] for ref in flow.inputs if ref in last_writer}
-            if op.get("session_id") not in construction:
-                own = [ref for ref in flow.inputs if ref in queries]
-                if own:
-                    case_of[op_id] = own[0]
-                else:
-                    upstream = [w for ref, w in writer_of[op_id].items() if w in case_of]
-                    if upstream:
-                        latest = max(upstream, key=lambda w: flows[w].last_edge)
-                        case_of[op_id] = case_of[latest]
+            before[op_id] = {ref: list(writers[ref]) for ref in flow.inputs if ref in writers}
             for ref in flow.outputs:
-                last_writer[ref] = op_id
+                writers.setdefault(ref, []).append(op_id)
+        serving = {op_id for op_id in order if ops[op_id].get("session_id") not in construction}
+        case_of: dict[str, str] = {}
+        for op_id in order:
+            own = [ref for ref in flows[op_id].inputs if ref in queries]
+            if op_id in serving and own:
+                case_of[op_id] = own[0]
+        # The next op that read what this op wrote (its latest writer being this op).
+        consumer: dict[str, str] = {}
+        for op_id in order:
+            for ref, earlier in before[op_id].items():
+                if earlier and earlier[-1] != op_id:
+                    consumer.setdefault(earlier[-1], op_id)
+        for op_id in order:
+            if op_id not in serving or op_id in case_of:
+                continue
+            sole = [
+                earlier[0]
+                for ref, earlier in before[op_id].items()
+                if len(writers[ref]) == 1 and earlier[0] in case_of
+            ]
+            if sole:
+                case_of[op_id] = case_of[sole[-1]]
+        for op_id in reversed(order):
+            if op_id not in serving or op_id in case_of:
+                continue
+            nxt = consumer.get(op_id)
+            if nxt is not None and nxt in case_of:
+                case_of[op_id] = case_of[nxt]
+        for op_id in order:
+            if op_id not in serving or op_id in case_of:
+                continue
+            latest = [w[-1] for w in before[op_id].values() if w and w[-1] in case_of]
+            if latest:
+                case_of[op_id] = case_of[max(latest, key=lambda w: flows[w].last_edge)]
+        writer_of: dict[str, dict[str, str]] = {}
+        for op_id in order:
+            mine = case_of.get(op_id)
+            chosen = {}
+            for ref, earlier in before[op_id].items():
+                same = [w for w in earlier if mine is not None and case_of.get(w) == mine]
+                chosen[ref] = (same or earlier)[-1]
+            writer_of[op_id] = chosen
         return case_of, writer_of
 
     def _tombstone(self, ref: str, unit: dict[str, Any] | None, time: int) -> EventRecord:
