@@ -725,7 +725,7 @@ class _Importer:
         # The next op that read what this op wrote (its latest writer being this op).
         consumer: dict[str, str] = {}
         for op_id in order:
-            for ref, earlier in before[op_id].items():
+            for earlier in before[op_id].values():
                 if earlier and earlier[-1] != op_id:
                     consumer.setdefault(earlier[-1], op_id)
         for op_id in order:
