@@ -239,6 +239,7 @@ class BenchLabel:
         source_op_id: ``final_op_id`` as annotated (smartcomment's op id).
         scored: whether ``error_type`` is one of the five memory labels (the others, such as
             annotation or judge errors, are excluded from scoring by default).
+        system: the file's ``project_id``.
     """
 
     case_id: str
@@ -247,16 +248,19 @@ class BenchLabel:
     op_name: str | None
     source_op_id: str
     scored: bool
+    system: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """The label as a JSON object (the verdict fields it shares, plus provenance)."""
         return {
+            "system": self.system,
             "case_id": self.case_id,
             "error_type": self.error_type,
             "op_id": self.op_id,
             "op_name": self.op_name,
             "source_op_id": self.source_op_id,
             "scored": self.scored,
+            "source": "annotation",
         }
 
 
@@ -988,6 +992,7 @@ class _Importer:
                     op_name=names.get(source_op),
                     source_op_id=source_op,
                     scored=error_type in _SCORED,
+                    system=self.system,
                 )
             )
         return list(cases.values()), labels
