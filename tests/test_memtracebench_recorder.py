@@ -146,6 +146,12 @@ with comment_graph(user_id="u1", project_id="mem0") as graph:
         comment_op(inputs=[facts], outputs=[(unit, {"id_strategy": fixed("m1"), "category": "memory_entry",
                    "encoding_fn": JSON4})], op_name="memory_system.add_to_vector_store", category="embedding")
         stored = graph.get_latest_variable("m1")
+        msg2 = comment_variable({"role": "user", "content": "I live in Prague."}, to_runtime=True,
+                                category="message", id_strategy=fixed("U1:D1:2"), encoding_fn=JSON4)
+        comment_op(inputs=[msg2], outputs=[({"id": "m2", "memory": "Lives in Prague"}, {"id_strategy": fixed("m2"),
+                   "category": "memory_entry", "encoding_fn": JSON4})], op_name="memory_system.add_to_vector_store",
+                   category="embedding")
+        kept = graph.get_latest_variable("m2")
         with comment_op_scope(op_name="memory_system.update_memory_decision", category="update") as dec:
             action = comment_variable({"memory": [{"id": "0", "event": "DELETE"}]}, to_runtime=True,
                                       class_name="update_action", category="llm_response", encoding_fn=JSON4)
@@ -158,8 +164,10 @@ with comment_graph(user_id="u1", project_id="mem0") as graph:
             q = comment_variable(f"What is the parrot called? ({qa})", to_runtime=True, class_name="query",
                                  category="message & query", id_strategy=fixed(qa), metadata={"evidence": ["U1:D1:1"]})
             queries[qa] = q
-            comment_op(inputs=[q], outputs=[([], {"class_name": "retrieved", "category": "retrieval"})],
-                       op_name="memory_system.search_vector_store", category="retrieval")
+            # q1's search returns a (content-named) list; q2's points at the stored unit itself.
+            found = [([], {"class_name": "retrieved", "category": "retrieval"})] if qa == "q1" else [kept]
+            comment_op(inputs=[q], outputs=found, op_name="memory_system.search_vector_store",
+                       category="retrieval")
     retrieved = graph.get_latest_variable("retrieved:" + __import__("smartcomment.identity.registry", fromlist=["x"])._content_strategy([]))
     judge_ops = {}
     with comment_session(category="memory_evaluation"):
@@ -264,6 +272,28 @@ def test_chains_fold_into_one_op_and_a_deleting_decision_is_a_deletion(hand_reco
     ]
     assert names[-4:] == ["question-answering", "llm-judge", "question-answering", "llm-judge"]
     assert len({r.start_time_unix_nano for r in _ops(hand_recorded).values()}) == len(names)
+
+
+def test_a_search_that_points_at_stored_units_selected_them(hand_recorded: Path) -> None:
+    searches = {
+        str(r.attributes[attr.MEMTRACE_CASE_ID]): r
+        for r in _ops(hand_recorded).values()
+        if r.attributes[attr.MEMTRACE_OP_NAME] == "memory_system.search_vector_store"
+    }
+    listed, pointing = searches["query:q1@1"], searches["query:q2@1"]
+    [out] = listed.attributes[attr.MEMTRACE_OP_OUTPUTS]  # type: ignore[misc]
+    assert str(out).startswith("retrieved:list:")
+    assert pointing.attributes[attr.MEMTRACE_OP_INPUTS] == ("query:q2@1", "m2@1")
+    [candidates] = pointing.attributes[attr.MEMTRACE_OP_OUTPUTS]  # type: ignore[misc]
+    [event] = [e for e in pointing.events if e.attributes[attr.MEMTRACE_VARIABLE_REF] == candidates]
+    assert event.attributes[attr.MEMTRACE_VARIABLE_CATEGORY] == "candidates"
+    assert json.loads(str(event.attributes[attr.MEMTRACE_VARIABLE_VALUE])) == [
+        {"id": "m2", "memory": "Lives in Prague"}
+    ]
+    # The unit keeps its one writer: the op that stored it.
+    [link] = [lk for lk in pointing.links if lk.attributes[attr.MEMTRACE_VARIABLE_REF] == "m2@1"]
+    writer = next(r for r in _ops(hand_recorded).values() if r.span_id == link.span_id)
+    assert writer.attributes[attr.MEMTRACE_OP_NAME] == "memory_system.add_to_vector_store"
 
 
 def test_annotated_deletion_is_scored_on_the_decision(

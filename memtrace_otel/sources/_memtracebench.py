@@ -435,6 +435,8 @@ class _Flow:
     chain: list[dict[str, Any]]
     deletes: dict[str, str]
     """tombstone ref -> the deleted unit's ref."""
+    selected: dict[str, list[str]]
+    """candidate-list ref made for a search that pointed at stored units -> those units."""
     last_edge: int
     position: int
 
@@ -657,6 +659,7 @@ class _Importer:
             # unchanged: the recorder reuses a node whose value did not change (no new version).
             read_inside = set(sources)
             kept = {ref for ref in targets if ref in written_before and ref in read_inside}
+            earlier = {ref for ref in targets if ref in written_before}
             written_before.update(targets)
             targets = [ref for ref in targets if ref not in kept]
             written = set(targets)
@@ -670,6 +673,26 @@ class _Importer:
             chain = [
                 {"ref": ref, "from": feeds.get(ref, [])} for ref in targets if ref not in outputs
             ]
+            # A search whose edges point at stored units (the same unit node for every query that
+            # retrieves it) selected them: they are its inputs, and its output is the candidate
+            # list it returned, one variable per search.
+            selected: dict[str, list[str]] = {}
+            op = ops[op_id]
+            name, category = op.get("op_name"), op.get("category")
+            kind = op_kind(
+                name if type(name) is str else None, category if type(category) is str else None
+            )
+            units = [
+                ref
+                for ref in outputs
+                if ref in earlier
+                and _variable_category(nodes.get(ref, {})) in (Category.MEMORY, Category.MESSAGE)
+            ]
+            if units and kind in (OpKind.RETRIEVE, OpKind.FILTER):
+                candidates = f"retrieved:{op_id}@1"
+                selected[candidates] = units
+                inputs += [ref for ref in units if ref not in inputs]
+                outputs = [ref for ref in outputs if ref not in units] + [candidates]
             tombstones = []
             for ref in deletes:
                 parts = split_ref(ref)
@@ -685,6 +708,7 @@ class _Importer:
                 outputs=outputs + tombstones,
                 chain=chain,
                 deletes=dict(zip(tombstones, deletes, strict=True)),
+                selected=selected,
                 last_edge=last.get(op_id, -1),
                 position=position,
             )
@@ -775,6 +799,21 @@ class _Importer:
             ),
             attr.MEMTRACE_VARIABLE_DIGEST: digest(value),
             attr.MEMTRACE_VARIABLE_DELETED: True,
+        }
+        return EventRecord(attr.MEMTRACE_VARIABLE_EVENT, time, MappingProxyType(attrs))
+
+    def _selection(
+        self, ref: str, units: list[str], nodes: Mapping[str, dict[str, Any]], time: int
+    ) -> EventRecord:
+        """The candidate list of a search that pointed at stored units: their values, in order."""
+        text = canonical_value([decode_value(nodes.get(u, {}).get("value")) for u in units])
+        attrs: dict[str, AttrValue] = {
+            attr.MEMTRACE_VARIABLE_REF: ref,
+            attr.MEMTRACE_VARIABLE_ROLE: Role.OUTPUT.value,
+            attr.MEMTRACE_VARIABLE_CATEGORY: Category.CANDIDATES.value,
+            attr.MEMTRACE_VARIABLE_DIGEST: digest(text),
+            attr.MEMTRACE_VARIABLE_VALUE: text,
+            attr.MEMTRACE_VARIABLE_META: canonical_value({"source_refs": units}),
         }
         return EventRecord(attr.MEMTRACE_VARIABLE_EVENT, time, MappingProxyType(attrs))
 
@@ -882,7 +921,9 @@ class _Importer:
         ]
         for ref in outputs:
             unit = flow.deletes.get(ref)
-            if unit is None:
+            if ref in flow.selected:
+                events.append(self._selection(ref, flow.selected[ref], nodes, end))
+            elif unit is None:
                 events.append(self._event(ref, Role.OUTPUT.value, nodes.get(ref)))
             else:
                 events.append(self._tombstone(ref, nodes.get(unit), end))
