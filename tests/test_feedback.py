@@ -358,3 +358,98 @@ def test_answers_without_case_ids_take_their_trace_id(tmp_path: Path) -> None:
 
     decided, stats = feedback_cases({"": G}, read_outcomes([feedback]))
     assert list(decided) == [TRACE] and stats.failures == 1
+
+
+# --- the CLI ---------------------------------------------------------------------------------
+
+
+def test_cli_feedback_then_attribute(
+    production: tuple[Path, dict[str, AnswerRef]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from memtrace_otel.cli import EXIT_NOTHING_TO_ATTRIBUTE, main
+
+    traces, answers = production
+    assert main(["attribute", str(traces), "--quiet"]) == EXIT_NOTHING_TO_ATTRIBUTE
+    err = capsys.readouterr().err
+    assert "nothing to attribute" in err and "memtrace feedback --traceparent" in err
+
+    monkeypatch.setenv(A.ENV_MEMTRACE_CAPTURE_CONTENT, "SPAN_AND_EVENT")
+    feedback = tmp_path / "feedback.jsonl"
+    code = main(
+        [
+            "feedback",
+            "--traceparent",
+            answers["deletion"].traceparent,
+            "--wrong",
+            "--expected",
+            "Porto",
+            "--comment",
+            HOSTILE,
+            "--traces-file",
+            str(feedback),
+        ]
+    )
+    assert code == 0
+    printed = capsys.readouterr().out.strip()
+    assert printed.startswith("00-" + answers["deletion"].traceparent.split("-")[1])
+    lines = tmp_path / "more.jsonl"
+    lines.write_text(
+        json.dumps({"case_id": "case-update", "correct": False})
+        + "\n"
+        + json.dumps({"case_id": "nobody", "correct": False})
+        + "\n"
+    )
+    assert main(["feedback", "--from", str(lines), "--traces-file", str(feedback)]) == 0
+    out = tmp_path / "verdicts.jsonl"
+    code = main(["attribute", str(traces), str(feedback), "--out", str(out), "--quiet"])
+    assert code == 0
+    verdicts = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {v["case_id"] for v in verdicts} == {"case-deletion", "case-update"}
+    deletion = next(v for v in verdicts if v["case_id"] == "case-deletion")
+    assert (deletion["error_type"], deletion["op_name"]) == EXPECTED["deletion"]
+    err = capsys.readouterr().err
+    assert "feedback: 3 read, 2 cases flagged wrong" in err and "1 for cases not in these" in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--wrong"], "say which answer"),
+        (["--traceparent", "00-zz-01", "--wrong"], "not a W3C traceparent"),
+        (["--case-id", "q"], "say what the feedback is"),
+    ],
+)
+def test_cli_feedback_bad_arguments_exit_2(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memtrace_otel.cli import main
+
+    assert main(["feedback", *argv, "--traces-file", str(tmp_path / "f.jsonl")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_feedback_bad_line_names_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memtrace_otel.cli import main
+
+    lines = tmp_path / "in.jsonl"
+    lines.write_text('{"case_id": "q", "correct": false}\n{"case_id": "q", "correct": "no"}\n')
+    assert main(["feedback", "--from", str(lines), "--traces-file", str(tmp_path / "f")]) == 2
+    assert f"{lines}:2" in capsys.readouterr().err
+
+
+def test_cli_rule_options(production: tuple[Path, dict[str, AnswerRef]], tmp_path: Path) -> None:
+    from memtrace_otel.cli import EXIT_NOTHING_TO_ATTRIBUTE, main
+
+    traces, answers = production
+    feedback = tmp_path / "feedback.jsonl"
+    argv = ["--traceparent", answers["deletion"].traceparent, "--traces-file", str(feedback)]
+    assert main(["feedback", *argv, "--label", "thumbs_down"]) == 0
+    base = ["attribute", str(traces), str(feedback), "--quiet"]
+    assert main(base) == EXIT_NOTHING_TO_ATTRIBUTE  # not in the default vocabulary
+    assert main([*base, "--failure-labels", "thumbs_down,bad"]) == 0
+    assert main([*base, "--failure-labels", "x", "--success-labels", "x"]) == 2
