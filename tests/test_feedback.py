@@ -453,3 +453,33 @@ def test_cli_rule_options(production: tuple[Path, dict[str, AnswerRef]], tmp_pat
     assert main(base) == EXIT_NOTHING_TO_ATTRIBUTE  # not in the default vocabulary
     assert main([*base, "--failure-labels", "thumbs_down,bad"]) == 0
     assert main([*base, "--failure-labels", "x", "--success-labels", "x"]) == 2
+
+
+def test_report_case_page_leads_with_question_answers_and_feedback(
+    production: tuple[Path, dict[str, AnswerRef]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from memtrace_otel.cli import main
+
+    traces, answers = production
+    monkeypatch.setenv(A.ENV_MEMTRACE_CAPTURE_CONTENT, "SPAN_AND_EVENT")
+    feedback = tmp_path / "feedback.jsonl"
+    argv = ["--traces-file", str(feedback), "--wrong", "--comment", HOSTILE]
+    main(
+        ["feedback", "--traceparent", answers["response"].traceparent, *argv, "--expected", HOSTILE]
+    )
+    report = tmp_path / "report"
+    code = main(["attribute", str(traces), str(feedback), "--report", str(report), "--quiet"])
+    assert code == 0
+    (page,) = (report / "cases").glob("*.js")
+    text = page.read_text()
+    assert "<script>" not in text and "</pre>" not in text  # escaped for the page
+    prefix, suffix = "window.__memtraceCase(", ");\n"
+    view = json.loads(text[len(prefix) : -len(suffix)])
+    question = view["question"]
+    assert question["question"] == "Where does Ana live?"
+    assert question["expected"][0] == HOSTILE and question["prediction"] == "Lisbon"
+    (flag,) = question["feedback"]
+    assert (flag["label"], flag["via"], flag["explanation"]) == ("incorrect", "feedback", HOSTILE)
+    assert view["verdict"]["case_id"] == "case-response"

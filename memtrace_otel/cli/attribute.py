@@ -11,6 +11,7 @@ from typing import Any
 from memtrace_otel.attribution import (
     BatchSummary,
     Verdict,
+    failed_cases,
     get_method,
     load_store_graphs,
     method_names,
@@ -247,7 +248,13 @@ def run(args: argparse.Namespace) -> int:
         print(_accuracy_line(accuracy), file=sys.stderr)
     if args.report:
         if graphs is None:
-            graphs = load_store_graphs(args.sources, strict=args.strict)
+            outcomes = []
+            graphs = load_store_graphs(args.sources, strict=args.strict, outcomes=outcomes)
+        # The failed cases again (cheap: the graphs are built), for what each page leads with.
+        cases = {
+            case.case_id: case
+            for _, case in failed_cases(graphs, args.cases, BatchSummary(), outcomes, rule)
+        }
         index = write_report(  # also writes summary.json and summary.md
             args.report,
             listed,
@@ -257,6 +264,7 @@ def run(args: argparse.Namespace) -> int:
             jaeger_url=args.jaeger_url,
             tempo_url=args.tempo_url,
             sources=args.sources,
+            cases=cases,
         )
         print(f"report: {index}", file=sys.stderr)
     if summary.cases == 0 and args.cases is None:
