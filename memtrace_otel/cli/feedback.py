@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
 from memtrace_otel.errors import DecodeError
 
+DEFAULT_SERVICE = "memtrace-feedback"
 _CAPTURE_HINT = (
     "memtrace: note: content capture is off, so the expected answer was not recorded; set "
     "MEMTRACE_CAPTURE_CONTENT=SPAN_AND_EVENT (or OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT) "
@@ -59,7 +61,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--traces-file", metavar="FILE", help="append OTLP JSON Lines here instead of sending"
     )
-    parser.add_argument("--service-name", default=None, help="service.name of the feedback spans")
+    parser.add_argument(
+        "--service-name",
+        default=None,
+        help="service.name of the feedback spans (default: OTEL_SERVICE_NAME, else "
+        "memtrace-feedback)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -74,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return 2
     provider = configure(
-        service_name=args.service_name,
+        service_name=args.service_name or os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE,
         traces_file=args.traces_file,
         batch=False,
         set_global=False,
