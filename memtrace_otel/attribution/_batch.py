@@ -49,6 +49,7 @@ class BatchSummary:
     ``truncated_values`` (attribute values the loaders cut to their size cap) and
     ``truncated_captured`` (variable versions whose value was already cut at capture time,
     ``memtrace.variable.truncated``) are reported but do not fail the run: the records are kept.
+    So are ``replaced_surrogates`` (lone surrogates in JSON input, replaced by U+FFFD).
     """
 
     cases: int = 0
@@ -61,6 +62,7 @@ class BatchSummary:
     skipped_by_kind: dict[str, int] = field(default_factory=dict)
     truncated_values: int = 0
     truncated_captured: int = 0
+    replaced_surrogates: int = 0
     source_errors: list[str] = field(default_factory=list)
     skipped_cases: int = 0
     cases_not_in_traces: list[str] = field(default_factory=list)
@@ -101,6 +103,7 @@ class BatchSummary:
         self.records += stats.records
         self.skipped_records += stats.skipped
         self.truncated_values += stats.truncated_values
+        self.replaced_surrogates += stats.replaced_surrogates
         for kind, count in stats.skipped_by_kind.items():
             self.skipped_by_kind[kind] = self.skipped_by_kind.get(kind, 0) + count
         self.source_errors.extend(stats.errors[: 20 - len(self.source_errors)])
@@ -470,6 +473,11 @@ def summary_table(summary: BatchSummary) -> str:
             f"{feedback['successes']} right, {feedback['undecided']} undecided by the rule, "
             f"{unknown} for cases not in these traces"
             + (" (not marked done: a later run picks them up)" if unknown else "")
+        )
+    if summary.replaced_surrogates:
+        lines.append(
+            f"lone surrogates replaced by U+FFFD (kept, invalid Unicode): "
+            f"{summary.replaced_surrogates}"
         )
     if summary.skipped_cases:
         lines.append(f"skipped cases-file lines: {summary.skipped_cases}")

@@ -11,7 +11,7 @@ from typing import Any
 from memtrace_otel.errors import DecodeError
 from memtrace_otel.semconv import ErrorType, JudgeVerdict
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.sources import DEFAULT_MAX_LINE_BYTES, LineReader, Outcome
+from memtrace_otel.sources import DEFAULT_MAX_LINE_BYTES, LineReader, Outcome, replace_surrogates
 from memtrace_otel.sources._limits import resolve_cap
 
 
@@ -186,7 +186,8 @@ def load_cases(
                     raise DecodeError(
                         f"invalid JSON: {type(exc).__name__}", path=name, line=number
                     ) from None
-                yield parse_case(obj, path=name, line=number)
+                # Lone surrogates as in the trace files (U+FFFD), so the case ids still match.
+                yield parse_case(replace_surrogates(obj)[0], path=name, line=number)
             except DecodeError as exc:
                 if strict:
                     raise

@@ -37,7 +37,7 @@ from memtrace_otel.sources._backends import (
     parse_duration,
     parse_time,
 )
-from memtrace_otel.sources._common import SourceStats
+from memtrace_otel.sources._common import SourceStats, replace_surrogates
 from memtrace_otel.sources._documents import decode_document, decode_jaeger, decode_otlp_json
 from memtrace_otel.sources._export import ExportResult, export_source
 from memtrace_otel.sources._files import expand_paths
@@ -164,4 +164,5 @@ __all__ = [
     "parse_duration",
     "parse_time",
     "read_outcomes",
+    "replace_surrogates",
 ]
