@@ -60,6 +60,7 @@ class BatchSummary:
     records: int = 0
     skipped_records: int = 0
     skipped_by_kind: dict[str, int] = field(default_factory=dict)
+    duplicates: int = 0
     truncated_values: int = 0
     truncated_captured: int = 0
     replaced_surrogates: int = 0
@@ -104,6 +105,7 @@ class BatchSummary:
         self.skipped_records += stats.skipped
         self.truncated_values += stats.truncated_values
         self.replaced_surrogates += stats.replaced_surrogates
+        self.duplicates += stats.duplicates
         for kind, count in stats.skipped_by_kind.items():
             self.skipped_by_kind[kind] = self.skipped_by_kind.get(kind, 0) + count
         self.source_errors.extend(stats.errors[: 20 - len(self.source_errors)])
@@ -459,6 +461,11 @@ def summary_table(summary: BatchSummary) -> str:
         lines.append(
             "skipped records: "
             + ", ".join(f"{k}: {v}" for k, v in sorted(summary.skipped_by_kind.items()))
+        )
+    if summary.duplicates:
+        lines.append(
+            f"exact duplicate spans dropped (at-least-once delivery, nothing lost): "
+            f"{summary.duplicates}"
         )
     if summary.truncated_values or summary.truncated_captured:
         lines.append(
