@@ -251,14 +251,16 @@ class OtlpJsonLinesExporter(SpanExporter):
         if (path is None) == (stream is None):
             raise ValueError("give exactly one of path or stream")
         self._lock = threading.Lock()
-        self._owns = stream is None
-        if stream is None:
-            assert path is not None
+        self._fd: int | None = None
+        self._stream: IO[str] | None = stream
+        if path is not None:
             directory = os.path.dirname(os.fspath(path))
             if directory:
                 os.makedirs(directory, exist_ok=True)
-            stream = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in shutdown()
-        self._stream: IO[str] = stream
+            # A raw O_APPEND descriptor, no Python buffer: each line goes out in whole write()
+            # calls, so forked workers appending to one file never interleave half lines, and
+            # no buffer lock held by a parent thread at fork() can hang the child.
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._closed = False
         self._exported = 0
         self._failed = 0
@@ -270,6 +272,17 @@ class OtlpJsonLinesExporter(SpanExporter):
         # export() and shutdown() would wait forever.
         self._lock = threading.Lock()
 
+    def _write(self, line: str) -> None:
+        """Write one line; raises ``UnicodeEncodeError`` before writing anything of it."""
+        if self._fd is None:
+            assert self._stream is not None
+            self._stream.write(line)  # a text stream encodes the whole line before writing
+            self._stream.flush()
+            return
+        data = memoryview(line.encode("utf-8"))
+        while data:
+            data = data[os.write(self._fd, data) :]
+
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._closed:
             with self._lock:
@@ -280,11 +293,10 @@ class OtlpJsonLinesExporter(SpanExporter):
             line = json.dumps(request, separators=(",", ":"), ensure_ascii=False) + "\n"
             with self._lock:
                 try:
-                    # A text stream encodes the whole line before writing any of it.
-                    self._stream.write(line)
+                    self._write(line)
                 except UnicodeEncodeError:
                     request, replaced = scrub_surrogates(request)
-                    self._stream.write(
+                    self._write(
                         json.dumps(request, separators=(",", ":"), ensure_ascii=False) + "\n"
                     )
                     self._replaced += replaced
@@ -294,7 +306,6 @@ class OtlpJsonLinesExporter(SpanExporter):
                         "the character was replaced by U+FFFD and counted "
                         "(OtlpJsonLinesExporter.stats()['replaced_values'])",
                     )
-                self._stream.flush()
                 self._exported += len(spans)
         except Exception:
             with self._lock:
@@ -314,7 +325,7 @@ class OtlpJsonLinesExporter(SpanExporter):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         with self._lock:
-            if not self._closed:
+            if not self._closed and self._stream is not None:
                 self._stream.flush()
         return True
 
@@ -323,7 +334,7 @@ class OtlpJsonLinesExporter(SpanExporter):
             if self._closed:
                 return
             self._closed = True
-            if self._owns:
-                self._stream.close()
-            else:
+            if self._fd is not None:
+                os.close(self._fd)
+            elif self._stream is not None:
                 self._stream.flush()
