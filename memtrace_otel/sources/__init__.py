@@ -66,6 +66,7 @@ from memtrace_otel.sources._memtracebench import (
 )
 from memtrace_otel.sources._otlp_proto import decode_otlp_proto
 from memtrace_otel.sources._source import FileSource, Source, iter_records
+from memtrace_otel.sources._upstream import adapt_upstream, is_upstream_op
 
 BACKEND_SCHEMES = ("jaeger+http://", "jaeger+https://", "tempo+http://", "tempo+https://")
 
@@ -134,6 +135,7 @@ __all__ = [
     "SourceStats",
     "TempoSource",
     "ValueLimits",
+    "adapt_upstream",
     "decode_document",
     "decode_jaeger",
     "decode_memtracebench",
@@ -141,6 +143,7 @@ __all__ = [
     "decode_otlp_proto",
     "expand_paths",
     "export_source",
+    "is_upstream_op",
     "iter_records",
     "load_memtracebench",
     "open_source",
