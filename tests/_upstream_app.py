@@ -18,15 +18,18 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from opentelemetry import trace as trace_api
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Tracer
 
 from memtrace_otel.instrumentation import OtlpJsonLinesExporter
 from memtrace_otel.semconv import attributes as A
+from tests._openai_server import Reply
 
 # Upstream names this app writes (spelled here on purpose: it plays another instrumentation).
 OPERATION = "gen_ai.operation.name"
@@ -239,7 +242,7 @@ class _Memory:
                 ),
                 system="Extract durable facts about the user as a JSON list.",
             )
-            chat.end()
+            chat.finish()
         written: list[tuple[str, str, float | None]] = []
         for slot, fact in facts:
             rid = self.by_slot.get(slot)
@@ -256,7 +259,7 @@ class _Memory:
             span.set_attribute(RECORD_ID, written[0][0])
         self._records_attr(span, written)
         span.end()
-        return _hex(span), _hex(chat)
+        return _hex(span), chat.span_id
 
     def delete(self, rid: str) -> str:
         span = self._span("delete_memory")
@@ -277,11 +280,75 @@ class _Memory:
         return _hex(span)
 
 
-class _App:
-    def __init__(self, tracer: Tracer, capture: bool, rng: random.Random) -> None:
-        self.tracer, self.capture, self.rng = tracer, capture, rng
+@dataclass
+class _Chat:
+    """A model call's span: still open when hand-written, already ended when traced upstream."""
 
-    def chat(self, prompt: str, reply: str, *, system: str) -> Span:
+    span_id: str
+    trace_id: str
+    span: Span | None
+    context: Context
+    tracer: Tracer
+
+    def finish(self, evaluation: dict[str, Any] | None = None, *, on_span: bool = False) -> None:
+        """End the call; record an evaluation on its span or on an evaluator's child span."""
+        if self.span is not None:
+            if evaluation is not None and on_span:
+                self.span.add_event(EVALUATION, evaluation)
+                evaluation = None
+            self.span.end()
+        if evaluation is not None:
+            evaluator = self.tracer.start_span("evaluate user_feedback", context=self.context)
+            evaluator.add_event(EVALUATION, evaluation)
+            evaluator.end()
+
+
+class _LastChat(SpanProcessor):
+    """Keeps the chat spans the upstream instrumentor ends, to learn their ids."""
+
+    def __init__(self) -> None:
+        self.ended: list[ReadableSpan] = []
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if (span.attributes or {}).get(OPERATION) == "chat":
+            self.ended.append(span)
+
+    def pop(self) -> ReadableSpan:
+        return self.ended.pop()
+
+
+class _App:
+    def __init__(
+        self,
+        tracer: Tracer,
+        capture: bool,
+        rng: random.Random,
+        llm: tuple[Any, Any, _LastChat] | None = None,
+    ) -> None:
+        self.tracer, self.capture, self.rng, self.llm = tracer, capture, rng, llm
+
+    def chat(self, prompt: str, reply: str, *, system: str) -> _Chat:
+        """One model call: a hand-written chat span, or a real ``openai`` call traced by the
+        upstream OpenAI instrumentor (``opentelemetry-instrumentation-openai-v2``)."""
+        if self.llm is not None:
+            server, client, last = self.llm
+            server.script(Reply(body=reply))
+            client.chat.completions.create(
+                model="acme-small",
+                messages=[
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": prompt},
+                ],
+            )
+            ended = last.pop()
+            context = ended.get_span_context()
+            return _Chat(
+                format(context.span_id, "016x"),
+                format(context.trace_id, "032x"),
+                None,
+                trace_api.set_span_in_context(trace_api.NonRecordingSpan(context)),
+                self.tracer,
+            )
         span = self.tracer.start_span("chat acme-small", kind=SpanKind.CLIENT)
         span.set_attribute(OPERATION, "chat")
         span.set_attribute(PROVIDER, "openai")
@@ -294,7 +361,9 @@ class _App:
             )
             span.set_attribute(INPUT_MESSAGES, json.dumps(messages))
             span.set_attribute(OUTPUT_MESSAGES, _messages("assistant", reply))
-        return span
+        return _Chat(
+            _hex(span), _trace_hex(span), span, trace_api.set_span_in_context(span), self.tracer
+        )
 
     def request(self, route: str) -> Span:
         span = self.tracer.start_span(f"POST {route}", kind=SpanKind.SERVER)
@@ -310,7 +379,13 @@ class _App:
 
 
 def run_app(
-    folder: Path, *, capture: bool = True, users: int = 5, seed: int = 0, questions: int = 12
+    folder: Path,
+    *,
+    capture: bool = True,
+    users: int = 5,
+    seed: int = 0,
+    questions: int = 12,
+    server: Any = None,
 ) -> AppRun:
     """Run the app for ``users`` users and write its spans to ``folder/traces.jsonl``.
 
@@ -324,7 +399,21 @@ def run_app(
     provider.add_span_processor(SimpleSpanProcessor(OtlpJsonLinesExporter(path)))
     tracer = provider.get_tracer("acme.memory", "1.4.2")
     run = AppRun(traces=path)
-    app = _App(tracer, capture, rng)
+    llm = None
+    instrumentor: Any = None
+    if server is not None:
+        # Model calls go through the real openai client to the scripted loopback server, traced by
+        # the upstream OpenAI instrumentor (its own spans, its own capture settings).
+        import openai
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+
+        last = _LastChat()
+        provider.add_span_processor(last)
+        instrumentor = OpenAIInstrumentor()
+        instrumentor.instrument(tracer_provider=provider)
+        client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+        llm = (server, client, last)
+    app = _App(tracer, capture, rng, llm)
     fault_cycle = 0
     for user in range(users):
         store = f"user-{user + 1}"
@@ -389,7 +478,7 @@ def run_app(
                         json.dumps({"facts": [], "forget": ["dentist appointment"]}),
                         system="Extract durable facts about the user as a JSON list.",
                     )
-                    chat.end()
+                    chat.finish()
                     culprit[slot.key] = memory.delete(rid)  # deletes the wrong record
             elif fault == "stale" and rid is not None:
                 # A real change, stored correctly; the search will serve the old version.
@@ -439,12 +528,12 @@ def run_app(
                 else:
                     answer = expected
                 chat = app.chat(prompt, answer, system="Answer from the memories.")
-                case_id = _trace_hex(chat)
+                case_id = chat.trace_id
                 failed = fault is not None
                 if fault == "retrieval" or fault == "stale":
                     culprit[slot.key] = search_id
                 elif fault == "response":
-                    culprit[slot.key] = _hex(chat)
+                    culprit[slot.key] = chat.span_id
                 explanation = (
                     f"Expected answer: {expected}"
                     if failed and rng.random() < 0.5
@@ -456,15 +545,7 @@ def run_app(
                     "gen_ai.evaluation.score.value": 0.0 if failed else 1.0,
                     A.GEN_AI_EVALUATION_EXPLANATION: explanation,
                 }
-                if rng.random() < 0.5:
-                    chat.add_event(EVALUATION, attributes)
-                    chat.end()
-                else:
-                    chat.end()
-                    with trace_api.use_span(chat, end_on_exit=False):
-                        evaluator = tracer.start_span("evaluate user_feedback")
-                        evaluator.add_event(EVALUATION, attributes)
-                        evaluator.end()
+                chat.finish(attributes, on_span=rng.random() < 0.5)
             if failed:
                 assert fault is not None
                 run.failed[case_id] = Truth(
@@ -478,5 +559,7 @@ def run_app(
                 )
             else:
                 run.correct.append(case_id)
+    if instrumentor is not None:
+        instrumentor.uninstrument()
     provider.shutdown()
     return run
