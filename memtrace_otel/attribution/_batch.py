@@ -8,6 +8,7 @@ it wrote; a rerun skips the cases already in ``--out`` (after repairing a torn l
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import os
@@ -34,6 +35,7 @@ from memtrace_otel.sources import (
     Outcome,
     OutcomeRule,
     SourceStats,
+    adapt_upstream,
     open_source,
     outcomes_of,
 )
@@ -149,7 +151,8 @@ def load_store_graphs(
     """Read every source and build one evolution graph per memory store.
 
     Records of ops with no store id join every store's graph only when a store-less partition is
-    the only one (a single-store app that never set the id).
+    the only one (a single-store app that never set the id). Spans written under the upstream
+    GenAI conventions only are read as contract ops first (:func:`adapt_upstream`).
 
     Args:
         sources: file paths, directories, globs or backend URLs.
@@ -159,7 +162,7 @@ def load_store_graphs(
             events, OTLP log records), judged by the default rule; ``memtrace.feedback`` spans
             then stay out of the graphs.
     """
-    by_store: dict[str, list[SpanRecord]] = defaultdict(list)
+    records: list[SpanRecord] = []
     for spec in sources:
         source = open_source(spec, strict=strict)
         for record in source.records():
@@ -169,12 +172,36 @@ def load_store_graphs(
                     outcomes.extend(found)
                     if record.name == A.MEMTRACE_FEEDBACK_SPAN:
                         continue
-            by_store[store_of(record)].append(record)
+            records.append(record)
         if outcomes is not None:
             outcomes.extend(source.outcomes)
         if summary is not None:
             summary.add_source_stats(source.stats)
+    by_store: dict[str, list[SpanRecord]] = defaultdict(list)
+    for record in adapt_upstream(records):
+        by_store[store_of(record)].append(record)
     return {store: build_graph(records) for store, records in by_store.items()}
+
+
+def note_inferred(G: nx.MultiDiGraph, verdict: Verdict) -> Verdict:
+    """``verdict`` with what its case's ops rest on by inference listed under ``unchecked``.
+
+    Ops rebuilt from upstream GenAI spans (:func:`~memtrace_otel.sources.adapt_upstream`) say in
+    ``memtrace.op.inferred`` which of their facts were inferred (kind, lineage by record id and
+    time); a verdict resting on them says so.
+    """
+    ops = list(graph_index(G).ops_of(verdict.case_id))
+    if verdict.op_id is not None and verdict.op_id in G:
+        ops.append(verdict.op_id)
+    inferred: set[str] = set()
+    for op in ops:
+        items = G.nodes[op].get("attributes", {}).get(A.MEMTRACE_OP_INFERRED)
+        if isinstance(items, list | tuple):
+            inferred.update(str(item) for item in items)
+    if not inferred:
+        return verdict
+    note = "inferred from upstream GenAI spans: " + "; ".join(sorted(inferred))
+    return dataclasses.replace(verdict, unchecked=(*verdict.unchecked, note))
 
 
 def completed_case_ids(out: Path) -> tuple[set[str], bool]:
@@ -260,20 +287,21 @@ def failed_cases(
 class QuietHeap:
     """Keep Python's cyclic garbage collector off the traces the batch job holds.
 
-    The job keeps every record and graph while it attributes, and each full collection would
-    traverse all of them again: on a 300 MB export that was a third of the run. So the collector
-    is off while records are loaded and graphs built (they hold no reference cycles), and once
-    :meth:`loaded` is called what is in memory is frozen (``gc.freeze``: never scanned again)
-    while the collector runs again for the methods' own garbage. Leaving unfreezes it all. A
-    collector that was off stays off; objects frozen by someone else are left alone.
+        The job keeps every record and graph while it attributes, and each full collection would
+        traverse all of them again: on a 300 MB export that was a third of the run. So the collector
+        is off while records are loaded and graphs built (they hold no reference cycles), and once
+        :meth:`loaded` is called what is in memory is frozen (``gc.freeze``: never scanned again)
+        while the collector runs again for the methods' own garbage. Leaving unfreezes it all. A
+        collector that was off stays off; objects frozen by someone else are left alone.
 
-    >>> import gc
-    >>> with QuietHeap() as heap:
-    ...     heap.loaded()
-    ...     gc.get_freeze_count() > 0
-    True
-    >>> gc.get_freeze_count()
-    0
+        >>> import dataclasses
+    import gc
+        >>> with QuietHeap() as heap:
+        ...     heap.loaded()
+        ...     gc.get_freeze_count() > 0
+        True
+        >>> gc.get_freeze_count()
+        0
     """
 
     def __enter__(self) -> QuietHeap:
@@ -403,7 +431,7 @@ def _run_in_process(
                 continue
             G = graphs.get(store, empty)
             try:
-                verdict = method.attribute(G, case)
+                verdict = note_inferred(G, method.attribute(G, case))
             except (MemtraceError, ValueError, KeyError, TypeError, RuntimeError) as exc:
                 summary.failed.append(
                     {"case_id": case.case_id, "error": f"{type(exc).__name__}: {exc}"}

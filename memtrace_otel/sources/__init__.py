@@ -76,6 +76,7 @@ from memtrace_otel.sources._outcomes import (
     read_outcomes,
 )
 from memtrace_otel.sources._source import FileSource, Source, iter_records
+from memtrace_otel.sources._upstream import adapt_upstream, is_upstream_op
 
 BACKEND_SCHEMES = ("jaeger+http://", "jaeger+https://", "tempo+http://", "tempo+https://")
 
@@ -147,6 +148,7 @@ __all__ = [
     "SourceStats",
     "TempoSource",
     "ValueLimits",
+    "adapt_upstream",
     "decode_document",
     "decode_jaeger",
     "decode_memtracebench",
@@ -155,6 +157,7 @@ __all__ = [
     "decode_outcome_logs",
     "expand_paths",
     "export_source",
+    "is_upstream_op",
     "iter_records",
     "latest_outcomes",
     "load_memtracebench",
