@@ -6,19 +6,26 @@ sessions, operations, variables (``<id>@<version>``) and edges; MemTraceBench ad
 turns such a document into what our own instrumentation would have recorded (the trace
 contract), so the graph builder and attribution run on MemTraceBench unchanged:
 
-- one span per operation, ``memtrace.op.inputs``/``outputs`` from its edges (inputs: the
-  variables no edge of the op writes; outputs: every variable an edge of the op writes, so a
-  judge's intermediate response is kept), a ``memtrace.variable`` event per output and per input
-  that no operation wrote, and a lineage link to the writer of every other input;
+- one span per operation. Its inputs and outputs follow the recorder's semantics (read from
+  smartcomment 0.1.2's source): the variables its edges read and none writes are its inputs;
+  those its edges write that no edge of the op reads further, or another op reads, are its
+  outputs; a chain inside the op (``comment_link``/``comment_mutation``: raw response -> cleaned
+  -> extracted facts) is kept as detail (``memtrace.source.chain``); an edge to the shared
+  ``delete_marker`` node tombstones its source; a node an earlier op wrote that the op reads and
+  "writes" again was left unchanged; a search pointing at stored units selected them. A
+  ``memtrace.variable`` event per output and per input no operation wrote, and a lineage link to
+  the writer of every other input;
 - one trace per session; ids are hashes of the graph id and the op or session id, so importing
-  the same file twice gives the same ids;
+  the same file twice gives the same ids; ``memtrace.source.op_id`` keeps the op's own id;
 - ``project_id`` -> ``memtrace.system``, ``user_id`` -> ``gen_ai.memory.store.id``, the
   session's category -> ``memtrace.stage``, the op's name and category -> ``memtrace.op.kind``
   (tables below and in ``docs/sources.md``);
-- ``created_at`` (local time without a zone, read as UTC) -> times; ops that share a millisecond
-  keep the file's order by adding their position in nanoseconds;
-- each query variable is a case (``case_id`` = its ref); the ops downstream of it outside the
-  construction sessions get ``memtrace.case.id``; annotations become labels.
+- execution order is the position of an op's last edge (a ``comment_fn`` op is stamped before its
+  body runs); ``created_at`` (local time without a zone, read as UTC) gives the times, starts
+  at least a nanosecond apart in that order (pure-Python ops tie on the millisecond);
+- each query variable is a case (``case_id`` = its ref), reached through the ops whose edges read
+  it, not through shared downstream nodes (names come from content, so one judge score or answer
+  node serves many questions); annotations become labels.
 """
 
 from __future__ import annotations
@@ -446,11 +453,6 @@ def _is_delete_marker(ref: str) -> bool:
     return parts is not None and parts[0].rsplit(":", 1)[-1] == DELETE_MARKER
 
 
-def _version_one(ref: str, node: dict[str, Any]) -> str:
-    del node
-    return ref
-
-
 class _Importer:
     """Builds the records of one export; one instance per document."""
 
@@ -513,13 +515,12 @@ class _Importer:
 
         records = []
         produced: set[str] = set()
-        for position, (op_id, op) in enumerate(ops.items()):
+        for op_id, op in ops.items():
             try:
                 records.append(
                     self._record(
                         op_id,
                         op,
-                        position,
                         nodes,
                         sessions,
                         flows[op_id],
@@ -821,7 +822,7 @@ class _Importer:
         """The node's category; an LLM reply by what wrote it (answer, or extracted memory)."""
         category = _variable_category(node)
         if category == Category.OTHER and node.get("category") == "llm_response":
-            kind = self.writer_kind.get(_version_one(ref, node))
+            kind = self.writer_kind.get(ref)
             if kind == OpKind.GENERATE:
                 return Category.PREDICTION.value
             if kind in (OpKind.EXTRACT, OpKind.CREATE, OpKind.UPDATE):
@@ -863,7 +864,6 @@ class _Importer:
         self,
         op_id: str,
         op: dict[str, Any],
-        position: int,
         nodes: Mapping[str, dict[str, Any]],
         sessions: Mapping[str, dict[str, Any]],
         flow: _Flow,
@@ -889,7 +889,6 @@ class _Importer:
             if node is not None:
                 with contextlib.suppress(Bad):
                     end = max(end, parse_created_at(node.get("created_at"), "created_at"))
-        del position
 
         attrs: dict[str, AttrValue] = {
             attr.MEMTRACE_OP_KIND: kind,
