@@ -230,3 +230,32 @@ def test_hard_rejects_bad_sizes(tmp_path: Path, capsys: pytest.CaptureFixture[st
                  "--out", str(tmp_path), "--no-progress"])  # fmt: skip
     assert code == 2
     assert "stores must be at least 1" in capsys.readouterr().err
+
+
+def test_llm_method_runs_on_the_hard_benchmark_with_a_cache(hard: Path, tmp_path: Path) -> None:
+    """The ``llm`` method against the scripted judge over real HTTP: a verdict per case, a
+    bounded number of calls per case, and a rerun served from the cache."""
+    from memtrace_otel.attribution import get_method, run_batch
+    from tests._hard_judge import literal_judge
+    from tests._openai_server import ScriptedOpenAI
+
+    labels = load_jsonl(hard / "labels.jsonl")[:12]
+    subset = tmp_path / "cases.jsonl"
+    wanted = {r["case_id"] for r in labels}
+    rows = [r for r in load_jsonl(hard / "cases.jsonl") if r["case_id"] in wanted]
+    subset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with ScriptedOpenAI(responder=literal_judge) as server:
+        calls = []
+        for _ in range(2):
+            method = get_method("llm", model="scripted-judge", base_url=server.base_url,
+                                api_key="local", cache_dir=str(tmp_path / "cache"),
+                                timeout=10.0, max_retries=1)  # fmt: skip
+            before = len(server.requests)
+            verdicts, summary = run_batch(
+                [str(hard / "traces.jsonl")], method, cases_file=str(subset)
+            )
+            calls.append(len(server.requests) - before)
+            assert not summary.failed
+            assert {v.case_id for v in verdicts} == wanted
+    assert 0 < calls[0] <= 30 * len(wanted)
+    assert calls[1] == 0 and method.usage["cached_calls"] == calls[0]

@@ -397,6 +397,8 @@ def _rows(
         summary.cases[f"{system}:labelled"] += 1
         summary.labels[f"{system}:{error.value}"] += 1
         tags = [*phenomena, *(m for m in sc.phenomena[1:] if m != "consolidation_kept")]
+        if op.kind is OpKind.RETRIEVE and sc.config.get("query_only"):
+            tags.append("stored_not_listed")
         if not case.meant(op.uid):
             tags.append("natural" if case.intended is None else "replay_moved_culprit")
         for tag in dict.fromkeys(tags):

@@ -38,11 +38,11 @@ RECIPES: dict[str, dict[str, float]] = {
     "rag": {
         "chunk_drop": 2, "buffer_loss": 2, "retrieval_miss": 2, "unlisted_miss": 2,
         "filter_drop": 2, "second_filter_drop": 2, "link_lead_miss": 2, "link_loss": 1,
-        "evict": 1, "budget_cut": 1, "wrong_answer": 1,
+        "evict": 2, "budget_cut": 1, "wrong_answer": 1,
     },
     "mem0": {
         "entity_swap": 2, "date_loss": 2, "name_loss": 1, "masked_loss": 2, "link_loss": 2,
-        "none_discard": 2, "stale_read": 2, "consolidation_loss": 2, "spurious_delete": 1,
+        "none_discard": 3, "stale_read": 2, "consolidation_loss": 2, "spurious_delete": 2,
         "filter_drop": 1, "second_filter_drop": 1, "branch_survival": 2, "budget_cut": 1,
         "wrong_answer": 1, "drop_fact": 1,
     },
