@@ -159,6 +159,14 @@ def main() -> None:
               f"{verdict(worst_type, 0.92, higher_is_better=True)}), op {worst_op:.3f} "
               f"(goal >= 0.88: {verdict(worst_op, 0.88, higher_is_better=True)}), "
               f"correct cases blamed: {results['evidence']['blamed_correct']}")  # fmt: skip
+        # The production path: no cases file, failures found from the judge spans; a verdict on
+        # a case the judge called correct would be a blamed correct case.
+        verdicts, _ = run_batch([str(folder / "traces.jsonl")], get_method("evidence"))
+        correct = {
+            r["case_id"] for r in load_jsonl(folder / "cases.jsonl") if r["verdict"] == "correct"
+        }
+        blamed = sum(1 for v in verdicts if v.case_id in correct and v.error_type)
+        print(f"evidence without a cases file: {len(verdicts)} verdicts, {blamed} on correct cases")
         if args.llm_cases > 0:
             run_llm(folder, args.llm_cases, args.price_in, args.price_out)
 

@@ -338,6 +338,20 @@ def _disorder(lines: list[str], rng: random.Random, summary: HardSummary) -> lis
     return out
 
 
+def _survived_a_branch(sc: Scenario, case: Any, op: OpExec) -> bool:
+    """Whether the case's content passed an op that looks like a loss but was not decisive: rag's
+    buffer reset after the chunk took the content; EverMemOS's episode, which leaves stable
+    attributes to the profile."""
+    if sc.system == "rag":
+        return op.name not in ("rag.buffer_update", "rag.chunk")
+    if sc.system == "evermemos":
+        relations = {t.rsplit(".", 1)[-1] for t in case.chain}
+        return bool(relations & {"city", "job", "sister", "team"}) and op.name != (
+            "evermemos.memcell_extraction"
+        )
+    return False
+
+
 # --- rows --------------------------------------------------------------------------------------
 def _rows(
     sc: Scenario, run: Run, span_ids: Mapping[int, str], summary: HardSummary,
@@ -397,6 +411,8 @@ def _rows(
         summary.cases[f"{system}:labelled"] += 1
         summary.labels[f"{system}:{error.value}"] += 1
         tags = [*phenomena, *(m for m in sc.phenomena[1:] if m != "consolidation_kept")]
+        if _survived_a_branch(sc, case, op):
+            tags.append("branch_survival")
         if op.kind is OpKind.RETRIEVE and sc.config.get("query_only"):
             tags.append("stored_not_listed")
         if not case.meant(op.uid):

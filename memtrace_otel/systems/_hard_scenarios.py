@@ -49,7 +49,7 @@ RECIPES: dict[str, dict[str, float]] = {
     "evermemos": {
         "entity_swap": 2, "date_loss": 2, "name_loss": 2, "masked_loss": 2, "link_loss": 2,
         "consolidation_loss": 2, "round2_recovered": 2, "filter_drop": 1, "retrieval_miss": 1,
-        "budget_cut": 1, "wrong_answer": 1, "drop_fact": 1,
+        "budget_cut": 1, "wrong_answer": 1, "drop_fact": 1, "evict": 1,
     },
 }  # fmt: skip
 """Recipes per system, with their weights."""

@@ -159,6 +159,19 @@ class Pipeline:
             run.write(op, candidates_rec(f"dropped:{out_id}", dropped, Category.OTHER))
         return out, kept
 
+    def evict(self, key: str, name: str) -> None:
+        """A retention job deletes a record (the ``spurious_delete`` fault aims it)."""
+        run = self.run
+        fault = self.sc.faults[key]
+        victims = [r for r in run.store.values() if any(hits_fault(x, fault) for x in r.lines)]
+        if not victims:
+            return
+        op, active, _ = run.begin(OpKind.DELETE, name, key, noise=("db",))
+        op.inputs = [victims[0]]
+        if active is not None:
+            run.write(op, victims[0].tombstone())
+            run.drop(victims[0])
+
     def assemble(
         self, case: HCase, case_id: str, inputs: list[Rec], lines: list[Line]
     ) -> tuple[Rec, list[Line]]:
@@ -334,7 +347,7 @@ class RagPipeline(Pipeline):
             self.flush(session.date)
         key = f"evict:{session.index}"
         if key in self.sc.faults:
-            self.evict(key)
+            self.evict(key, "rag.evict")
 
     def flush(self, date: str) -> None:
         run = self.run
@@ -355,18 +368,6 @@ class RagPipeline(Pipeline):
         op.inputs = [chunk]
         doc = run.write(op, replace(chunk, id=f"doc:{self.sc.store_id}:{number}"))
         run.put(doc)
-
-    def evict(self, key: str) -> None:
-        run = self.run
-        fault = self.sc.faults[key]
-        victims = [r for r in run.store.values() if any(hits_fault(x, fault) for x in r.lines)]
-        if not victims:
-            return
-        op, active, _ = run.begin(OpKind.DELETE, "rag.evict", key, noise=("db",))
-        op.inputs = [victims[0]]
-        if active is not None:
-            run.write(op, victims[0].tombstone())
-            run.drop(victims[0])
 
     def answer(self, case: HCase, case_id: str, query: Rec) -> tuple[Rec, list[Line]]:
         k = int(self.cfg.get("top_k", 4))
@@ -617,6 +618,8 @@ class EverMemOSPipeline(Pipeline):
         if n in self.cfg.get("consolidate_at", ()):
             self.consolidate(n, session.date)
         self.profile(memcell, n, session.date)
+        if f"evict:{n}" in self.sc.faults:
+            self.evict(f"evict:{n}", "evermemos.episode_evict")
 
     def consolidate(self, n: int, date: str) -> None:
         run = self.run
