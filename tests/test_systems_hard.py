@@ -259,3 +259,58 @@ def test_llm_method_runs_on_the_hard_benchmark_with_a_cache(hard: Path, tmp_path
             assert {v.case_id for v in verdicts} == wanted
     assert 0 < calls[0] <= 30 * len(wanted)
     assert calls[1] == 0 and method.usage["cached_calls"] == calls[0]
+
+
+def _two_statements() -> tuple[Any, Any, Any]:
+    """rag: a pet stated in session 1 and restated in session 2 (two chunks, two documents)."""
+    import random
+
+    from memtrace_otel.systems._hard import HSession, HTurn
+    from memtrace_otel.systems._hard_facts import make_fact
+
+    rng = random.Random(0)
+    first = make_fact(rng, "pet", "Ana", "1 May 2023", value="Biscuit", extra="puppy")
+    again = make_fact(rng, "pet", "Ana", "2 May 2023", value="Biscuit", extra="puppy")
+    sessions = (
+        HSession(1, "1 May 2023", (HTurn("D1:1", "Ana", first.message, "1 May 2023", first),
+                                   HTurn("D1:2", "Bo", "Oh how lovely!", "1 May 2023"))),
+        HSession(2, "2 May 2023", (HTurn("D2:1", "Ana", again.message, "2 May 2023", again),)),
+    )  # fmt: skip
+    return first, again, sessions
+
+
+def test_parallel_losses_are_left_out_as_ambiguous() -> None:
+    """The chunker drops the first statement, a retention job deletes the second document: the
+    content survived the chunker (contract: the delete is the culprit), yet correcting the chunker
+    alone also rescues the answer (the delete then takes the other document). Left out."""
+    from memtrace_otel.systems._hard import Fault, HCase, Scenario
+
+    _, again, sessions = _two_statements()
+    case = HCase("q1", "What is the name of Ana's puppy?", ("ana.pet",), "value", "Biscuit",
+                 frozenset(again.claims), ("D2:1",), "single-hop", intended="evict:2")  # fmt: skip
+    faults = {
+        "chunk:1": Fault("drop_line", "ana.pet"),
+        "evict:2": Fault("spurious_delete", "ana.pet"),
+    }
+    sc = Scenario("rag", "rag:t", "c", ("Ana", "Bo"), sessions, (case,), faults)
+    run = execute(sc)
+    assert not judged(run.predictions["q1"], case)
+    verdict = label_hard_case(sc, run, case)
+    assert verdict.op is None and verdict.excluded is not None
+    assert verdict.excluded.startswith("ambiguous") and "rag.evict" in verdict.excluded
+    # the chunker's loss alone breaks nothing: the second document carries the content
+    sc.faults = {"chunk:1": Fault("drop_line", "ana.pet")}
+    assert judged(execute(sc).predictions["q1"], case)
+
+
+def test_a_question_its_evidence_cannot_answer_is_left_out() -> None:
+    from memtrace_otel.systems._hard import HCase, Scenario
+    from memtrace_otel.systems._hard_facts import Claim
+
+    _, _, sessions = _two_statements()
+    case = HCase("q1", "Where does Ana live now?", ("ana.city",), "value", "Porto",
+                 frozenset({Claim("ana.city", "Porto")}), ("D1:1",), "single-hop")  # fmt: skip
+    sc = Scenario("mem0", "mem0:t", "c", ("Ana", "Bo"), sessions, (case,))
+    run = execute(sc)
+    verdict = label_hard_case(sc, run, case)
+    assert verdict.op is None and verdict.excluded and verdict.excluded.startswith("unanswerable")

@@ -232,7 +232,12 @@ def variable(rec: Rec, sc: Scenario, history: Mapping[str, Rec]) -> Variable:
         meta = {"dia_id": f"{dia[-2]}:{dia[-1]}", "date": rec.date}
     elif rec.category in (Category.MEMORY, Category.CONTEXT, Category.CANDIDATES):
         refs = sorted({r for line in rec.lines for r in line.refs})
-        meta = {"source_refs": refs, "date": rec.date} if refs or rec.date else None
+        if sc.config.get("no_source_refs"):
+            refs = []  # like most production memory stores: records do not know their messages
+        meta = {"date": rec.date} if rec.date else {}
+        if refs:
+            meta["source_refs"] = refs
+        meta = meta or None
     return Variable(rec.id, rec.version, value, rec.category, meta, rec.deleted)
 
 

@@ -49,6 +49,7 @@ RECIPES: dict[str, dict[str, float]] = {
     "evermemos": {
         "entity_swap": 2, "date_loss": 2, "name_loss": 2, "masked_loss": 2, "link_loss": 2,
         "consolidation_loss": 2, "round2_recovered": 2, "filter_drop": 1, "retrieval_miss": 1,
+        "stale_read": 1,
         "budget_cut": 1, "wrong_answer": 1, "drop_fact": 1, "evict": 1,
     },
 }  # fmt: skip
@@ -253,8 +254,18 @@ def masked_loss(b: Builder) -> None:
 
 
 def stale_read(b: Builder) -> None:
-    _old, new, _ = _city_move(b, paraphrase=b.paraphrase)
     key = "ret:{qid}"
+    if b.system == "evermemos":
+        # the scene consolidation rewrote episode 1 to hold episode 2 (the pet); a lagging
+        # replica still returns episode 1's first version
+        b.config["consolidate_at"] = (3,)
+        b.config["round2"] = False
+        pet = b.fact("pet", 2)
+        b.fault(key, "stale_read", slot(b.me, "pet"))
+        b.case("pet", pet.value, [pet], (slot(b.me, "pet"),), intended=key, extra=pet.extra,
+               phenomena=["stale_read", "consolidation_tombstone"])  # fmt: skip
+        return
+    _old, new, _ = _city_move(b, paraphrase=b.paraphrase)
     b.fault(key, "stale_read", slot(b.me, "city"))
     _ask_city(b, new, key, "stale_read")
 
@@ -275,6 +286,8 @@ def budget_cut(b: Builder) -> None:
 
 def retrieval_miss(b: Builder, tag: str = "retrieval_miss") -> None:
     pet = b.fact("pet", b.rng.choice([1, 2]))
+    if b.system == "evermemos":
+        b.config["round2"] = False  # agentic (multi-query) retrieval switched off
     key = "ret:{qid}"
     b.fault(key, "retrieval_miss", slot(b.me, "pet"))
     b.case("pet", pet.value, [pet], (slot(b.me, "pet"),), intended=key, extra=pet.extra,
@@ -452,6 +465,9 @@ def build_scenario(
         b.config["query_only"] = True
     if b.config.get("query_only"):
         modifiers.append("query_only_retrieve")
+    if rng.random() < 0.25:
+        b.config["no_source_refs"] = True
+        modifiers.append("no_source_refs")
     if "dropped_list" not in b.config:
         b.config["dropped_list"] = rng.random() < 0.6
     if system in ("mem0", "rag") and "second_filter" not in b.config and rng.random() < 0.3:

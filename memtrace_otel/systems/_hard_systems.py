@@ -126,17 +126,16 @@ class Pipeline:
         return out, chosen
 
     def stale(self, record: Rec, fault: Fault) -> Rec:
-        """An older version of ``record`` whose value for the fault's slot differs (a lagging
-        replica); the record itself when there is none."""
-        current = {(c.slot, c.value) for x in record.lines for c in x.claims if c.slot == fault.arg}
-        if not current:
-            return record
+        """An older version of ``record`` whose claims on the fault's slot differ (a lagging
+        replica or cache); the record itself when there is none."""
+
+        def claims(rec: Rec) -> set[tuple[str, str]]:
+            return {(c.slot, c.value) for x in rec.lines for c in x.claims if c.slot == fault.arg}
+
+        current = claims(record)
         for version in range(record.version - 1, 0, -1):
             old = self.run.history.get(f"{record.id}@{version}")
-            if old is None or old.deleted:
-                continue
-            seen = {(c.slot, c.value) for x in old.lines for c in x.claims if c.slot == fault.arg}
-            if seen and seen != current:
+            if old is not None and not old.deleted and claims(old) != current:
                 return old
         return record
 
@@ -685,12 +684,12 @@ class EverMemOSPipeline(Pipeline):
         )  # fmt: skip
         run.write(op, verdict)
         pool, records = cands, chosen
-        if not sufficient:
+        if not sufficient and self.cfg.get("round2", True):
             pool, more = self.retrieve(
                 "evermemos.multi_query_retrieval", f"ret2:{case.qid}", case, case_id, query,
                 2 * k, f"candidates2:{case_id}", extra=[verdict],
             )  # fmt: skip
-            records = [*chosen, *[r for r in more if r not in chosen]]
+            records = [*more, *[r for r in chosen if r not in more]]  # fused: round two first
         final_k = int(self.cfg.get("final_k", 3))
         src, kept = self.filter(
             "evermemos.final_rerank", f"rr:{case.qid}", case_id, pool, records, final_k,
