@@ -222,7 +222,7 @@ def variable(rec: Rec, sc: Scenario, history: Mapping[str, Rec]) -> Variable:
     value: Any
     if rec.raw is not None:
         value = rec.raw
-    elif rec.category in (Category.CANDIDATES, Category.OTHER) and rec.items:
+    elif rec.category in (Category.CANDIDATES, Category.OTHER):
         value = [{"ref": ref, "text": _text(history.get(ref))} for ref in rec.items]
     else:
         value = rec.text
