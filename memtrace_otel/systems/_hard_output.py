@@ -70,6 +70,22 @@ _NOISE: Mapping[str, tuple[str, str, SpanKind, dict[str, Any]]] = {
 }  # fmt: skip
 
 
+_PROMPT_OF = {
+    "mem0.fact_extraction": "fact_extraction",
+    "mem0.add": "update_decision",
+    "mem0.update": "update_decision",
+    "mem0.delete": "update_decision",
+    "evermemos.boundary_detection": "boundary",
+    "evermemos.memcell_extraction": "memcell",
+    "evermemos.profile_update": "profile",
+    "evermemos.sufficiency_check": "sufficiency",
+}
+"""The reference systems' prompt templates the hard ops use (every ``*.answer`` uses ``answer``)."""
+
+MODEL = "gpt-4o-mini"
+"""``gen_ai.request.model`` of the LLM-backed ops."""
+
+
 @dataclass
 class HardSummary:
     """Counts of one hard generation (also the manifest's ``summary``)."""
@@ -151,6 +167,11 @@ def generate_hard_benchmark(
     rng = random.Random(f"hard-noise:{seed}")
     try:
         for system in systems:
+            setup = MemTracer(
+                tracer_provider=providers["memory"], system=system, capture=capture,
+                registry=registry,
+            )  # fmt: skip
+            prompts = SYSTEMS[system].trace_prompts(setup)
             for index in range(stores):
                 sc = build_scenario(system, index, conversations, seed)
                 run = execute(sc)
@@ -158,7 +179,7 @@ def generate_hard_benchmark(
                     tracer_provider=providers["memory"], system=system, store_id=sc.store_id,
                     capture=capture, registry=registry,
                 )  # fmt: skip
-                span_ids = _emit(run, mt, tracers, rng, summary)
+                span_ids = _emit(run, mt, tracers, rng, summary, prompts)
                 _rows(sc, run, span_ids, summary, cases_rows, label_rows, fault_rows)
                 summary.stores += 1
                 if progress is not None and (index + 1) % 10 == 0:
@@ -246,8 +267,9 @@ def _text(rec: Rec | None) -> str:
 
 
 def _emit(
-    run: Run, mt: MemTracer, noise: Mapping[str, Tracer], rng: random.Random, summary: HardSummary
-) -> dict[int, str]:
+    run: Run, mt: MemTracer, noise: Mapping[str, Tracer], rng: random.Random,
+    summary: HardSummary, prompts: Mapping[str, Variable],
+) -> dict[int, str]:  # fmt: skip
     """Trace a run: one trace per root op, its children nested, noise spans under some ops."""
     sc = run.sc
     span_ids: dict[int, str] = {}
@@ -265,23 +287,27 @@ def _emit(
                 rop.output(variable(rec, sc, run.history))
             span_ids[root.seq] = _span_id(rop)
             for op in children:
-                span_ids[op.seq] = _child(op, mt, noise, rng, summary, run)
+                span_ids[op.seq] = _child(op, mt, noise, rng, summary, run, prompts)
         i = j
     return span_ids
 
 
 def _child(
     op: OpExec, mt: MemTracer, noise: Mapping[str, Tracer], rng: random.Random,
-    summary: HardSummary, run: Run,
+    summary: HardSummary, run: Run, prompts: Mapping[str, Variable],
 ) -> str:  # fmt: skip
     attrs = {k: v for k, v in op.attributes.items() if k != "verdict"}
+    key = "answer" if op.kind is OpKind.GENERATE else _PROMPT_OF.get(op.name)
+    prompt = prompts.get(key) if key is not None else None
+    if prompt is not None or "llm" in op.noise:
+        attrs[A.GEN_AI_REQUEST_MODEL] = MODEL
     inputs = [variable(rec, run.sc, run.history) for rec in op.inputs]
     if op.kind is OpKind.RETRIEVE and op.case_id is not None:
         summary.trace["retrieve_ops"] += 1
         if all(rec.category is not Category.MEMORY for rec in op.inputs):
             summary.trace["retrieve_ops_query_only"] += 1
     with mt.op(
-        op.kind, op.name, inputs=inputs, case_id=op.case_id, stage=op.stage,
+        op.kind, op.name, inputs=inputs, case_id=op.case_id, stage=op.stage, prompt=prompt,
         attributes=attrs or None,
     ) as span:  # fmt: skip
         for kind in op.noise:
