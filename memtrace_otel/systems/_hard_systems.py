@@ -125,6 +125,38 @@ class Pipeline:
         out = run.write(op, candidates_rec(out_id, chosen, Category.CANDIDATES))
         return out, chosen
 
+    def search_and_filter(
+        self, case: HCase, case_id: str, query: Rec, names: tuple[str, str, str], k: int,
+        keep: int,
+    ) -> tuple[Rec, list[Rec]]:  # fmt: skip
+        """Retrieve top ``k``, keep ``keep`` (a rerank), and with ``second_filter`` one fewer (a
+        dedupe or threshold): ``names`` are the three ops' names."""
+        retrieve, rerank, second = names
+        cands, chosen = self.retrieve(
+            retrieve, f"ret:{case.qid}", case, case_id, query, k, f"candidates:{case_id}"
+        )
+        src, kept = self.filter(
+            rerank, f"rr:{case.qid}", case_id, cands, chosen, keep, f"reranked:{case_id}"
+        )
+        if self.cfg.get("second_filter"):
+            src, kept = self.filter(
+                second, f"dd:{case.qid}", case_id, src, kept, keep - 1,
+                f"{second.rsplit('.', 1)[-1]}:{case_id}",
+            )  # fmt: skip
+        return src, kept
+
+    def merge(self, name: str, key: str, first: Rec, second: Rec, date: str) -> None:
+        """A consolidation: ``first``'s next version holds both, ``second`` is tombstoned, in
+        one ``update`` op (contract v0.2)."""
+        run = self.run
+        op, fault, _ = run.begin(OpKind.UPDATE, name, key, noise=("llm",))
+        op.inputs = [first, second]
+        lines = apply_line_fault([*first.lines, *second.lines], fault, None)
+        merged = run.write(op, first.next(lines, date))
+        run.write(op, second.tombstone())
+        run.put(merged)
+        run.drop(second)
+
     def stale(self, record: Rec, fault: Fault) -> Rec:
         """An older version of ``record`` whose claims on the fault's slot differ (a lagging
         replica or cache); the record itself when there is none."""
@@ -369,18 +401,10 @@ class RagPipeline(Pipeline):
         run.put(doc)
 
     def answer(self, case: HCase, case_id: str, query: Rec) -> tuple[Rec, list[Line]]:
-        k = int(self.cfg.get("top_k", 4))
-        cands, chosen = self.retrieve(
-            "rag.retrieve", f"ret:{case.qid}", case, case_id, query, k, f"candidates:{case_id}"
-        )
-        keep = int(self.cfg.get("rerank_keep", 3))
-        src, kept = self.filter(
-            "rag.rerank", f"rr:{case.qid}", case_id, cands, chosen, keep, f"reranked:{case_id}"
-        )
-        if self.cfg.get("second_filter"):
-            src, kept = self.filter(
-                "rag.dedupe", f"dd:{case.qid}", case_id, src, kept, keep - 1, f"deduped:{case_id}"
-            )
+        src, kept = self.search_and_filter(
+            case, case_id, query, ("rag.retrieve", "rag.rerank", "rag.dedupe"),
+            int(self.cfg.get("top_k", 4)), int(self.cfg.get("rerank_keep", 3)),
+        )  # fmt: skip
         lines = [x for r in kept for x in r.lines]
         return self.assemble(case, case_id, [src], lines)
 
@@ -492,29 +516,13 @@ class Mem0Pipeline(Pipeline):
         others = [r for r in records if r is not first and _subject(r) == speaker]
         if not others:
             return
-        second = others[0]
-        op, active, _ = run.begin(OpKind.UPDATE, "mem0.consolidate", key, noise=("llm",))
-        op.inputs = [first, second]
-        lines = apply_line_fault([*first.lines, *second.lines], active, None)
-        merged = run.write(op, first.next(lines, session.date))
-        run.write(op, second.tombstone())
-        run.put(merged)
-        run.drop(second)
+        self.merge("mem0.consolidate", key, first, others[0], session.date)
 
     def answer(self, case: HCase, case_id: str, query: Rec) -> tuple[Rec, list[Line]]:
-        k = int(self.cfg.get("top_k", 5))
-        cands, chosen = self.retrieve(
-            "mem0.search", f"ret:{case.qid}", case, case_id, query, k, f"candidates:{case_id}"
-        )
-        keep = int(self.cfg.get("rerank_keep", 4))
-        src, kept = self.filter(
-            "mem0.rerank", f"rr:{case.qid}", case_id, cands, chosen, keep, f"reranked:{case_id}"
-        )
-        if self.cfg.get("second_filter"):
-            src, kept = self.filter(
-                "mem0.threshold", f"dd:{case.qid}", case_id, src, kept, keep - 1,
-                f"thresholded:{case_id}",
-            )  # fmt: skip
+        src, kept = self.search_and_filter(
+            case, case_id, query, ("mem0.search", "mem0.rerank", "mem0.threshold"),
+            int(self.cfg.get("top_k", 5)), int(self.cfg.get("rerank_keep", 4)),
+        )  # fmt: skip
         lines = [replace(x, text=f"[{r.date}] {x.text}") for r in kept for x in r.lines]
         return self.assemble(case, case_id, [src], lines)
 
@@ -626,16 +634,7 @@ class EverMemOSPipeline(Pipeline):
         episodes.sort(key=lambda r: int(r.id.rsplit(":", 1)[1]))
         if len(episodes) < 3:
             return
-        first, second = episodes[0], episodes[1]
-        op, fault, _ = run.begin(
-            OpKind.UPDATE, "evermemos.scene_consolidation", f"scene:{n}", noise=("llm",)
-        )
-        op.inputs = [first, second]
-        lines = apply_line_fault([*first.lines, *second.lines], fault, None)
-        merged = run.write(op, first.next(lines, date))
-        run.write(op, second.tombstone())
-        run.put(merged)
-        run.drop(second)
+        self.merge("evermemos.scene_consolidation", f"scene:{n}", episodes[0], episodes[1], date)
 
     def profile(self, memcell: Rec, n: int, date: str) -> None:
         run = self.run
