@@ -145,6 +145,28 @@ class Pipeline:
             )  # fmt: skip
         return src, kept
 
+    def append_turn(
+        self, slot: str, var_id: str, kinds: tuple[OpKind, OpKind], names: tuple[str, str],
+        key: str, turn: HTurn, message: Rec, noise: tuple[str, ...] = (),
+    ) -> Rec:  # fmt: skip
+        """Append a turn to a running record (a transcript, a buffer): the first turn creates
+        it; a fault at the op drops an older line it aims at."""
+        run = self.run
+        old = run.vars.get(slot)
+        line = transcript_line(turn, message)
+        first = old is None
+        op, fault, _ = run.begin(
+            kinds[0] if first else kinds[1], names[0] if first else names[1], key, noise=noise
+        )
+        if old is None:
+            op.inputs = [message]
+            new = Rec(var_id, 1, Category.MEMORY, (line,), date=turn.date)
+        else:
+            op.inputs = [old, message]
+            new = old.next([*_drop_hit(old.lines, fault), line], turn.date)
+        run.vars[slot] = run.write(op, new)
+        return new
+
     def merge(self, name: str, key: str, first: Rec, second: Rec, date: str) -> None:
         """A consolidation: ``first``'s next version holds both, ``second`` is tombstoned, in
         one ``update`` op (contract v0.2)."""
@@ -268,20 +290,12 @@ class LongContextPipeline(Pipeline):
     name = "long_context"
 
     def on_turn(self, turn: HTurn, message: Rec) -> None:
-        run = self.run
-        line = transcript_line(turn, message)
-        record = run.vars.get("record")
-        key = f"mu:{turn.dia_id}"
-        if record is None:
-            op, _, _ = run.begin(OpKind.CREATE, "long_context.create", key)
-            op.inputs = [message]
-            new = Rec(f"context:{self.sc.store_id}:1", 1, Category.MEMORY, (line,), date=turn.date)
-        else:
-            op, fault, _ = run.begin(OpKind.UPDATE, "long_context.memory_update", key)
-            op.inputs = [record, message]
-            new = record.next(_drop_hit([*record.lines, line], fault), turn.date)
-        run.vars["record"] = run.write(op, new)
-        run.put(new)
+        new = self.append_turn(
+            "record", f"context:{self.sc.store_id}:1", (OpKind.CREATE, OpKind.UPDATE),
+            ("long_context.create", "long_context.memory_update"), f"mu:{turn.dia_id}", turn,
+            message,
+        )  # fmt: skip
+        self.run.put(new)
         window = int(self.cfg.get("window_tokens", 100_000))
         if tokens_of(new.lines) > window:
             self.trim(turn, window)
@@ -356,19 +370,10 @@ class RagPipeline(Pipeline):
     name = "rag"
 
     def on_turn(self, turn: HTurn, message: Rec) -> None:
-        run = self.run
-        buffer = run.vars.get("buffer")
-        key = f"bu:{turn.dia_id}"
-        line = transcript_line(turn, message)
-        if buffer is None:
-            op, _, _ = run.begin(OpKind.CREATE, "rag.buffer_update", key)
-            op.inputs = [message]
-            new = Rec(f"buffer:{self.sc.store_id}", 1, Category.MEMORY, (line,), date=turn.date)
-        else:
-            op, fault, _ = run.begin(OpKind.UPDATE, "rag.buffer_update", key)
-            op.inputs = [buffer, message]
-            new = buffer.next([*_drop_hit(buffer.lines, fault), line], turn.date)
-        run.vars["buffer"] = run.write(op, new)
+        new = self.append_turn(
+            "buffer", f"buffer:{self.sc.store_id}", (OpKind.CREATE, OpKind.UPDATE),
+            ("rag.buffer_update", "rag.buffer_update"), f"bu:{turn.dia_id}", turn, message,
+        )  # fmt: skip
         if len(new.lines) >= int(self.cfg.get("chunk_turns", 6)):
             self.flush(turn.date)
 
@@ -557,19 +562,11 @@ class EverMemOSPipeline(Pipeline):
     name = "evermemos"
 
     def on_turn(self, turn: HTurn, message: Rec) -> None:
-        run = self.run
-        buffer = run.vars.get("buffer")
-        op, _, _ = run.begin(
-            OpKind.EXTRACT, "evermemos.boundary_detection", f"bd:{turn.dia_id}", noise=("llm",)
-        )
-        line = transcript_line(turn, message)
-        if buffer is None:
-            op.inputs = [message]
-            new = Rec(f"buffer:{self.sc.store_id}", 1, Category.MEMORY, (line,), date=turn.date)
-        else:
-            op.inputs = [buffer, message]
-            new = buffer.next([*buffer.lines, line], turn.date)
-        run.vars["buffer"] = run.write(op, new)
+        self.append_turn(
+            "buffer", f"buffer:{self.sc.store_id}", (OpKind.EXTRACT, OpKind.EXTRACT),
+            ("evermemos.boundary_detection", "evermemos.boundary_detection"),
+            f"bd:{turn.dia_id}", turn, message, noise=("llm",),
+        )  # fmt: skip
 
     def on_session_end(self, session: HSession) -> None:
         run = self.run
