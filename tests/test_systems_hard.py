@@ -314,3 +314,14 @@ def test_a_question_its_evidence_cannot_answer_is_left_out() -> None:
     run = execute(sc)
     verdict = label_hard_case(sc, run, case)
     assert verdict.op is None and verdict.excluded and verdict.excluded.startswith("unanswerable")
+
+
+def test_bench_evaluate_scores_the_hard_benchmark(hard: Path, tmp_path: Path) -> None:
+    out = tmp_path / "scores.json"
+    assert main(["bench", "evaluate", str(hard), "--method", "blame-generate",
+                 "--json", str(out)]) == 0  # fmt: skip
+    scores = json.loads(out.read_text())["blame-generate"]
+    labelled = sum(scores[s]["overall"]["total"] for s in ("injected", "counterfactual"))
+    assert labelled == len(load_jsonl(hard / "labels.jsonl"))
+    # a constant baseline is far from right on it
+    assert scores["injected"]["overall"]["error_type_accuracy"] < 0.5
