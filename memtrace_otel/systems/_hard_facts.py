@@ -136,11 +136,14 @@ _CITY_MSG = [
     "I finally settled in {v}, signed the lease and everything.",
     "We packed up and relocated to {v} for good.",
     "Guess who lives in {v} now? Me!",
+    "Moving day is finally over, so I'm living in {v} these days.",
+    "After years of talking about it I'm officially a {v} resident.",
 ]
 _CITY_PARA = [
     "Big news: I moved to {p}! The boxes are still everywhere.",
     "I finally settled in {p}, signed the lease and everything.",
     "Guess who lives in {p} now? Me!",
+    "New chapter: my mail now goes to an address in {p}.",
 ]
 _CITY_MEM = [
     "{s} moved to {v} on {d}.",
@@ -151,6 +154,7 @@ _JOB_MSG = [
     "I started a new job as a {v}, it's exhausting but great.",
     "So I'm officially a {v} now!",
     "Career change done: I work as a {v} since this week.",
+    "Started my first week as a {v}; my feet hurt but I love it.",
 ]
 _JOB_MEM = [
     "{s} works as a {v} (since {d}).",
@@ -161,6 +165,7 @@ _PET_MSG = [
     "We adopted a {x} and named it {v}!",
     "Meet {v}, our new {x}. Cutest thing ever.",
     "I brought home a {x} today, we're calling it {v}.",
+    "The family grew by one {x}: say hi to {v}!",
 ]
 _PET_PARA = ["We brought home {w} and named it {v}!", "Meet {v}, {w} who now rules the flat."]
 _PET_MEM = [
@@ -172,6 +177,7 @@ _SISTER_MSG = [
     "My sister {v} just became a {x}, we're so proud.",
     "{v}, my little sister, got hired as a {x} this week.",
     "Had dinner with my sister {v}; she's working as a {x} now.",
+    "Big week for my sister {v}, she starts as a {x} on Monday.",
 ]
 _SISTER_MEM = [
     "{s}'s sister {v} works as a {x} (since {d}).",
@@ -191,6 +197,7 @@ _TEAM_MSG = [
     "I switched to the {v} team last week, new desk and all.",
     "Heads up, I moved over to the {v} team.",
     "They reorganised us and I'm on the {v} team now.",
+    "New role, same company: I joined the {v} team.",
 ]
 _TEAM_MEM = [
     "{s} works on the {v} team (since {d}).",
