@@ -14,7 +14,7 @@ mode; only faults and selections look at the mode, so replays are exact re-execu
 
 from __future__ import annotations
 
-import datetime as _dt
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -329,8 +329,6 @@ def damage(line: Line, fault: Fault, oracle: HCase | None) -> Line | None:
     if name == "entity_swap":
         text, claims = swapped(fact, fault.other)
     elif name == "date_loss":
-        import random
-
         text, claims = undated(fact, random.Random(fact.memory))
     elif name == "name_loss":
         text, claims = unnamed(fact)
@@ -449,8 +447,3 @@ def candidates_rec(var_id: str, records: Sequence[Rec], category: Category) -> R
 def tokens_of(lines: Iterable[Line]) -> int:
     """Whitespace tokens of the lines."""
     return sum(count_tokens(line.text) for line in lines)
-
-
-def today() -> _dt.date:
-    """A fixed date (never the clock: runs are deterministic)."""
-    return _dt.date(2024, 1, 1)

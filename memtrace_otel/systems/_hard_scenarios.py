@@ -249,7 +249,6 @@ def masked_loss(b: Builder) -> None:
     early_name = {"mem0": "drop_fact", "long_context": "lossy_update", "evermemos": "drop_fact"}
     b.fault(early, early_name[b.system], arg)
     b.fault(later, "misattribute", arg, other=friend.claims[0].slot)
-    b.config["_friend"] = friend.subject
     _ask_city(b, new, early, "masked_loss")
 
 

@@ -14,7 +14,6 @@ from dataclasses import replace
 
 from memtrace_otel.semconv import Category, OpKind, Stage
 from memtrace_otel.systems._hard import (
-    IDK,
     Fault,
     HCase,
     HSession,
@@ -38,7 +37,7 @@ from memtrace_otel.systems._hard import (
     transcript_line,
     when_of,
 )
-from memtrace_otel.systems._hard_facts import Claim, render, slot
+from memtrace_otel.systems._hard_facts import Claim, render
 
 
 def execute(sc: Scenario, mode: Mode | None = None, only: str | None = None) -> Run:
@@ -706,4 +705,4 @@ PIPELINES: dict[str, Callable[[Run], Pipeline]] = {
 }
 """The hard pipelines by system name."""
 
-__all__ = ["IDK", "PIPELINES", "execute", "slot"]
+__all__ = ["PIPELINES", "Pipeline", "execute"]
