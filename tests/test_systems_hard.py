@@ -325,3 +325,18 @@ def test_bench_evaluate_scores_the_hard_benchmark(hard: Path, tmp_path: Path) ->
     assert labelled == len(load_jsonl(hard / "labels.jsonl"))
     # a constant baseline is far from right on it
     assert scores["injected"]["overall"]["error_type_accuracy"] < 0.5
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--difficulty", "hard", "--faults", "all=0.1"], "--faults do(es) not apply"),
+        (["--difficulty", "hard", "--set", "rag.top_k=2"], "--set do(es) not apply"),
+        (["--stores", "3"], "--stores applies to --difficulty hard only"),
+    ],
+)
+def test_options_of_the_other_difficulty_are_refused(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "generate", *argv, "--out", str(tmp_path), "--no-progress"]) == 2
+    assert message in capsys.readouterr().err

@@ -165,6 +165,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     """Run ``bench generate``."""
     if args.difficulty == "hard":
         return _generate_hard(args)
+    if args.stores is not None:
+        print("memtrace: error: --stores applies to --difficulty hard only", file=sys.stderr)
+        return EXIT_USAGE
     try:
         systems = resolve_systems(args.systems)
         faults = FaultSpec.parse(args.faults)
@@ -210,9 +213,28 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+_EASY_ONLY: dict[str, object] = {
+    "faults": "none",
+    "engine": "offline",
+    "dataset": "synthetic",
+    "judge": "deterministic",
+    "options": [],
+    "questions": None,
+    "model": None,
+    "base_url": None,
+    "embeddings_model": None,
+}
+"""Options of the easy benchmark, with their defaults (the hard one plants its own faults)."""
+
+
 def _generate_hard(args: argparse.Namespace) -> int:
     from memtrace_otel.errors import MemtraceError
 
+    given = [k for k, default in _EASY_ONLY.items() if getattr(args, k) != default]
+    if given:
+        names = ", ".join("--" + k.replace("_", "-").replace("options", "set") for k in given)
+        print(f"memtrace: error: {names} do(es) not apply to --difficulty hard", file=sys.stderr)
+        return EXIT_USAGE
     try:
         summary = generate_hard_benchmark(
             args.out,
