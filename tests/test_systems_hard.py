@@ -214,6 +214,8 @@ def test_deterministic_by_seed(hard: Path, locomo: Path, tmp_path: Path) -> None
     again = _generate(tmp_path / "again", locomo)
     for name in ("cases.jsonl", "labels.jsonl"):
         assert (hard / name).read_text() == (again / name).read_text(), name
+    ids = [(s["traceId"], s["spanId"], s["name"]) for s in _spans(hard / "traces.jsonl")]
+    assert ids == [(s["traceId"], s["spanId"], s["name"]) for s in _spans(again / "traces.jsonl")]
     other = _generate(tmp_path / "other", locomo, seed=1)
     assert (hard / "cases.jsonl").read_text() != (other / "cases.jsonl").read_text()
 
