@@ -72,8 +72,8 @@ class Builder:
     cases: list[HCase] = field(default_factory=list)
     faults: dict[str, Fault] = field(default_factory=dict)
     config: dict[str, object] = field(default_factory=dict)
-    phenomena: list[str] = field(default_factory=list)
-    _placed: dict[int, str] = field(default_factory=dict)
+    evidence: dict[str, tuple[Fact, ...]] = field(default_factory=dict)
+    """The planted facts each question's evidence messages state, by question id."""
 
     @property
     def me(self) -> str:
@@ -126,11 +126,11 @@ class Builder:
         tags = list(phenomena)
         if intended is not None and any(f.paraphrased for f in needed):
             tags.append("paraphrase")
+        self.evidence[qid] = tuple(needed)
         self.cases.append(
             HCase(
                 qid, question_text(self.rng, kind, self.me, extra), chain, want, gold,
-                claims,
-                tuple(f"@{id(f)}" for f in needed), category, tuple(tags), intended,
+                claims, (), category, tuple(tags), intended,
             )
         )  # fmt: skip
 
@@ -477,7 +477,7 @@ def build_scenario(
     sessions = _sessions(b)
     keys = _resolve_keys(b, sessions)
     faults = {resolved: b.faults[template] for template, resolved in keys.items()}
-    cases = tuple(_resolve_case(c, sessions, keys) for c in b.cases)
+    cases = tuple(_resolve_case(c, b.evidence[c.qid], sessions, keys) for c in b.cases)
     config = {k: v for k, v in b.config.items() if not k.startswith("_")}
     return Scenario(
         system, store_id, conv.conv_id, (b.me, b.you), sessions, cases, faults, config,
@@ -503,12 +503,12 @@ def _sessions(b: Builder) -> tuple[HSession, ...]:
     return tuple(out)
 
 
-def _dia_of(fact_id: int, sessions: Sequence[HSession]) -> str:
+def _dia_of(fact: Fact, sessions: Sequence[HSession]) -> str:
     for session in sessions:
         for turn in session.turns:
-            if turn.fact is not None and id(turn.fact) == fact_id:
+            if turn.fact is fact:
                 return turn.dia_id
-    raise KeyError(fact_id)
+    raise KeyError(fact.message)
 
 
 def _resolve_keys(b: Builder, sessions: Sequence[HSession]) -> dict[str, str]:
@@ -572,9 +572,10 @@ def _chunk_of(b: Builder, sessions: Sequence[HSession], turn: HTurn) -> int:
     raise KeyError(turn.dia_id)
 
 
-def _resolve_case(case: HCase, sessions: Sequence[HSession], keys: dict[str, str]) -> HCase:
-    evidence = tuple(_dia_of(int(tag[1:]), sessions) for tag in case.evidence)
+def _resolve_case(
+    case: HCase, evidence: Sequence[Fact], sessions: Sequence[HSession], keys: dict[str, str]
+) -> HCase:
     intended = case.intended
     if intended is not None:
         intended = keys.get(intended, intended)  # "trim:*": any op of that name
-    return replace(case, evidence=evidence, intended=intended)
+    return replace(case, evidence=tuple(_dia_of(f, sessions) for f in evidence), intended=intended)
