@@ -15,6 +15,7 @@ date, or without a name.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, replace
 
 from memtrace_otel.systems._text import shift_date
@@ -220,9 +221,21 @@ def _pick(rng: random.Random, options: list[str]) -> str:
     return options[rng.randrange(len(options))]
 
 
+_ARTICLE = re.compile(r"\b([Aa]) (?=[aeiouAEIOU])")
+
+
+def articles(text: str) -> str:
+    """``a accountant`` -> ``an accountant``.
+
+    >>> articles("She is a accountant and a nurse.")
+    'She is an accountant and a nurse.'
+    """
+    return _ARTICLE.sub(lambda m: m.group(1) + "n ", text)
+
+
 def render(template: str, subject: str, value: str, date: str, extra: str = "") -> str:
     """Fill a memory template."""
-    return template.format(s=subject, v=value, d=date, x=extra)
+    return articles(template.format(s=subject, v=value, d=date, x=extra))
 
 
 def slot(subject: str, kind: str) -> str:
@@ -300,6 +313,7 @@ def make_fact(
     else:
         raise ValueError(f"unknown fact kind {kind!r}")
     memory = render(template, subject, value, date, extra)
+    msg = articles(msg)
     paraphrased = value.lower() not in msg.lower()
     return Fact(kind, subject, value, date, msg, memory, paraphrased, claims, template, extra)
 
