@@ -1,31 +1,42 @@
-"""The ``evidence`` method: follow the answer's evidence through the graph to where it was lost.
+"""The ``evidence`` method: follow what the right answer needs through the graph to where it was lost.
 
-For each evidence message of a failed case (from the cases file, else found by a BM25 + token
-search over the store's messages, fused by reciprocal rank):
+1. **The clue.** With an expected answer (cases file, feedback, a judge op's gold variable) the
+   evidence is the store message that holds it (or the refs the case names). Without one, the
+   wrong answer is the clue: the message the question asks about is searched for among the
+   store's messages and the records derived from them, passing over the messages the wrong
+   answer came from. When neither finds a message the verdict abstains.
+2. **Construction.** The evidence is followed forward, in execution order, through the ops that
+   ran before the question. A variable *carries* it when it keeps the answer-bearing tokens (the
+   answer when known, else the names, numbers and dates the question does not already name: a
+   rewrite that swapped the city or dropped the date does not carry). A carrier dies when its
+   record gets a next version that does not carry it (an update, a tombstone) or, for an
+   intermediate (a fact, a buffer, a decision), when its last consumer ran. The evidence is
+   *lost* when no carrier survives to the question (none is searchable then, none is read by
+   the question's ops); the op that killed the last carrier is the culprit: content that
+   survived on another branch is not lost where one branch dropped it.
+3. **Retrieval.** Stored and searchable (contract 4b: a live record of the store before the
+   retrieve started, whether or not the retrieve lists it), but no candidates carry it:
+   ``RetrievalError`` at the retrieve (also when it read a stale version while the newer one
+   that carries it was live). Retrieved but a filter kept nothing that carries it (a filter's
+   dropped list, category ``other``, never carries): ``RetrievalError`` at the filter.
+4. **Response.** Not in the assembled context: ``ResponseError`` at the assemble op. In the
+   context and the answer still wrong: ``ResponseError`` at the generate op.
 
-1. **Construction.** Follow the message forward, in execution order, through the ops that ran
-   before the question: an op whose role is to carry content (``extract``, ``create``,
-   ``update``, ``delete``) and that read a variable carrying the evidence but wrote nothing that
-   still carries it is a *break*. If no carrier of the evidence is among what the question's
-   retrieval searched, the earliest break is the culprit (``ExtractionError`` at an extract or
-   create op, ``UpdateError``/``DeletionError`` at an update/delete).
-2. **Retrieval.** Stored, but no retrieve output carries it: ``RetrievalError`` at the retrieve
-   op; retrieved, but a filter dropped it: ``RetrievalError`` at that filter.
-3. **Response.** In the candidates but not in the assembled context: ``ResponseError`` at the
-   assemble op; in the context and the answer still wrong: ``ResponseError`` at generate.
+Every fact of a multi-fact question is followed; the earliest culprit over them wins.
 
-The earliest culprit over all evidence messages wins. "Carries" is a content test: the variable's
-value holds the answer tokens the evidence holds (and some of its context), or lists a carrier's
-ref. Where values were not captured the graph's structure stands in for content, and the verdict
-lists what it could not check and lowers its confidence.
+**Without captured values** structure stands in where it decides: tombstones, ops that wrote
+nothing, stale versions read. A content loss cannot be seen, so where only content would decide
+the verdict abstains and says which values were missing.
+
+**Confidence** is the product of how sure the evidence is (given, found by its answer, or
+found by the question alone) and how the culprit was decided (a content test, structure, or
+the default of blaming the answer); see ``docs/attribution.md`` for the calibration.
 """
 
 from __future__ import annotations
 
-import functools
 import heapq
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -35,10 +46,14 @@ from memtrace_otel.attribution._base import blame, last_op_of_kind, no_verdict
 from memtrace_otel.attribution._index import GraphIndex, graph_index, order_key
 from memtrace_otel.attribution._model import Case, Verdict
 from memtrace_otel.attribution._text import (
-    BM25,
+    asks_for_time,
+    bm25_ranking,
     content_tokens,
+    entity_tokens,
+    has_tokens,
+    is_non_answer,
     recall,
-    reciprocal_rank_fusion,
+    segment_words,
 )
 from memtrace_otel.semconv import Category, OpKind
 
@@ -46,76 +61,106 @@ from memtrace_otel.semconv import Category, OpKind
 _CARRYING_KINDS = frozenset(
     {OpKind.EXTRACT.value, OpKind.CREATE.value, OpKind.UPDATE.value, OpKind.DELETE.value}
 )
-_RETRIEVAL_KINDS = frozenset({OpKind.RETRIEVE.value, OpKind.FILTER.value})
+# Ops that consult memory without consuming it (mem0's per-fact lookup while writing).
+_CONSULTING_KINDS = frozenset({OpKind.RETRIEVE.value, OpKind.FILTER.value})
 _CONTENT_CATEGORIES = frozenset(
     {Category.CANDIDATES.value, Category.CONTEXT.value, Category.MEMORY.value}
 )
-_NOT_MEMORY = frozenset({Category.QUERY.value, Category.PROMPT.value, Category.GOLD.value})
-_CONTEXT_LIMIT = 6
+_NOT_MEMORY = frozenset(
+    {Category.QUERY.value, Category.PROMPT.value, Category.GOLD.value, Category.SCORE.value}
+)
+_TOPIC_LIMIT = 8
 _SHORT = 40  # content tokens: a fact or a record, not a window
-_SENTENCE = re.compile(
-    r"(?<=[.!?])\s+"
-)  # context tokens of an evidence message used in its signature
+
+# How sure the evidence is, by how it was found.
+_SURE_GIVEN = 0.95
+_SURE_GOLD = 0.9
+_SURE_QUESTION = 0.6
+_FOUND_BY = {
+    "given": "",
+    "answer": " (found by the expected answer)",
+    "question": " (found by the question; the wrong answer's sources passed over)",
+}
+# How sure the culprit is, by what decided it.
+_BY_CONTENT = "content"
+_BY_STRUCTURE = "structure"
+_BY_DEFAULT = "default"  # the evidence reached the context: the answer is to blame
+_STRUCTURE_UNSEEN = 0.3
+_SURE_BY = {_BY_CONTENT: 0.95, _BY_STRUCTURE: 0.85, _BY_DEFAULT: 0.85}
 
 
 @dataclass(frozen=True)
 class Signature:
     """What a variable must hold to carry one evidence message.
 
-    ``answer``: the gold-answer tokens the message holds; ``context``: its most salient other
-    tokens; ``words``: all its content tokens.
+    Attributes:
+        ref: the evidence message.
+        key: the answer-bearing tokens a carrier must keep (the answer's tokens found in the
+            evidence, else its names, numbers and dates the question does not name).
+        strict: the key tokens that must all be kept (names, numbers, dates).
+        gold: the expected answer's tokens (a carrier holding them carries even when the
+            evidence phrased the answer otherwise, e.g. "yesterday" resolved to a date).
+        gold_strict: the names, numbers and dates among ``gold``.
+        topic: other salient tokens of the evidence (what the fact is about).
+        words: all the evidence's content tokens.
     """
 
-    answer: frozenset[str]
-    context: frozenset[str]
-    words: frozenset[str]
     ref: str
+    key: frozenset[str]
+    strict: frozenset[str]
+    gold: frozenset[str]
+    gold_strict: frozenset[str]
+    topic: frozenset[str]
+    words: frozenset[str]
 
     def carries(self, text: str, *, derived: bool) -> bool:
         """Whether ``text`` still holds the evidence.
 
-        Long values (a long-context window, a document, a candidate list) are tested segment by
-        segment, so an answer word elsewhere in the window does not count. ``derived``: the
-        variable names the evidence (or a carrier) among its sources, so a short paraphrase
-        (an extracted fact) only needs the answer itself.
+        Long values (a window, a document, a candidate list) are tested line by line and
+        sentence by sentence, so an answer word elsewhere in the window does not count.
+        ``derived``: the variable names the evidence (or a carrier) among its sources, so it
+        need not repeat what the fact is about, only the answer-bearing tokens.
         """
-        for words in _segment_words(text):
-            if recall(self.words, words) >= 0.6:
-                return True  # (nearly) verbatim
-            if self.answer:
-                if self._has_answer(words) and (not self.context or self.context & words):
-                    return True
-            elif len(self.context & words) >= 2:
+        segments = segment_words(text)
+        if derived and len(content_tokens(text)) <= _SHORT:
+            segments = (*segments, frozenset().union(*segments))
+        for words in segments:
+            about = derived or bool(self.topic & words) or not self.topic
+            if about and has_tokens(self.gold, self.gold_strict, words):
                 return True
-        if derived:
-            tokens = content_tokens(text)
-            if len(tokens) <= _SHORT:
-                found = set(tokens)
-                return self._has_answer(found) if self.answer else bool(self.context & found)
+            if self.key:
+                if about and has_tokens(self.key, self.strict, words):
+                    return True
+            elif recall(self.words, words) >= 0.6 or len(self.topic & words) >= 2:
+                return True
         return False
-
-    def _has_answer(self, words: frozenset[str] | set[str]) -> bool:
-        return recall(self.answer, words) >= (1.0 if len(self.answer) <= 2 else 0.6)
-
-
-@functools.lru_cache(maxsize=65536)
-def _segment_words(text: str) -> tuple[frozenset[str], ...]:
-    """Content tokens of each line and sentence of a value (JSON strings were joined by newlines).
-
-    Cached: the same records are tested for every case of their store.
-    """
-    parts = (part for line in text.splitlines() for part in _SENTENCE.split(line))
-    return tuple(words for words in (frozenset(content_tokens(p)) for p in parts) if words)
 
 
 @dataclass
-class _Trail:
-    """The forward trace of one evidence message."""
+class _Evidence:
+    refs: list[str]
+    sure: float
+    how: str  # "given", "answer" or "question"
 
-    evidence: str
-    carriers: set[str] = field(default_factory=set)
-    breaks: list[tuple[tuple[int, int, str, str], str, str]] = field(default_factory=list)
-    unchecked: bool = False
+
+@dataclass
+class _Finding:
+    op: str
+    why: str
+    by: str  # _BY_CONTENT, _BY_STRUCTURE or _BY_DEFAULT
+    unchecked: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Scope:
+    """What every evidence message of one case is followed against."""
+
+    index: GraphIndex
+    ops: list[str]
+    start: int
+    store: str | None
+    live: dict[str, str]  # record id -> live ref when the question started
+    read_by_case: set[str]
 
 
 class EvidenceMethod:
@@ -131,7 +176,6 @@ class EvidenceMethod:
         if max_evidence < 1:
             raise ValueError(f"max_evidence must be >= 1, got {max_evidence}")
         self.max_evidence = max_evidence
-        self.bearing_only = False
 
     def attribute(self, G: nx.MultiDiGraph, case: Case) -> Verdict:
         index = graph_index(G)
@@ -145,241 +189,476 @@ class EvidenceMethod:
         unchecked: list[str] = []
         if missing:
             unchecked.append(f"{len(missing)} linked trace(s) not loaded")
-
-        question_start = min(G.nodes[op]["start"] for op in ops)
-        store = next((G.nodes[op]["store"] for op in ops if G.nodes[op].get("store")), None)
-        evidence, searched = self._evidence(index, case, store)
-        if not evidence:
-            generate = last_op_of_kind(G, case, OpKind.GENERATE)
-            if generate is None:
-                return no_verdict(
-                    G, case, method=self.name, reason="no evidence found and no generate op"
-                )
-            return blame(
-                G,
-                case,
-                generate,
-                method=self.name,
-                confidence=0.3,
-                reason="no evidence message could be located; blaming the answer by default",
-                unchecked=[*unchecked, "evidence not located"],
-                missing_traces=missing,
-            )
-        if searched:
+        scope = _scope(index, ops)
+        evidence = self._evidence(scope, case)
+        if not evidence.refs:
+            return self._without_evidence(scope, case, unchecked, missing)
+        if evidence.how != "given":
             unchecked.append("evidence located by search, not given")
 
-        culprits: list[tuple[tuple[int, int, str, str], str, str, str]] = []
-        signatures = {ref: _signature(G, ref, case.gold_answers) for ref in evidence}
-        # Follow the messages that hold the answer itself when there are any: a message that
-        # only sets the scene (e.g. "I moved to Helsinki" for "where did she live before?") has
-        # no content test strong enough to tell a loss from a rewrite.
-        bearing = [ref for ref in evidence if signatures[ref].answer]
-        searched_records = set(_searched(index, ops))
-        for ref in (bearing or evidence) if self.bearing_only else evidence:
-            signature = signatures[ref]
-            trail = self._trace_construction(
-                index, ref, signature, question_start, set(ops), searched_records
+        findings: list[tuple[tuple[int, int, str, str], str, _Finding]] = []
+        for ref in evidence.refs:
+            signature = _signature(G, ref, case)
+            if signature is None:
+                continue
+            finding = self._follow(scope, case, signature)
+            findings.append((order_key(G.nodes[finding.op]), ref, finding))
+        if not findings:
+            return no_verdict(
+                G,
+                case,
+                method=self.name,
+                reason="the evidence's values were not captured: cannot tell what it said "
+                f"(capture memory values for store {scope.store!r})",
+                unchecked=(*unchecked, *(f"value of {r}" for r in evidence.refs)),
+                missing_traces=missing,
             )
-            if trail.unchecked:
-                unchecked.append(f"values of {ref}'s descendants not captured")
-            found = self._locate(index, case, ops, trail, signature)
-            if found is not None:
-                op, why = found
-                culprits.append((order_key(G.nodes[op]), op, ref, why))
-        if culprits:
-            _, op, ref, why = min(culprits)
-        else:
-            generate = last_op_of_kind(G, case, OpKind.GENERATE)
-            if generate is None:
-                return no_verdict(
-                    G,
-                    case,
-                    method=self.name,
-                    reason="evidence reached the context but there is no generate op",
-                )
-            op, ref, why = (
-                generate,
-                evidence[0],
-                "the evidence reached the answer's context, yet the answer is wrong",
+        _, ref, finding = min(findings, key=lambda t: t[0])
+        unchecked.extend(finding.unchecked)
+        if finding.unchecked and finding.by != _BY_STRUCTURE:
+            return no_verdict(
+                G,
+                case,
+                method=self.name,
+                reason=f"{ref}: only content could decide ({finding.why}?), and the values "
+                f"on its path were not captured (capture memory values for store "
+                f"{scope.store!r})",
+                evidence_refs=tuple(evidence.refs),
+                unchecked=tuple(sorted(set(unchecked))),
+                missing_traces=missing,
             )
-        confidence = 0.9 - 0.2 * bool(unchecked) - 0.2 * bool(missing) - 0.1 * searched
+        confidence = evidence.sure * _SURE_BY[finding.by] - 0.2 * bool(missing)
+        if finding.unchecked:
+            # Structure decided, but an unseen value upstream may have lost the evidence first.
+            confidence = min(confidence, _STRUCTURE_UNSEEN)
         return blame(
             G,
             case,
-            op,
+            finding.op,
             method=self.name,
-            reason=f"{ref}: {why}",
+            reason=f"{ref}{_FOUND_BY[evidence.how]}: {finding.why}",
             confidence=max(confidence, 0.1),
-            evidence_refs=evidence,
+            evidence_refs=evidence.refs,
             unchecked=sorted(set(unchecked)),
             missing_traces=missing,
         )
 
-    # -- evidence ------------------------------------------------------------------------------
-    def _evidence(self, index: GraphIndex, case: Case, store: str | None) -> tuple[list[str], bool]:
-        G = index.G
+    def locate(self, G: nx.MultiDiGraph, case: Case) -> tuple[list[str], bool]:
+        """The case's evidence messages, and whether they were found by search (not given)."""
+        index = graph_index(G)
+        ops = index.ops_of(case.case_id)
+        if not ops:
+            return [], False
+        found = self._evidence(
+            _scope(index, ops), _merge(case, index.case_from_graph(case.case_id))
+        )
+        return found.refs, found.how != "given"
+
+    # -- the clue -----------------------------------------------------------------------------
+    def _evidence(self, scope: _Scope, case: Case) -> _Evidence:
+        G = scope.index.G
         given = [ref for ref in case.evidence_refs if ref in G]
         if given:
-            return given, False
-        candidates = index.store_messages.get(store, []) if store is not None else []
+            return _Evidence(given, _SURE_GIVEN, "given")
+        index = scope.index
+        candidates = index.store_messages.get(scope.store, []) if scope.store else []
         if not candidates:
             candidates = [m for ms in index.store_messages.values() for m in ms]
-        texts = [G.nodes[m].get("value") or "" for m in candidates]
-        if not any(texts):
-            return [], True
-        query = content_tokens(" ".join([case.question, *case.gold_answers]))
-        docs = [content_tokens(t) for t in texts]
-        bm25 = BM25(docs).ranking(query)
-        gold = [content_tokens(g) for g in case.gold_answers]
-        overlap = sorted(
-            (i for i, d in enumerate(docs) if any(recall(g, d) > 0 for g in gold)),
-            key=lambda i: (-max((recall(g, docs[i]) for g in gold), default=0.0), i),
-        )
-        fused = reciprocal_rank_fusion([bm25, overlap])
-        return [candidates[i] for i in fused[: self.max_evidence]], True
-
-    # -- construction ----------------------------------------------------------------------------
-    def _trace_construction(
-        self,
-        index: GraphIndex,
-        evidence: str,
-        signature: Signature,
-        before: int,
-        case_ops: set[str],
-        searched: set[str],
-    ) -> _Trail:
-        """Follow ``evidence`` forward through the ops that ran before the question."""
-        G = index.G
-        trail = _Trail(evidence, carriers={evidence})
-        queue: list[tuple[tuple[int, int, str, str], str]] = []
-        seen_ops: set[str] = set()
-
-        def push_readers(var: str) -> None:
-            for op in index.readers(var):
-                data = G.nodes[op]
-                if op in seen_ops or op in case_ops or data["start"] >= before:
-                    continue
-                seen_ops.add(op)
-                heapq.heappush(queue, (order_key(data), op))
-
-        push_readers(evidence)
-        while queue:
-            key, op = heapq.heappop(queue)
-            data = G.nodes[op]
-            if data["kind"] in _RETRIEVAL_KINDS:
-                # A search while writing memory (mem0's per-fact lookup) reads what is stored;
-                # its candidates are not new copies of the evidence.
-                continue
-            carrying_outputs = []
-            for out in index.outputs(op):
-                verdict = _carries(G, out, signature, trail.carriers)
-                if verdict is None:
-                    trail.unchecked = True
-                    verdict = True  # structure stands in for content
-                if verdict:
-                    carrying_outputs.append(out)
-            if carrying_outputs:
-                for out in carrying_outputs:
-                    trail.carriers.add(out)
-                    push_readers(out)
-            elif data["kind"] in _CARRYING_KINDS and self._consumes(
-                index, op, trail.carriers, searched
-            ):
-                trail.breaks.append((key, op, _break_reason(G, op)))
-        return trail
-
-    @staticmethod
-    def _consumes(index: GraphIndex, op: str, carriers: set[str], searched: set[str]) -> bool:
-        """Whether ``op`` was the last holder of a carrier it read.
-
-        A stored record that an op merely consults (mem0's update decision reads the existing
-        memories) lives on; only the op that writes its next version, or the op that consumes
-        an intermediate (a fact, a buffer) nobody else carries forward, can lose it.
-        """
-        for var in index.inputs(op):
-            if var not in carriers or var in searched:
-                continue
-            successor = index.next_version(var)
-            if successor is None or index.writer(successor) == op:
-                return True
-        return False
-
-    def _locate(
-        self, index: GraphIndex, case: Case, ops: list[str], trail: _Trail, signature: Signature
-    ) -> tuple[str, str] | None:
-        """The op where this evidence was lost, or ``None`` if it reached the context."""
-        G = index.G
-        retrievals = [op for op in ops if G.nodes[op]["kind"] == OpKind.RETRIEVE]
-        searched = _searched(index, ops)
-        stored = [
-            v for v in searched if v in trail.carriers or _carries(G, v, signature, trail.carriers)
-        ]
-        if retrievals and not stored:
-            if trail.breaks:
-                _, op, why = min(trail.breaks)
-                return op, why
-            if len(trail.carriers) == 1:
-                return (
-                    None
-                    if not retrievals
-                    else (retrievals[0], "the evidence was never stored, and no op dropped it")
+        candidates = [m for m in candidates if G.nodes[m].get("value")]
+        if not candidates:
+            return _Evidence([], 0.0, "none")
+        texts = [_text(G.nodes[m]["value"]) for m in candidates]
+        golds = [g for g in case.gold_answers if not is_non_answer(g)]
+        if golds:
+            bearing = [
+                i
+                for i, t in enumerate(texts)
+                if any(_holds_answer(g, t, G.nodes[candidates[i]]) for g in golds)
+            ]
+            if bearing:
+                ranked = _rank(texts, case.question, among=bearing)
+                return _Evidence(
+                    [candidates[i] for i in ranked[: self.max_evidence]], _SURE_GOLD, "answer"
                 )
-            return retrievals[0], "the evidence was stored but not searchable by the retrieval"
+            if case.gold_answers:
+                # The answer is phrased otherwise in the messages (paraphrase): the question
+                # and the answer together still point at the message.
+                ranked = _rank(texts, " ".join([case.question, *golds]))
+                return _Evidence(
+                    [candidates[i] for i in ranked[: self.max_evidence]], _SURE_QUESTION, "answer"
+                )
+        # No expected answer: the question points at the message; the wrong answer's own
+        # source is passed over (it is what the answer used, not what it should have used).
+        wrong = case.prediction or ""
+        avoid: set[int] = set()
+        if wrong and not is_non_answer(wrong):
+            wrong_tokens = frozenset(content_tokens(wrong))
+            avoid = {i for i, t in enumerate(texts) if wrong_tokens <= set(content_tokens(t))}
+        ranked = _rank(texts, case.question, records=_record_votes(scope, case.question))
+        ranked = [i for i in ranked if i not in avoid]
+        if not ranked:
+            return _Evidence([], 0.0, "none")
+        return _Evidence([candidates[ranked[0]]], _SURE_QUESTION, "question")
 
-        # Retrieval and response: follow the carriers through the case's own ops.
-        carriers = set(trail.carriers) | set(stored)
+    def _without_evidence(
+        self, scope: _Scope, case: Case, unchecked: list[str], missing: tuple[str, ...]
+    ) -> Verdict:
+        """No evidence message: the wrong answer alone may still show who made it up."""
+        G = scope.index.G
+        generate = last_op_of_kind(G, case, OpKind.GENERATE)
+        captured = any(
+            G.nodes[m].get("value") for ms in scope.index.store_messages.values() for m in ms
+        )
+        wrong = case.prediction or ""
+        if generate is not None and wrong and not is_non_answer(wrong):
+            inputs = [G.nodes[v].get("value") for v in scope.index.inputs(generate)]
+            context = [v for v in inputs if v is not None]
+            if context and captured:
+                words = frozenset(content_tokens(wrong))
+                strict = entity_tokens(wrong)
+                if not any(
+                    has_tokens(words, strict, seg)
+                    for v in context
+                    for seg in segment_words(_text(v))
+                ):
+                    return blame(
+                        G,
+                        case,
+                        generate,
+                        method=self.name,
+                        confidence=0.5,
+                        reason="the wrong answer is in nothing the answer's op read: it made it up",
+                        unchecked=[*unchecked, "evidence not located"],
+                        missing_traces=missing,
+                    )
+        if not captured:
+            reason = (
+                "values not captured: the question's evidence cannot be located "
+                f"(capture memory values for store {scope.store!r})"
+            )
+            unchecked = [*unchecked, "message values", "record values", "context values"]
+        else:
+            reason = (
+                "no message holds the expected answer or matches the question, and the wrong "
+                "answer does not show where it came from"
+            )
+            unchecked = [*unchecked, "evidence not located"]
+        return no_verdict(
+            G,
+            case,
+            method=self.name,
+            reason=reason,
+            unchecked=tuple(unchecked),
+            missing_traces=missing,
+        )
+
+    # -- following one fact --------------------------------------------------------------------
+    def _follow(self, scope: _Scope, case: Case, signature: Signature) -> _Finding:
+        trail = _construction(scope, signature)
+        if trail.lost is not None:
+            op, why, by = trail.lost
+            return _Finding(op, why, by, trail.unchecked)
+        found = self._after_storage(scope, signature, trail)
+        if found is not None:
+            return found
+        generate = last_op_of_kind(scope.index.G, case, OpKind.GENERATE) or scope.ops[-1]
+        return _Finding(
+            generate,
+            "the evidence reached the answer's context, yet the answer is wrong",
+            _BY_DEFAULT,
+            trail.unchecked,
+        )
+
+    def _after_storage(self, scope: _Scope, signature: Signature, trail: _Trail) -> _Finding | None:
+        """Follow the stored carriers through the question's own ops."""
+        index, G = scope.index, scope.index.G
+        carriers = set(trail.carriers)
+        unchecked = list(trail.unchecked)
+        retrieves = [op for op in scope.ops if G.nodes[op]["kind"] == OpKind.RETRIEVE]
+        stale = _stale_reads(scope, trail)
+        first_miss: str | None = None
         reached_context = False
-        first_retrieve_miss: str | None = None
-        for op in ops:
+        retrieved = False
+        for op in scope.ops:
             data = G.nodes[op]
             kind = data["kind"]
             if kind in (OpKind.GENERATE, OpKind.JUDGE):
                 continue
             reads = [v for v in index.inputs(op) if v in carriers]
             outs = index.outputs(op)
-            carrying = [o for o in outs if _carries(G, o, signature, carriers) is not False]
+            if kind == OpKind.FILTER:
+                # A filter carries only through what it keeps: outputs of its input's category.
+                kept = {G.nodes[v].get("category") for v in reads} - {Category.OTHER.value}
+                outs = [o for o in outs if G.nodes[o].get("category") in kept]
+            carrying, unknown = [], False
+            for o in outs:
+                verdict = _carries(G, o, signature, carriers)
+                if verdict is None:
+                    unknown = True
+                    unchecked.append(f"value of {o}")
+                elif verdict:
+                    carrying.append(o)
             if kind == OpKind.RETRIEVE:
                 if carrying:
                     carriers.update(carrying)
-                elif first_retrieve_miss is None:
-                    first_retrieve_miss = op
+                    retrieved = True
+                elif unknown:
+                    return None if not stale else _Finding(*stale, _BY_STRUCTURE, unchecked)
+                elif first_miss is None:
+                    first_miss = op
                 continue
             if not reads:
                 continue
             if carrying:
                 carriers.update(carrying)
-                if kind == OpKind.ASSEMBLE:
-                    reached_context = True
+                reached_context |= kind == OpKind.ASSEMBLE
+            elif unknown:
+                return _Finding(
+                    op, f"{kind} op: its output's content decides", _BY_CONTENT, unchecked
+                )
             elif not any(G.nodes[o].get("category") in _CONTENT_CATEGORIES for o in outs):
-                continue  # a check (e.g. a sufficiency decision), not a content transformation
+                if (
+                    kind == OpKind.FILTER
+                    and index.outputs(op)
+                    and any(
+                        G.nodes[o].get("category") in _CONTENT_CATEGORIES for o in index.outputs(op)
+                    )
+                ):
+                    return _Finding(op, "a filter kept none of the retrieved evidence", _BY_CONTENT)
+                continue  # a check (a sufficiency decision), not a content transformation
             elif kind == OpKind.FILTER:
-                return op, "a filter dropped the retrieved evidence"
+                return _Finding(op, "a filter dropped the retrieved evidence", _BY_CONTENT)
             elif kind == OpKind.ASSEMBLE:
-                return op, "the retrieved evidence was left out of the assembled context"
-        retrieved = any(
-            o in carriers
-            for op in ops
-            if G.nodes[op]["kind"] == OpKind.RETRIEVE
-            for o in index.outputs(op)
-        )
-        if retrievals and not retrieved:
-            return first_retrieve_miss or retrievals[0], "the evidence was stored but not retrieved"
-        if not reached_context and any(G.nodes[op]["kind"] == OpKind.ASSEMBLE for op in ops):
-            assemble = next(op for op in ops if G.nodes[op]["kind"] == OpKind.ASSEMBLE)
-            return assemble, "the retrieved evidence was left out of the assembled context"
+                return _Finding(
+                    op, "the retrieved evidence was left out of the assembled context", _BY_CONTENT
+                )
+        if retrieves and not retrieved and not reached_context:
+            if stale is not None:
+                return _Finding(*stale, _BY_STRUCTURE, unchecked)
+            return _Finding(
+                first_miss or retrieves[0], "the evidence was stored but not retrieved", _BY_CONTENT
+            )
+        if not reached_context:
+            assemble = next(
+                (op for op in scope.ops if G.nodes[op]["kind"] == OpKind.ASSEMBLE), None
+            )
+            if assemble is not None:
+                return _Finding(
+                    assemble,
+                    "the retrieved evidence was left out of the assembled context",
+                    _BY_CONTENT,
+                    unchecked,
+                )
         return None
 
 
-def _searched(index: GraphIndex, ops: list[str]) -> list[str]:
-    """The records the case's retrieve ops searched (their inputs, less query and prompt)."""
+@dataclass
+class _Trail:
+    """The forward trace of one evidence message through construction."""
+
+    carriers: set[str]
+    lost: tuple[str, str, str] | None = None
+    unchecked: list[str] = field(default_factory=list)
+
+
+def _scope(index: GraphIndex, ops: list[str]) -> _Scope:
     G = index.G
-    return [
-        v
-        for op in ops
-        if G.nodes[op]["kind"] == OpKind.RETRIEVE
-        for v in index.inputs(op)
-        if G.nodes[v].get("category") not in _NOT_MEMORY
+    start = min(G.nodes[op]["start"] for op in ops)
+    store = next((G.nodes[op]["store"] for op in ops if G.nodes[op].get("store")), None)
+    read = {v for op in ops for v in index.inputs(op)}
+    return _Scope(index, ops, start, store, index.live_records(store, start), read)
+
+
+def _construction(scope: _Scope, signature: Signature) -> _Trail:
+    """Follow the evidence forward through the ops that ran before the question.
+
+    Carriers are the variables derived from the evidence that still hold it. The evidence
+    survives when a carrier is searchable when the question starts (a live record version) or
+    is read by the question's ops; otherwise the op that killed the last carrier lost it.
+    """
+    index, G = scope.index, scope.index.G
+    trail = _Trail(carriers={signature.ref})
+    # A carrier's consumers: the carrying-kind ops that read it and ran before the question.
+    queue: list[tuple[tuple[int, int, str, str], str]] = []
+    seen: set[str] = set()
+    order: list[str] = []
+
+    def push_readers(var: str) -> None:
+        for op in index.readers(var):
+            data = G.nodes[op]
+            if op in seen or data.get("case") is not None or data["start"] >= scope.start:
+                continue
+            seen.add(op)
+            heapq.heappush(queue, (order_key(data), op))
+
+    push_readers(signature.ref)
+    while queue:
+        _, op = heapq.heappop(queue)
+        data = G.nodes[op]
+        if data["kind"] in _CONSULTING_KINDS:
+            continue  # a lookup while writing reads what is stored; it makes no new copy
+        order.append(op)
+        for out in index.outputs(op):
+            verdict = _carries(G, out, signature, trail.carriers)
+            if verdict is None:
+                trail.unchecked.append(f"value of {out}")
+                verdict = not G.nodes[out].get("deleted")  # structure stands in for content
+            if verdict:
+                trail.carriers.add(out)
+                push_readers(out)
+
+    live_refs = set(scope.live.values())
+    alive = [v for v in trail.carriers if v in live_refs or v in scope.read_by_case]
+    if alive:
+        return trail
+    if len(order) == 0:
+        return trail  # never read by any traced op: nothing to blame in construction
+    # Nothing survives: the op that ended the last carrier's life lost the evidence.
+    deaths: list[tuple[tuple[int, int, str, str], str, str]] = []
+    for var in trail.carriers:
+        death = _death(scope, var, trail.carriers)
+        if death is not None:
+            deaths.append((order_key(G.nodes[death[0]]), death[0], death[1]))
+    if not deaths:
+        return trail
+    _, op, why = max(deaths)
+    structural = G.nodes[op]["kind"] == OpKind.DELETE or not index.outputs(op)
+    trail.lost = (op, why, _BY_STRUCTURE if structural else _BY_CONTENT)
+    return trail
+
+
+def _death(scope: _Scope, var: str, carriers: set[str]) -> tuple[str, str] | None:
+    """The blameable op that ended ``var``'s life as a carrier, and why."""
+    index, G = scope.index, scope.index.G
+    successor = index.next_version(var)
+    if successor is not None:
+        writer = index.writer(successor)
+        if writer is not None and G.nodes[writer]["start"] < scope.start:
+            if successor in carriers:
+                return None
+            if G.nodes[successor].get("deleted"):
+                return writer, "the memory holding the evidence was deleted"
+            return writer, _loss_reason(G, writer)
+    consumers = [
+        op
+        for op in index.readers(var)
+        if G.nodes[op].get("case") is None
+        and G.nodes[op]["start"] < scope.start
+        and G.nodes[op]["kind"] in _CARRYING_KINDS
     ]
+    if consumers:
+        last = max(consumers, key=lambda op: order_key(G.nodes[op]))
+        return last, _loss_reason(G, last)
+    return None
+
+
+def _loss_reason(G: nx.MultiDiGraph, op: str) -> str:
+    kind = G.nodes[op]["kind"]
+    if kind == OpKind.DELETE:
+        return "the memory holding the evidence was deleted"
+    if kind == OpKind.UPDATE:
+        return "an update lost the evidence (overwrote, dropped or discarded it)"
+    return "the evidence was not extracted into memory"
+
+
+def _stale_reads(scope: _Scope, trail: _Trail) -> tuple[str, str] | None:
+    """A retrieve of the question that read an older version of a record whose live version
+    carries the evidence (a stale cache, a lagging replica): that retrieve's fault (contract 4b)."""
+    index, G = scope.index, scope.index.G
+    live = {ref for ref in scope.live.values() if ref in trail.carriers}
+    if not live:
+        return None
+    live_ids = {G.nodes[r].get("id") for r in live}
+    for op in scope.ops:
+        if G.nodes[op]["kind"] != OpKind.RETRIEVE:
+            continue
+        refs = list(index.inputs(op))
+        for out in index.outputs(op):
+            refs.extend(_listed_refs(G.nodes[out].get("value")))
+        for ref in refs:
+            if ref in G and ref not in live and G.nodes[ref].get("id") in live_ids:
+                return op, f"it read {ref}, a stale version, while a newer one held the evidence"
+    return None
+
+
+def _listed_refs(value: str | None) -> list[str]:
+    if not value:
+        return []
+    try:
+        decoded = json.loads(value)
+    except (ValueError, TypeError):
+        return []
+    items = decoded if isinstance(decoded, list) else []
+    return [
+        str(item["ref"]) if isinstance(item, dict) and "ref" in item else str(item)
+        for item in items
+        if isinstance(item, dict | str)
+    ]
+
+
+def _rank(
+    texts: list[str],
+    query: str,
+    *,
+    among: list[int] | None = None,
+    records: dict[int, float] | None = None,
+) -> list[int]:
+    """Message indexes, best first: BM25 over the messages, plus votes from matching records
+    (a record derived from a message often words it like the question does)."""
+    score: dict[int, float] = {}
+    for rank, (i, _) in enumerate(bm25_ranking(texts, query)):
+        score[i] = score.get(i, 0.0) + 1.0 / (rank + 1)
+    for i, vote in (records or {}).items():
+        score[i] = score.get(i, 0.0) + vote
+    pool = among if among is not None else list(score)
+    return sorted(pool, key=lambda i: (-score.get(i, 0.0), i))
+
+
+def _record_votes(scope: _Scope, question: str) -> dict[int, float]:
+    """Votes for messages whose records (any version, any time) match the question."""
+    index, G = scope.index, scope.index.G
+    messages = index.store_messages.get(scope.store, []) if scope.store else []
+    messages = [m for m in messages if G.nodes[m].get("value")]
+    position = {m: i for i, m in enumerate(messages)}
+    records: list[tuple[str, list[str]]] = []
+    seen: set[str] = set()
+    for m in messages:
+        for op in index.readers(m):
+            for out in index.outputs(op):
+                if out in seen:
+                    continue
+                seen.add(out)
+                value = G.nodes[out].get("value")
+                if value and G.nodes[out].get("category") == Category.MEMORY:
+                    sources = _sources(G, out) or [m]
+                    records.append((_text(value), [s for s in sources if s in position]))
+    if not records:
+        return {}
+    votes: dict[int, float] = {}
+    for rank, (i, _) in enumerate(bm25_ranking([t for t, _ in records], question)[:3]):
+        for source in records[i][1]:
+            votes[position[source]] = votes.get(position[source], 0.0) + 0.5 / (rank + 1)
+    return votes
+
+
+def _sources(G: nx.MultiDiGraph, var: str) -> list[str]:
+    meta = G.nodes[var].get("meta")
+    sources = meta.get("source_refs") if isinstance(meta, dict) else None
+    return [s for s in sources if isinstance(s, str)] if isinstance(sources, list) else []
+
+
+def _holds_answer(gold: str, text: str, data: dict[str, object]) -> bool:
+    words = frozenset(content_tokens(text + " " + _date_of(data)))
+    return has_tokens(frozenset(content_tokens(gold)), entity_tokens(gold), words)
+
+
+def _date_of(data: dict[str, object]) -> str:
+    meta = data.get("meta")
+    if isinstance(meta, dict):
+        for key in ("date", "timestamp", "time"):
+            if isinstance(meta.get(key), str):
+                return str(meta[key])
+    return ""
 
 
 def _merge(given: Case, traced: Case) -> Case:
@@ -395,15 +674,47 @@ def _merge(given: Case, traced: Case) -> Case:
     )
 
 
-def _signature(G: nx.MultiDiGraph, ref: str, gold_answers: Iterable[str]) -> Signature:
-    text = _text(G.nodes[ref].get("value")) or ""
-    words = content_tokens(text)
-    answer: set[str] = set()
-    for gold in gold_answers:
-        answer.update(t for t in content_tokens(gold) if t in words)
-    context = [t for t in dict.fromkeys(words) if t not in answer and not t.isdigit()]
-    context.sort(key=lambda t: (-len(t), t))  # longer words are rarer: a cheap salience proxy
-    return Signature(frozenset(answer), frozenset(context[:_CONTEXT_LIMIT]), frozenset(words), ref)
+def _signature(G: nx.MultiDiGraph, ref: str, case: Case) -> Signature | None:
+    """What a carrier of ``ref`` must hold; ``None`` when its value was not captured."""
+    data = G.nodes[ref]
+    value = data.get("value")
+    if value is None:
+        if not case.gold_answers:
+            return None
+        text = ""
+    else:
+        text = _text(value)
+    if asks_for_time(case.question):
+        text = f"{text}\n{_date_of(data)}"
+    words = frozenset(content_tokens(text))
+    asked = frozenset(content_tokens(case.question))
+    golds = [g for g in case.gold_answers if not is_non_answer(g)]
+    gold: frozenset[str] = frozenset()
+    gold_strict: frozenset[str] = frozenset()
+    for g in golds:  # the answer the evidence holds best
+        tokens = frozenset(content_tokens(g))
+        if not gold or recall(tokens, words) > recall(gold, words):
+            gold, gold_strict = tokens, entity_tokens(g)
+    entities = entity_tokens(text)
+    if gold and gold <= words:
+        key, strict = gold, gold_strict
+    else:
+        # The names, numbers and dates the question does not name bear the answer; if the
+        # question names them all, the evidence confirms its premise and must keep them.
+        key = frozenset(entities - asked) or entities
+        if not key:
+            key = frozenset(words - asked - _COMMON) or frozenset(words & asked)
+        strict = key & entities
+    topic_pool = [
+        t for t in dict.fromkeys(content_tokens(text)) if t not in key and not t.isdigit()
+    ]
+    topic_pool.sort(key=lambda t: (t not in asked, -len(t), t))  # the question's words first
+    topic = frozenset(topic_pool[:_TOPIC_LIMIT])
+    return Signature(ref, key, strict, gold, gold_strict, topic, words)
+
+
+# Words so common in chat that they never bear an answer on their own.
+_COMMON = frozenset(content_tokens("today yesterday recently lately new just really week day"))
 
 
 def _carries(G: nx.MultiDiGraph, var: str, signature: Signature, carriers: set[str]) -> bool | None:
@@ -414,19 +725,11 @@ def _carries(G: nx.MultiDiGraph, var: str, signature: Signature, carriers: set[s
     value = data.get("value")
     if value is None:
         return None
-    if any(
-        c in value
-        for c in carriers
-        if c != signature.ref or data.get("category") == Category.CANDIDATES
-    ):
-        return True
-    # Content decides: a memory whose meta names the evidence as its source but lost the
-    # content does not carry it.
-    meta = data.get("meta")
-    sources = meta.get("source_refs") if isinstance(meta, dict) else None
-    derived = isinstance(sources, list) and any(
-        ref == signature.ref or ref in carriers for ref in sources if isinstance(ref, str)
-    )
+    category = data.get("category")
+    if any(c in value for c in carriers if c != signature.ref or category == Category.CANDIDATES):
+        return True  # names a carrier by ref
+    sources = _sources(G, var)
+    derived = any(s == signature.ref or s in carriers for s in sources)
     return signature.carries(_text(value), derived=derived)
 
 
@@ -449,17 +752,8 @@ def _strings(value: object) -> Iterable[str]:
     elif isinstance(value, list | tuple):
         for v in value:
             yield from _strings(v)
-    elif value is not None:
+    elif value is not None and not isinstance(value, bool | float):
         yield str(value)
-
-
-def _break_reason(G: nx.MultiDiGraph, op: str) -> str:
-    kind = G.nodes[op]["kind"]
-    if kind == OpKind.DELETE:
-        return "the memory holding the evidence was deleted"
-    if kind == OpKind.UPDATE:
-        return "an update overwrote the evidence"
-    return "the evidence was not extracted into memory"
 
 
 def _missing_traces(index: GraphIndex, ops: list[str]) -> list[str]:
@@ -469,8 +763,12 @@ def _missing_traces(index: GraphIndex, ops: list[str]) -> list[str]:
     G = index.G
     missing: set[str] = set()
     for op in ops:
+        prompt = G.nodes[op].get("prompt_ref")
         for link in G.nodes[op].get("links", ()):
-            if link["trace_id"] in index.missing_traces:
+            # A prompt template's trace is not on the evidence's path.
+            if link["trace_id"] in index.missing_traces and (
+                not prompt or link.get("ref") != prompt
+            ):
                 missing.add(link["trace_id"])
     return sorted(missing)
 
