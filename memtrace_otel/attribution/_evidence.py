@@ -46,8 +46,8 @@ from memtrace_otel.attribution._base import blame, last_op_of_kind, no_verdict
 from memtrace_otel.attribution._index import GraphIndex, graph_index, order_key
 from memtrace_otel.attribution._model import Case, Verdict
 from memtrace_otel.attribution._text import (
+    Corpus,
     asks_for_time,
-    bm25_ranking,
     content_tokens,
     entity_tokens,
     has_tokens,
@@ -75,7 +75,11 @@ _SHORT = 40  # content tokens: a fact or a record, not a window
 # How sure the evidence is, by how it was found.
 _SURE_GIVEN = 0.95
 _SURE_GOLD = 0.9
-_SURE_QUESTION = 0.6
+_SURE_QUESTION = 0.8  # found by the question alone, well ahead of the runner-up
+_SURE_QUESTION_UNCLEAR = 0.55
+_SURE_RUNNER_UP = 0.45
+_CLEAR_MARGIN = 0.1  # the best match's score lead over the runner-up, relative
+_CLOSE = 0.5  # runners-up within this share of the best score stay in the running
 _FOUND_BY = {
     "given": "",
     "answer": " (found by the expected answer)",
@@ -112,6 +116,8 @@ class Signature:
     gold_strict: frozenset[str]
     topic: frozenset[str]
     words: frozenset[str]
+    dated: bool = False  # a time question: a record's date (meta) is part of what it says
+    loose: bool = False  # the key is a guess (no answer known, no names): any third will do
 
     def carries(self, text: str, *, derived: bool) -> bool:
         """Whether ``text`` still holds the evidence.
@@ -131,6 +137,8 @@ class Signature:
             if self.key:
                 if about and has_tokens(self.key, self.strict, words):
                     return True
+                if about and self.loose and 3 * len(self.key & words) >= len(self.key):
+                    return True
             elif recall(self.words, words) >= 0.6 or len(self.topic & words) >= 2:
                 return True
         return False
@@ -141,6 +149,7 @@ class _Evidence:
     refs: list[str]
     sure: float
     how: str  # "given", "answer" or "question"
+    alternates: list[str] = field(default_factory=list)  # runners-up of a question search
 
 
 @dataclass
@@ -214,6 +223,31 @@ class EvidenceMethod:
                 missing_traces=missing,
             )
         _, ref, finding = min(findings, key=lambda t: t[0])
+        sure = evidence.sure
+        if evidence.how == "question" and finding.by == _BY_DEFAULT and _declined(case):
+            # The best match reached the context, yet the answer declined: either that message
+            # is not what the question needs, or the answer ignored it, and without the expected
+            # answer nothing tells which. A close runner-up lost on the way is the likelier
+            # evidence; with none, abstain.
+            for alternate in evidence.alternates:
+                signature = _signature(G, alternate, case)
+                other = self._follow(scope, case, signature) if signature else None
+                if other is not None and other.by != _BY_DEFAULT and not other.unchecked:
+                    ref, finding, sure = alternate, other, _SURE_RUNNER_UP
+                    break
+            else:
+                return no_verdict(
+                    G,
+                    case,
+                    method=self.name,
+                    reason=f"{ref}, the message that best matches the question, reached the "
+                    "answer's context and the answer declined: without the expected answer "
+                    "nothing tells whether the answer ignored it or the question needs another "
+                    "message (give the expected answer with the feedback)",
+                    evidence_refs=(ref,),
+                    unchecked=tuple(sorted({*unchecked, "expected answer"})),
+                    missing_traces=missing,
+                )
         unchecked.extend(finding.unchecked)
         if finding.unchecked and finding.by != _BY_STRUCTURE:
             return no_verdict(
@@ -227,7 +261,7 @@ class EvidenceMethod:
                 unchecked=tuple(sorted(set(unchecked))),
                 missing_traces=missing,
             )
-        confidence = evidence.sure * _SURE_BY[finding.by] - 0.2 * bool(missing)
+        confidence = sure * _SURE_BY[finding.by] - 0.2 * bool(missing)
         if finding.unchecked:
             # Structure decided, but an unseen value upstream may have lost the evidence first.
             confidence = min(confidence, _STRUCTURE_UNSEEN)
@@ -260,14 +294,10 @@ class EvidenceMethod:
         given = [ref for ref in case.evidence_refs if ref in G]
         if given:
             return _Evidence(given, _SURE_GIVEN, "given")
-        index = scope.index
-        candidates = index.store_messages.get(scope.store, []) if scope.store else []
-        if not candidates:
-            candidates = [m for ms in index.store_messages.values() for m in ms]
-        candidates = [m for m in candidates if G.nodes[m].get("value")]
+        candidates, corpus = _store_messages(scope)
         if not candidates:
             return _Evidence([], 0.0, "none")
-        texts = [_text(G.nodes[m]["value"]) for m in candidates]
+        texts = corpus.texts
         golds = [g for g in case.gold_answers if not is_non_answer(g)]
         if golds:
             bearing = [
@@ -276,16 +306,18 @@ class EvidenceMethod:
                 if any(_holds_answer(g, t, G.nodes[candidates[i]]) for g in golds)
             ]
             if bearing:
-                ranked = _rank(texts, case.question, among=bearing)
+                ranked = _rank(corpus, case.question, among=bearing)
                 return _Evidence(
-                    [candidates[i] for i in ranked[: self.max_evidence]], _SURE_GOLD, "answer"
+                    [candidates[i] for i, _ in ranked[: self.max_evidence]], _SURE_GOLD, "answer"
                 )
             if case.gold_answers:
                 # The answer is phrased otherwise in the messages (paraphrase): the question
                 # and the answer together still point at the message.
-                ranked = _rank(texts, " ".join([case.question, *golds]))
+                ranked = _rank(corpus, " ".join([case.question, *golds]))
                 return _Evidence(
-                    [candidates[i] for i in ranked[: self.max_evidence]], _SURE_QUESTION, "answer"
+                    [candidates[i] for i, _ in ranked[: self.max_evidence]],
+                    _SURE_QUESTION_UNCLEAR,
+                    "answer",
                 )
         # No expected answer: the question points at the message; the wrong answer's own
         # source is passed over (it is what the answer used, not what it should have used).
@@ -293,12 +325,25 @@ class EvidenceMethod:
         avoid: set[int] = set()
         if wrong and not is_non_answer(wrong):
             wrong_tokens = frozenset(content_tokens(wrong))
-            avoid = {i for i, t in enumerate(texts) if wrong_tokens <= set(content_tokens(t))}
-        ranked = _rank(texts, case.question, records=_record_votes(scope, case.question))
-        ranked = [i for i in ranked if i not in avoid]
-        if not ranked:
+            avoid = {i for i, words in enumerate(corpus.words) if wrong_tokens <= words}
+        votes = _record_votes(scope, case.question)
+        scored = _rank(corpus, case.question, records=votes)
+        # A message is in the running only through a word that tells messages apart, its own
+        # or its records'.
+        telling = corpus.telling(case.question)
+        scored = [
+            (i, score)
+            for i, score in scored
+            if i not in avoid and (corpus.words[i] & telling or i in votes)
+        ]
+        if not scored:
             return _Evidence([], 0.0, "none")
-        return _Evidence([candidates[ranked[0]]], _SURE_QUESTION, "question")
+        best = scored[0][1]
+        runner_up = scored[1][1] if len(scored) > 1 else 0.0
+        margin = (best - runner_up) / best if best > 0 else 0.0
+        close = [candidates[i] for i, score in scored[1:3] if score >= _CLOSE * best]
+        sure = _SURE_QUESTION if margin >= _CLEAR_MARGIN else _SURE_QUESTION_UNCLEAR
+        return _Evidence([candidates[scored[0][0]]], sure, "question", close)
 
     def _without_evidence(
         self, scope: _Scope, case: Case, unchecked: list[str], missing: tuple[str, ...]
@@ -597,30 +642,66 @@ def _listed_refs(value: str | None) -> list[str]:
 
 
 def _rank(
-    texts: list[str],
+    corpus: Corpus,
     query: str,
     *,
     among: list[int] | None = None,
     records: dict[int, float] | None = None,
-) -> list[int]:
-    """Message indexes, best first: BM25 over the messages, plus votes from matching records
-    (a record derived from a message often words it like the question does)."""
+) -> list[tuple[int, float]]:
+    """Message indexes and scores, best first: reciprocal rank of BM25 over the messages, plus
+    votes from matching records (a record derived from a message often words it like the
+    question does)."""
     score: dict[int, float] = {}
-    for rank, (i, _) in enumerate(bm25_ranking(texts, query)):
+    for rank, (i, _) in enumerate(corpus.ranking(query)):
         score[i] = score.get(i, 0.0) + 1.0 / (rank + 1)
     for i, vote in (records or {}).items():
         score[i] = score.get(i, 0.0) + vote
     pool = among if among is not None else list(score)
-    return sorted(pool, key=lambda i: (-score.get(i, 0.0), i))
+    ordered = sorted(pool, key=lambda i: (-score.get(i, 0.0), i))
+    return [(i, score.get(i, 0.0)) for i in ordered]
+
+
+def _store_messages(scope: _Scope) -> tuple[list[str], Corpus]:
+    """The store's messages with a captured value, and their corpus (built once per store)."""
+    key = ("messages", scope.store)
+    cached = scope.index.memo.get(key)
+    if cached is None:
+        index, G = scope.index, scope.index.G
+        messages = index.store_messages.get(scope.store, []) if scope.store else []
+        if not messages:
+            messages = [m for ms in index.store_messages.values() for m in ms]
+        messages = [m for m in messages if G.nodes[m].get("value")]
+        cached = (messages, Corpus([_text(G.nodes[m]["value"]) for m in messages]))
+        index.memo[key] = cached
+    return cached
 
 
 def _record_votes(scope: _Scope, question: str) -> dict[int, float]:
     """Votes for messages whose records (any version, any time) match the question."""
+    position, sources, corpus = _store_records(scope)
+    if not sources:
+        return {}
+    telling = corpus.telling(question)
+    votes: dict[int, float] = {}
+    ranked = [i for i, _ in corpus.ranking(question) if corpus.words[i] & telling]
+    for rank, i in enumerate(ranked[:3]):
+        for source in sources[i]:
+            votes[position[source]] = votes.get(position[source], 0.0) + 0.5 / (rank + 1)
+    return votes
+
+
+def _store_records(scope: _Scope) -> tuple[dict[str, int], list[list[str]], Corpus]:
+    """The memory variables derived from the store's messages, with their source messages
+    (by position among the messages) and their corpus: built once per store."""
+    key = ("records", scope.store)
+    cached = scope.index.memo.get(key)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
     index, G = scope.index, scope.index.G
-    messages = index.store_messages.get(scope.store, []) if scope.store else []
-    messages = [m for m in messages if G.nodes[m].get("value")]
+    messages, _ = _store_messages(scope)
     position = {m: i for i, m in enumerate(messages)}
-    records: list[tuple[str, list[str]]] = []
+    texts: list[str] = []
+    sources: list[list[str]] = []
     seen: set[str] = set()
     for m in messages:
         for op in index.readers(m):
@@ -630,15 +711,11 @@ def _record_votes(scope: _Scope, question: str) -> dict[int, float]:
                 seen.add(out)
                 value = G.nodes[out].get("value")
                 if value and G.nodes[out].get("category") == Category.MEMORY:
-                    sources = _sources(G, out) or [m]
-                    records.append((_text(value), [s for s in sources if s in position]))
-    if not records:
-        return {}
-    votes: dict[int, float] = {}
-    for rank, (i, _) in enumerate(bm25_ranking([t for t, _ in records], question)[:3]):
-        for source in records[i][1]:
-            votes[position[source]] = votes.get(position[source], 0.0) + 0.5 / (rank + 1)
-    return votes
+                    texts.append(_text(value))
+                    sources.append([s for s in (_sources(G, out) or [m]) if s in position])
+    cached = (position, sources, Corpus(texts))
+    index.memo[key] = cached
+    return cached
 
 
 def _sources(G: nx.MultiDiGraph, var: str) -> list[str]:
@@ -659,6 +736,11 @@ def _date_of(data: dict[str, object]) -> str:
             if isinstance(meta.get(key), str):
                 return str(meta[key])
     return ""
+
+
+def _declined(case: Case) -> bool:
+    """Whether the wrong answer declined to answer ("I don't know")."""
+    return case.prediction is not None and is_non_answer(case.prediction)
 
 
 def _merge(given: Case, traced: Case) -> Case:
@@ -696,21 +778,25 @@ def _signature(G: nx.MultiDiGraph, ref: str, case: Case) -> Signature | None:
         if not gold or recall(tokens, words) > recall(gold, words):
             gold, gold_strict = tokens, entity_tokens(g)
     entities = entity_tokens(text)
+    loose = False
     if gold and gold <= words:
         key, strict = gold, gold_strict
     else:
         # The names, numbers and dates the question does not name bear the answer; if the
         # question names them all, the evidence confirms its premise and must keep them.
         key = frozenset(entities - asked) or entities
+        loose = not key and not gold
         if not key:
-            key = frozenset(words - asked - _COMMON) or frozenset(words & asked)
+            key = frozenset(w for w in words - asked - _COMMON if len(w) > 2)
+            key = key or frozenset(words & asked)
         strict = key & entities
     topic_pool = [
         t for t in dict.fromkeys(content_tokens(text)) if t not in key and not t.isdigit()
     ]
     topic_pool.sort(key=lambda t: (t not in asked, -len(t), t))  # the question's words first
     topic = frozenset(topic_pool[:_TOPIC_LIMIT])
-    return Signature(ref, key, strict, gold, gold_strict, topic, words)
+    dated = asks_for_time(case.question)
+    return Signature(ref, key, strict, gold, gold_strict, topic, words, dated, loose)
 
 
 # Words so common in chat that they never bear an answer on their own.
@@ -730,7 +816,10 @@ def _carries(G: nx.MultiDiGraph, var: str, signature: Signature, carriers: set[s
         return True  # names a carrier by ref
     sources = _sources(G, var)
     derived = any(s == signature.ref or s in carriers for s in sources)
-    return signature.carries(_text(value), derived=derived)
+    text = _text(value)
+    if signature.dated:
+        text = f"{text}\n{_date_of(data)}"
+    return signature.carries(text, derived=derived)
 
 
 def _text(value: str | None) -> str:

@@ -45,6 +45,8 @@ class GraphIndex:
     judged: set[str] = field(default_factory=set)
     missing_traces: frozenset[str] = frozenset()
     _records: dict[str | None, list[tuple[int, str, str]]] | None = None
+    memo: dict[Any, Any] = field(default_factory=dict)
+    """Per-graph results the methods compute once (e.g. a store's message texts)."""
 
     @property
     def G(self) -> nx.MultiDiGraph:

@@ -22,6 +22,7 @@ from memtrace_otel.systems import Bm25Index
 from memtrace_otel.systems._text import STOPWORDS, content_tokens, stem
 
 __all__ = [
+    "Corpus",
     "asks_for_time",
     "bm25_ranking",
     "content_tokens",
@@ -153,11 +154,33 @@ def is_non_answer(text: str) -> bool:
     return bool(_NON_ANSWER.search(text)) or not content_tokens(text)
 
 
+class Corpus:
+    """Texts with their content tokens and a BM25+ index, built once and searched many times.
+
+    >>> Corpus(["Ana lives in Porto", "Bob has a cat"]).ranking("Where does Ana live?")
+    [(0, ...)]
+    """
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.texts = list(texts)
+        self.words = [frozenset(content_tokens(t)) for t in self.texts]
+        self._index = Bm25Index([(str(i), text) for i, text in enumerate(self.texts)])
+
+    def ranking(self, query: str) -> list[tuple[int, float]]:
+        """Indexes of the texts sharing a word with ``query``, best BM25+ score first."""
+        return [(int(k), score) for k, score in self._index.search(query, len(self.texts))]
+
+    def telling(self, query: str) -> set[str]:
+        """The query's words that tell the texts apart (in fewer than half of them): a user's
+        own name, in every message, says nothing about which one is meant."""
+        asked = set(content_tokens(query))
+        return {w for w in asked if sum(w in d for d in self.words) * 2 < len(self.words)}
+
+
 def bm25_ranking(docs: Sequence[str], query: str) -> list[tuple[int, float]]:
     """Indexes of the documents sharing a word with ``query``, best BM25+ score first.
 
     >>> bm25_ranking(["Ana lives in Porto", "Bob has a cat"], "Where does Ana live?")
     [(0, ...)]
     """
-    index = Bm25Index([(str(i), text) for i, text in enumerate(docs)])
-    return [(int(key), score) for key, score in index.search(query, len(docs))]
+    return Corpus(docs).ranking(query)
