@@ -207,7 +207,7 @@ class EvidenceMethod:
 
         findings: list[tuple[tuple[int, int, str, str], str, _Finding]] = []
         for ref in evidence.refs:
-            signature = _signature(G, ref, case)
+            signature = _signature(scope, ref, case)
             if signature is None:
                 continue
             finding = self._follow(scope, case, signature)
@@ -230,7 +230,7 @@ class EvidenceMethod:
             # answer nothing tells which. A close runner-up lost on the way is the likelier
             # evidence; with none, abstain.
             for alternate in evidence.alternates:
-                signature = _signature(G, alternate, case)
+                signature = _signature(scope, alternate, case)
                 other = self._follow(scope, case, signature) if signature else None
                 if other is not None and other.by != _BY_DEFAULT and not other.unchecked:
                     ref, finding, sure = alternate, other, _SURE_RUNNER_UP
@@ -756,8 +756,9 @@ def _merge(given: Case, traced: Case) -> Case:
     )
 
 
-def _signature(G: nx.MultiDiGraph, ref: str, case: Case) -> Signature | None:
+def _signature(scope: _Scope, ref: str, case: Case) -> Signature | None:
     """What a carrier of ``ref`` must hold; ``None`` when its value was not captured."""
+    G = scope.index.G
     data = G.nodes[ref]
     value = data.get("value")
     if value is None:

@@ -171,10 +171,11 @@ class Corpus:
         return [(int(k), score) for k, score in self._index.search(query, len(self.texts))]
 
     def telling(self, query: str) -> set[str]:
-        """The query's words that tell the texts apart (in fewer than half of them): a user's
+        """The query's words that tell the texts apart (in at most half of them): a user's
         own name, in every message, says nothing about which one is meant."""
         asked = set(content_tokens(query))
-        return {w for w in asked if sum(w in d for d in self.words) * 2 < len(self.words)}
+        n = len(self.words)
+        return {w for w in asked if 0 < (df := sum(w in d for d in self.words)) * 2 <= n > df}
 
 
 def bm25_ranking(docs: Sequence[str], query: str) -> list[tuple[int, float]]:
