@@ -573,28 +573,55 @@ def _construction(scope: _Scope, signature: Signature) -> _Trail:
 
 
 def _death(scope: _Scope, var: str, carriers: set[str]) -> tuple[str, str] | None:
-    """The blameable op that ended ``var``'s life as a carrier, and why."""
+    """The op that ended ``var``'s life as a carrier, and why.
+
+    A version dies when its next version does not carry the evidence, unless its content had
+    already been handed off: an op that derived its output from ``var`` (the output names the
+    same source messages) before the next version was written was the one meant to carry it
+    on (a chunker reading a buffer that is reset afterwards, by design). An intermediate with
+    no next version dies with its last consumer.
+    """
     index, G = scope.index, scope.index.G
     successor = index.next_version(var)
-    if successor is not None:
-        writer = index.writer(successor)
-        if writer is not None and G.nodes[writer]["start"] < scope.start:
-            if successor in carriers:
-                return None
-            if G.nodes[successor].get("deleted"):
-                return writer, "the memory holding the evidence was deleted"
-            return writer, _loss_reason(G, writer)
-    consumers = [
-        op
-        for op in index.readers(var)
-        if G.nodes[op].get("case") is None
-        and G.nodes[op]["start"] < scope.start
-        and G.nodes[op]["kind"] in _CARRYING_KINDS
-    ]
+    writer = index.writer(successor) if successor is not None else None
+    if successor is not None and writer is not None and G.nodes[writer]["start"] < scope.start:
+        if successor in carriers:
+            return None
+        until = order_key(G.nodes[writer])
+        handoffs = [
+            op
+            for op in _consumers(scope, var)
+            if op != writer and order_key(G.nodes[op]) < until and _derives(G, index, op, var)
+        ]
+        if handoffs:
+            last = max(handoffs, key=lambda op: order_key(G.nodes[op]))
+            return last, _loss_reason(G, last)
+        if G.nodes[successor].get("deleted"):
+            return writer, "the memory holding the evidence was deleted"
+        return writer, _loss_reason(G, writer)
+    consumers = _consumers(scope, var)
     if consumers:
         last = max(consumers, key=lambda op: order_key(G.nodes[op]))
         return last, _loss_reason(G, last)
     return None
+
+
+def _consumers(scope: _Scope, var: str) -> list[str]:
+    """The carrying-kind ops that read ``var`` before the question."""
+    G = scope.index.G
+    return [
+        op
+        for op in scope.index.readers(var)
+        if G.nodes[op].get("case") is None
+        and G.nodes[op]["start"] < scope.start
+        and G.nodes[op]["kind"] in _CARRYING_KINDS
+    ]
+
+
+def _derives(G: nx.MultiDiGraph, index: GraphIndex, op: str, var: str) -> bool:
+    """Whether an output of ``op`` says it came from ``var`` or from its source messages."""
+    mine = set(_sources(G, var)) | {var}
+    return any(mine & set(_sources(G, out)) for out in index.outputs(op))
 
 
 def _loss_reason(G: nx.MultiDiGraph, op: str) -> str:
