@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -207,7 +207,8 @@ class EvidenceMethod:
 
         findings: list[tuple[tuple[int, int, str, str], str, _Finding]] = []
         for ref in evidence.refs:
-            signature = _signature(scope, ref, case)
+            others = [r for r in evidence.refs if r != ref]
+            signature = _signature(scope, ref, case, others)
             if signature is None:
                 continue
             finding = self._follow(scope, case, signature)
@@ -783,8 +784,12 @@ def _merge(given: Case, traced: Case) -> Case:
     )
 
 
-def _signature(scope: _Scope, ref: str, case: Case) -> Signature | None:
-    """What a carrier of ``ref`` must hold; ``None`` when its value was not captured."""
+def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) -> Signature | None:
+    """What a carrier of ``ref`` must hold; ``None`` when its value was not captured.
+
+    ``others``: the case's other evidence messages; the words ``ref`` shares with them are
+    what joins the facts of a multi-fact question ("the payments team").
+    """
     G = scope.index.G
     data = G.nodes[ref]
     value = data.get("value")
@@ -794,7 +799,8 @@ def _signature(scope: _Scope, ref: str, case: Case) -> Signature | None:
         text = ""
     else:
         text = _text(value)
-    if asks_for_time(case.question):
+    dated = asks_for_time(case.question)
+    if dated:
         text = f"{text}\n{_date_of(data)}"
     words = frozenset(content_tokens(text))
     asked = frozenset(content_tokens(case.question))
@@ -809,12 +815,21 @@ def _signature(scope: _Scope, ref: str, case: Case) -> Signature | None:
     loose = False
     if gold and gold <= words:
         key, strict = gold, gold_strict
+    elif dated:
+        # The answer is a date: the message's date and any relative time ("yesterday") in
+        # it; a memory that keeps the date but drops "yesterday" dates the event wrongly.
+        key = frozenset(t for t in entities if t.isdigit() or t in _MONTHS) | (words & _RELATIVE)
+        strict = key
     else:
+        joined: set[str] = set()
+        for other in others:
+            joined |= words & frozenset(content_tokens(_text(G.nodes[other].get("value"))))
+        joined -= _COMMON
         # The names, numbers and dates the question does not name bear the answer; if the
         # question names them all, the evidence confirms its premise and must keep them.
-        key = frozenset(entities - asked) or entities
-        loose = not key and not gold
+        key = frozenset(entities - asked) or frozenset(joined) or entities
         if not key:
+            loose = True
             key = frozenset(w for w in words - asked - _COMMON if len(w) > 2)
             key = key or frozenset(words & asked)
         strict = key & entities
@@ -823,10 +838,17 @@ def _signature(scope: _Scope, ref: str, case: Case) -> Signature | None:
     ]
     topic_pool.sort(key=lambda t: (t not in asked, -len(t), t))  # the question's words first
     topic = frozenset(topic_pool[:_TOPIC_LIMIT])
-    dated = asks_for_time(case.question)
     return Signature(ref, key, strict, gold, gold_strict, topic, words, dated, loose)
 
 
+_MONTHS = frozenset(
+    content_tokens(
+        "january february march april may june july august september october november december"
+    )
+)
+_RELATIVE = frozenset(
+    content_tokens("yesterday today tonight tomorrow ago last next week weekend month year")
+)
 # Words so common in chat that they never bear an answer on their own.
 _COMMON = frozenset(content_tokens("today yesterday recently lately new just really week day"))
 
