@@ -846,6 +846,12 @@ _MONTHS = frozenset(
         "january february march april may june july august september october november december"
     )
 )
+_VAGUE = frozenset(
+    content_tokens(
+        "recently lately earlier ago sometime once before previously yesterday today tonight "
+        "tomorrow last week weekend month year"
+    )
+)
 _RELATIVE = frozenset(
     content_tokens("yesterday today tonight tomorrow ago last next week weekend month year")
 )
@@ -867,8 +873,12 @@ def _carries(G: nx.MultiDiGraph, var: str, signature: Signature, carriers: set[s
     sources = _sources(G, var)
     derived = any(s == signature.ref or s in carriers for s in sources)
     text = _text(value)
-    if signature.dated:
-        text = f"{text}\n{_date_of(data)}"
+    if signature.dated and len(content_tokens(text)) <= _SHORT:
+        # A record's date stamp dates what it says, unless it says "recently" (or another
+        # time word the evidence did not use): then it has dropped the date on purpose.
+        vague = (frozenset(content_tokens(text)) & _VAGUE) - signature.words
+        if not vague:
+            text = f"{text}\n{_date_of(data)}"
     return signature.carries(text, derived=derived)
 
 
