@@ -754,7 +754,7 @@ def _sources(G: nx.MultiDiGraph, var: str) -> list[str]:
 
 def _holds_answer(gold: str, text: str, data: dict[str, object]) -> bool:
     words = frozenset(content_tokens(text + " " + _date_of(data)))
-    return has_tokens(frozenset(content_tokens(gold)), entity_tokens(gold), words)
+    return has_tokens(frozenset(content_tokens(gold)), entity_tokens(gold, anywhere=True), words)
 
 
 def _date_of(data: dict[str, object]) -> str:
@@ -810,7 +810,7 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
     for g in golds:  # the answer the evidence holds best
         tokens = frozenset(content_tokens(g))
         if not gold or recall(tokens, words) > recall(gold, words):
-            gold, gold_strict = tokens, entity_tokens(g)
+            gold, gold_strict = tokens, entity_tokens(g, anywhere=True)
     entities = entity_tokens(text)
     loose = False
     if gold and gold <= words:

@@ -77,11 +77,11 @@ def recall(needle: Iterable[str], haystack: Iterable[str]) -> float:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def entity_tokens(text: str) -> frozenset[str]:
+def entity_tokens(text: str, *, anywhere: bool = False) -> frozenset[str]:
     """Stemmed tokens of the names, numbers and months in ``text``.
 
-    A name is a capitalised word that does not open a sentence (there capitals say nothing)
-    and is not a stop word.
+    A name is a capitalised word that does not open a sentence (there capitals say nothing;
+    ``anywhere``: they do, as in a short answer like "Vienna") and is not a stop word.
 
     >>> sorted(entity_tokens("Big news: I moved to Porto on 7 May 2023 with my sister."))
     ['2023', '7', 'may', 'porto']
@@ -96,7 +96,7 @@ def entity_tokens(text: str) -> frozenset[str]:
             or (
                 word[0].isupper()
                 and low not in STOPWORDS
-                and not _INITIAL.search(text, max(0, match.start() - 3), match.start())
+                and (anywhere or not _INITIAL.search(text, max(0, match.start() - 3), match.start()))
             )
         ):
             out.add(stem(low))
