@@ -78,6 +78,8 @@ _SURE_GOLD = 0.9
 _SURE_QUESTION = 0.8  # found by the question alone, well ahead of the runner-up
 _SURE_QUESTION_UNCLEAR = 0.55
 _SURE_RUNNER_UP = 0.45
+_UNEXPLAINED_WRONG = 0.6
+_SURE_STALE = 0.7  # a stale read without the evidence followed: structure, not content
 _CLEAR_MARGIN = 0.1  # the best match's score lead over the runner-up, relative
 _CLOSE = 0.5  # runners-up within this share of the best score stay in the running
 _FOUND_BY = {
@@ -200,6 +202,22 @@ class EvidenceMethod:
             unchecked.append(f"{len(missing)} linked trace(s) not loaded")
         scope = _scope(index, ops)
         evidence = self._evidence(scope, case)
+        if evidence.how in ("question", "none"):
+            # No expected answer to follow: a stale version read by the question's retrieval
+            # is decided by structure alone (contract 4b).
+            stale = _stale_read(scope)
+            if stale is not None:
+                op, why = stale
+                return blame(
+                    G,
+                    case,
+                    op,
+                    method=self.name,
+                    reason=why,
+                    confidence=_SURE_STALE,
+                    unchecked=[*unchecked, "expected answer"],
+                    missing_traces=missing,
+                )
         if not evidence.refs:
             return self._without_evidence(scope, case, unchecked, missing)
         if evidence.how != "given":
@@ -225,6 +243,10 @@ class EvidenceMethod:
             )
         _, ref, finding = min(findings, key=lambda t: t[0])
         sure = evidence.sure
+        if evidence.how == "question" and case.prediction and not _declined(case):
+            # A wrong value came from somewhere the search did not explain: the message the
+            # question matches is a weaker clue than when the answer simply declined.
+            sure *= _UNEXPLAINED_WRONG
         if evidence.how == "question" and finding.by == _BY_DEFAULT and _declined(case):
             # The best match reached the context, yet the answer declined: either that message
             # is not what the question needs, or the answer ignored it, and without the expected
@@ -651,6 +673,30 @@ def _stale_reads(scope: _Scope, trail: _Trail) -> tuple[str, str] | None:
         for ref in refs:
             if ref in G and ref not in live and G.nodes[ref].get("id") in live_ids:
                 return op, f"it read {ref}, a stale version, while a newer one held the evidence"
+    return None
+
+
+def _stale_read(scope: _Scope) -> tuple[str, str] | None:
+    """A retrieve of the question that read or returned an older version of a record while a
+    newer one was live, whatever the evidence: the first such retrieve."""
+    index, G = scope.index, scope.index.G
+    live_ids = {G.nodes[r].get("id") for r in scope.live.values()}
+    live = set(scope.live.values())
+    for op in scope.ops:
+        if G.nodes[op]["kind"] != OpKind.RETRIEVE:
+            continue
+        refs = list(index.inputs(op))
+        for out in index.outputs(op):
+            refs.extend(_listed_refs(G.nodes[out].get("value")))
+        for ref in refs:
+            if (
+                ref in G
+                and ref not in live
+                and G.nodes[ref].get("id") in live_ids
+                and not G.nodes[ref].get("deleted")
+            ):
+                newer = scope.live[str(G.nodes[ref]["id"])]
+                return op, f"it read {ref}, a stale version, while {newer} was live"
     return None
 
 

@@ -96,7 +96,9 @@ def entity_tokens(text: str, *, anywhere: bool = False) -> frozenset[str]:
             or (
                 word[0].isupper()
                 and low not in STOPWORDS
-                and (anywhere or not _INITIAL.search(text, max(0, match.start() - 3), match.start()))
+                and (
+                    anywhere or not _INITIAL.search(text, max(0, match.start() - 3), match.start())
+                )
             )
         ):
             out.add(stem(low))
