@@ -27,6 +27,7 @@ from opentelemetry.util.types import AttributeValue
 
 from memtrace_otel._internal import data_warning, internal_error
 from memtrace_otel.instrumentation._capture import CaptureConfig, canonical_value, digest
+from memtrace_otel.instrumentation._feedback import note_answer
 from memtrace_otel.instrumentation._registry import (
     WriterRegistry,
     format_traceparent,
@@ -211,6 +212,8 @@ class Op:
             span_name, kind=SpanKind.INTERNAL, attributes=attributes, links=links
         )
         self._span = span
+        if self._case_id and kind is OpKind.GENERATE:
+            note_answer(self._case_id, span.get_span_context())
         self._ctx_token = otel_context.attach(trace.set_span_in_context(span))
         self._op_token = _current_op.set(self)
         if external and span.is_recording():

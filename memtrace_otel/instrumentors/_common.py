@@ -42,6 +42,7 @@ from memtrace_otel.instrumentation import (
     WriterRegistry,
     canonical_value,
     is_tracing_suppressed,
+    note_answer,
 )
 from memtrace_otel.semconv import Category
 from memtrace_otel.semconv import attributes as A
@@ -506,8 +507,10 @@ def set_case_id(op: Op, case_id: str | None = None) -> str | None:
     """Give a question-serving op its case id: ``case_id``, else the baggage entry, else its trace id."""
     if not op.is_traced:
         return None
-    chosen = case_id or baggage_case_id() or f"{op.span.get_span_context().trace_id:032x}"
+    ctx = op.span.get_span_context()
+    chosen = case_id or baggage_case_id() or f"{ctx.trace_id:032x}"
     op.set_attribute(A.MEMTRACE_CASE_ID, chosen)
+    note_answer(chosen, ctx)  # the last one of a request is its answer: for last_answer()
     return chosen
 
 

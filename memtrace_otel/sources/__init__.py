@@ -65,6 +65,16 @@ from memtrace_otel.sources._memtracebench import (
     load_memtracebench,
 )
 from memtrace_otel.sources._otlp_proto import decode_otlp_proto
+from memtrace_otel.sources._outcomes import (
+    DEFAULT_RULE,
+    Outcome,
+    OutcomeRule,
+    decode_outcome_logs,
+    latest_outcomes,
+    outcome_key,
+    outcomes_of,
+    read_outcomes,
+)
 from memtrace_otel.sources._source import FileSource, Source, iter_records
 
 BACKEND_SCHEMES = ("jaeger+http://", "jaeger+https://", "tempo+http://", "tempo+https://")
@@ -117,6 +127,7 @@ __all__ = [
     "DEFAULT_MAX_DOCUMENT_BYTES",
     "DEFAULT_MAX_LINE_BYTES",
     "DEFAULT_MAX_RESPONSE_BYTES",
+    "DEFAULT_RULE",
     "OP_KIND_BY_CATEGORY",
     "OP_KIND_BY_NAME",
     "OTHER_KIND",
@@ -128,6 +139,8 @@ __all__ = [
     "HttpOptions",
     "JaegerSource",
     "LineReader",
+    "Outcome",
+    "OutcomeRule",
     "ReadLimits",
     "RecordCapper",
     "Source",
@@ -139,11 +152,16 @@ __all__ = [
     "decode_memtracebench",
     "decode_otlp_json",
     "decode_otlp_proto",
+    "decode_outcome_logs",
     "expand_paths",
     "export_source",
     "iter_records",
+    "latest_outcomes",
     "load_memtracebench",
     "open_source",
+    "outcome_key",
+    "outcomes_of",
     "parse_duration",
     "parse_time",
+    "read_outcomes",
 ]

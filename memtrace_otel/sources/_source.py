@@ -19,6 +19,7 @@ from memtrace_otel.sources._documents import BenchSink
 from memtrace_otel.sources._files import expand_paths, read_file
 from memtrace_otel.sources._limits import ReadLimits, RecordCapper, ValueLimits
 from memtrace_otel.sources._memtracebench import BenchCase, BenchLabel
+from memtrace_otel.sources._outcomes import Outcome
 
 DEFAULT_DEDUPE_WINDOW = 1 << 18
 """Spans remembered per generation for duplicate detection (two generations are kept)."""
@@ -71,6 +72,15 @@ class Source(ABC):
     def labels(self) -> list[BenchLabel]:
         """Annotated faults (labels) found in MemTraceBench files read so far."""
         return self._bench.labels
+
+    @property
+    def outcomes(self) -> list[Outcome]:
+        """Evaluations read from OTLP log records (``resourceLogs`` files) so far.
+
+        Evaluations on spans (feedback spans, ``gen_ai.evaluation.result`` events) come with the
+        records: read them with :func:`~memtrace_otel.sources.read_outcomes`.
+        """
+        return self._bench.outcomes
 
     @abstractmethod
     def _raw_records(self) -> Iterator[SpanRecord]:
