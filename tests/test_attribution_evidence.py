@@ -306,3 +306,19 @@ def test_capture_off_a_content_loss_abstains(pipe: Pipe) -> None:
     pipe.ask("Where does Rosa live?", [rec], "I don't know")
     verdict = pipe.verdict(gold=["Prague"], evidence=[msg], capture=False)
     assert verdict.error_type is None and "not captured" in verdict.reason
+
+
+def test_a_construction_filter_carries_what_it_kept(pipe: Pipe) -> None:
+    # mem0 2.x: extraction -> dedup filter (its kept list, one output) -> batch write.
+    msg = pipe.message("My friend Bob lives in Rome.")
+    fact = pipe.extract([msg], "Bob lives in Rome")
+    mt = pipe.mt
+    with mt.filter("t.dedup", inputs=[fact], stage="construction") as op:
+        kept = op.output(
+            mt.variable("kept:1", [{"ref": fact.ref, "text": fact.value}], category="other")
+        )
+    rec = pipe.create(kept, "Bob lives in Rome")
+    rec = pipe.update(rec, "Bob lives in Madrid")
+    pipe.ask("Where does Bob live?", [rec], "Bob lives in Madrid")
+    verdict = pipe.verdict(prediction="Bob lives in Madrid")
+    assert _culprit(verdict) == ("UpdateError", "t.update"), verdict.reason

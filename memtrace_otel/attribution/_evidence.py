@@ -62,7 +62,9 @@ _CARRYING_KINDS = frozenset(
     {OpKind.EXTRACT.value, OpKind.CREATE.value, OpKind.UPDATE.value, OpKind.DELETE.value}
 )
 # Ops that consult memory without consuming it (mem0's per-fact lookup while writing).
-_CONSULTING_KINDS = frozenset({OpKind.RETRIEVE.value, OpKind.FILTER.value})
+_CONSULTING_KINDS = frozenset({OpKind.RETRIEVE.value})
+# Ops that consume a carrier while memory is written (a dedupe filter can drop a fact).
+_CONSUMING_KINDS = _CARRYING_KINDS | {OpKind.FILTER.value}
 _CONTENT_CATEGORIES = frozenset(
     {Category.CANDIDATES.value, Category.CONTEXT.value, Category.MEMORY.value}
 )
@@ -455,9 +457,7 @@ class EvidenceMethod:
             reads = [v for v in index.inputs(op) if v in carriers]
             outs = index.outputs(op)
             if kind == OpKind.FILTER:
-                # A filter carries only through what it keeps: outputs of its input's category.
-                kept = {G.nodes[v].get("category") for v in reads} - {Category.OTHER.value}
-                outs = [o for o in outs if G.nodes[o].get("category") in kept]
+                outs = _kept(G, index, op, reads)
             carrying, unknown = [], False
             for o in outs:
                 verdict = _carries(G, o, signature, carriers)
@@ -566,7 +566,10 @@ def _construction(scope: _Scope, signature: Signature) -> _Trail:
         if data["kind"] in _CONSULTING_KINDS:
             continue  # a lookup while writing reads what is stored; it makes no new copy
         order.append(op)
-        for out in index.outputs(op):
+        outs = index.outputs(op)
+        if data["kind"] == OpKind.FILTER:
+            outs = _kept(G, index, op, [v for v in index.inputs(op) if v in trail.carriers])
+        for out in outs:
             verdict = _carries(G, out, signature, trail.carriers)
             if verdict is None:
                 trail.unchecked.append(f"value of {out}")
@@ -630,15 +633,25 @@ def _death(scope: _Scope, var: str, carriers: set[str]) -> tuple[str, str] | Non
 
 
 def _consumers(scope: _Scope, var: str) -> list[str]:
-    """The carrying-kind ops that read ``var`` before the question."""
+    """The ops that read ``var`` before the question to carry it on (or drop it)."""
     G = scope.index.G
     return [
         op
         for op in scope.index.readers(var)
         if G.nodes[op].get("case") is None
         and G.nodes[op]["start"] < scope.start
-        and G.nodes[op]["kind"] in _CARRYING_KINDS
+        and G.nodes[op]["kind"] in _CONSUMING_KINDS
     ]
+
+
+def _kept(G: nx.MultiDiGraph, index: GraphIndex, op: str, reads: Iterable[str]) -> list[str]:
+    """What a filter kept: its outputs of the category of what it read (contract 4b: a dropped
+    list or scores, category ``other``, never carry). A filter that writes one output and no
+    output of its input's category records only what it kept (older instrumentations)."""
+    outs = index.outputs(op)
+    categories = {G.nodes[v].get("category") for v in reads} - {Category.OTHER.value}
+    kept = [o for o in outs if G.nodes[o].get("category") in categories]
+    return kept if kept or len(outs) != 1 else outs
 
 
 def _derives(G: nx.MultiDiGraph, index: GraphIndex, op: str, var: str) -> bool:
@@ -653,6 +666,8 @@ def _loss_reason(G: nx.MultiDiGraph, op: str) -> str:
         return "the memory holding the evidence was deleted"
     if kind == OpKind.UPDATE:
         return "an update lost the evidence (overwrote, dropped or discarded it)"
+    if kind == OpKind.FILTER:
+        return "a filter dropped the evidence before it was stored"
     return "the evidence was not extracted into memory"
 
 

@@ -174,10 +174,18 @@ class Corpus:
 
     def telling(self, query: str) -> set[str]:
         """The query's words that tell the texts apart (in at most half of them): a user's
-        own name, in every message, says nothing about which one is meant."""
+        own name, in every message, says nothing about which one is meant. In a store of one
+        or two texts every shared word tells.
+
+        >>> sorted(Corpus(["Erin's dog is called Rex."]).telling("What is Erin's dog called?"))
+        ['call', 'dog', 'erin']
+        """
         asked = set(content_tokens(query))
         n = len(self.words)
-        return {w for w in asked if 0 < (df := sum(w in d for d in self.words)) * 2 <= n > df}
+        found = {w: sum(w in d for d in self.words) for w in asked}
+        if n <= 2:
+            return {w for w, df in found.items() if df}
+        return {w for w, df in found.items() if 0 < df * 2 <= n}
 
 
 def bm25_ranking(docs: Sequence[str], query: str) -> list[tuple[int, float]]:
