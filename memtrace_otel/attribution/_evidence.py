@@ -674,11 +674,16 @@ def _loss_reason(G: nx.MultiDiGraph, op: str) -> str:
 def _stale_reads(scope: _Scope, trail: _Trail) -> tuple[str, str] | None:
     """A retrieve of the question that read an older version of a record whose live version
     carries the evidence (a stale cache, a lagging replica): that retrieve's fault (contract 4b)."""
+    carrying = {ref for ref in scope.live.values() if ref in trail.carriers}
+    return _stale_read(scope, carrying) if carrying else None
+
+
+def _stale_read(scope: _Scope, newer: set[str] | None = None) -> tuple[str, str] | None:
+    """The first retrieve of the question that read or returned an older version of a record
+    while a newer one (among ``newer``, default every live version) was live."""
     index, G = scope.index, scope.index.G
-    live = {ref for ref in scope.live.values() if ref in trail.carriers}
-    if not live:
-        return None
-    live_ids = {G.nodes[r].get("id") for r in live}
+    live = set(scope.live.values()) if newer is None else newer
+    live_by_id = {G.nodes[r].get("id"): r for r in live}
     for op in scope.ops:
         if G.nodes[op]["kind"] != OpKind.RETRIEVE:
             continue
@@ -686,32 +691,12 @@ def _stale_reads(scope: _Scope, trail: _Trail) -> tuple[str, str] | None:
         for out in index.outputs(op):
             refs.extend(_listed_refs(G.nodes[out].get("value")))
         for ref in refs:
-            if ref in G and ref not in live and G.nodes[ref].get("id") in live_ids:
-                return op, f"it read {ref}, a stale version, while a newer one held the evidence"
-    return None
-
-
-def _stale_read(scope: _Scope) -> tuple[str, str] | None:
-    """A retrieve of the question that read or returned an older version of a record while a
-    newer one was live, whatever the evidence: the first such retrieve."""
-    index, G = scope.index, scope.index.G
-    live_ids = {G.nodes[r].get("id") for r in scope.live.values()}
-    live = set(scope.live.values())
-    for op in scope.ops:
-        if G.nodes[op]["kind"] != OpKind.RETRIEVE:
-            continue
-        refs = list(index.inputs(op))
-        for out in index.outputs(op):
-            refs.extend(_listed_refs(G.nodes[out].get("value")))
-        for ref in refs:
-            if (
-                ref in G
-                and ref not in live
-                and G.nodes[ref].get("id") in live_ids
-                and not G.nodes[ref].get("deleted")
-            ):
-                newer = scope.live[str(G.nodes[ref]["id"])]
-                return op, f"it read {ref}, a stale version, while {newer} was live"
+            data = G.nodes[ref] if ref in G else None
+            if data is None or ref in live or data.get("deleted"):
+                continue
+            if data.get("id") in live_by_id and ref not in scope.live.values():
+                current = live_by_id[data["id"]]
+                return op, f"it read {ref}, a stale version, while {current} was live"
     return None
 
 
