@@ -871,8 +871,10 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
         for other in others:
             joined |= words & frozenset(content_tokens(_text(G.nodes[other].get("value"))))
         joined -= _COMMON
-        # The names, numbers and dates the question does not name bear the answer; if the
-        # question names them all, the evidence confirms its premise and must keep them.
+        # The names and numbers the question does not name bear the answer (a month only
+        # when the question asks when); if the question names them all, the evidence
+        # confirms its premise and must keep them.
+        entities = entities - _MONTHS
         key = frozenset(entities - asked) or frozenset(joined) or entities
         if not key:
             loose = True
