@@ -9,7 +9,9 @@ query, a stale read; then the same without an expected answer, and without captu
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -322,3 +324,33 @@ def test_a_construction_filter_carries_what_it_kept(pipe: Pipe) -> None:
     pipe.ask("Where does Bob live?", [rec], "Bob lives in Madrid")
     verdict = pipe.verdict(prediction="Bob lives in Madrid")
     assert _culprit(verdict) == ("UpdateError", "t.update"), verdict.reason
+
+
+# --- the generated benchmarks, at a small size (full size: benchmarks/bench_attribution.py) ------
+@pytest.mark.parametrize("difficulty", ["easy", "hard"])
+def test_evidence_on_the_generated_benchmarks(tmp_path: Path, difficulty: str) -> None:
+    from memtrace_otel.cli import main
+    from memtrace_otel.systems import (
+        generate_benchmark,
+        generate_hard_benchmark,
+        generate_workload,
+    )
+
+    if difficulty == "hard":
+        generate_hard_benchmark(tmp_path, stores=6, seed=3)
+    else:
+        generate_benchmark(tmp_path, workload=generate_workload(4, 3), seed=3, faults="all=0.05")
+    out = tmp_path / "scores.json"
+    assert main(["bench", "evaluate", str(tmp_path), "--json", str(out)]) == 0
+    scores = json.loads(out.read_text())["evidence"]
+    overall = scores["all"]["overall"]
+    assert overall["total"] >= 15
+    assert overall["error_type_accuracy"] >= 0.9 and overall["op_id_accuracy"] >= 0.85, overall
+    assert scores["correct_cases_blamed"] == 0
+    trusted = scores["production"]["trusted"]
+    assert trusted["total"] == 0 or trusted["accuracy"] >= 0.9
+
+    # without expected answers and values, never a confident wrong verdict
+    argv = ["bench", "evaluate", str(tmp_path), "--mode", "production", "--capture", "off"]
+    assert main([*argv, "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["evidence"]["production"]["wrong_confidence_above_0.3"] == 0
