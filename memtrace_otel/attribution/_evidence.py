@@ -68,9 +68,6 @@ _CONSUMING_KINDS = _CARRYING_KINDS | {OpKind.FILTER.value}
 _CONTENT_CATEGORIES = frozenset(
     {Category.CANDIDATES.value, Category.CONTEXT.value, Category.MEMORY.value}
 )
-_NOT_MEMORY = frozenset(
-    {Category.QUERY.value, Category.PROMPT.value, Category.GOLD.value, Category.SCORE.value}
-)
 _TOPIC_LIMIT = 8
 _SHORT = 40  # content tokens: a fact or a record, not a window
 
@@ -94,6 +91,7 @@ _BY_CONTENT = "content"
 _BY_STRUCTURE = "structure"
 _BY_DEFAULT = "default"  # the evidence reached the context: the answer is to blame
 _STRUCTURE_UNSEEN = 0.3
+_DEFAULT_WHY = "the evidence reached the answer's context, yet the answer is wrong"
 _SURE_BY = {_BY_CONTENT: 0.95, _BY_STRUCTURE: 0.85, _BY_DEFAULT: 0.85}
 
 
@@ -180,7 +178,9 @@ class EvidenceMethod:
     """Attribute by following the evidence (default; deterministic; no network).
 
     Args:
-        max_evidence: how many messages the search keeps when the case names none.
+        max_evidence: how many messages holding the expected answer the search keeps when the
+            case names none (without an expected answer the best match is followed, and its
+            runners-up only when the answer declined).
     """
 
     name = "evidence"
@@ -428,19 +428,17 @@ class EvidenceMethod:
         if trail.lost is not None:
             op, why, by = trail.lost
             return _Finding(op, why, by, trail.unchecked)
-        found = self._after_storage(scope, signature, trail)
-        if found is not None:
-            return found
         generate = last_op_of_kind(scope.index.G, case, OpKind.GENERATE) or scope.ops[-1]
-        return _Finding(
-            generate,
-            "the evidence reached the answer's context, yet the answer is wrong",
-            _BY_DEFAULT,
-            trail.unchecked,
-        )
+        return self._after_storage(scope, signature, trail, generate)
 
-    def _after_storage(self, scope: _Scope, signature: Signature, trail: _Trail) -> _Finding | None:
-        """Follow the stored carriers through the question's own ops."""
+    def _after_storage(
+        self, scope: _Scope, signature: Signature, trail: _Trail, generate: str
+    ) -> _Finding:
+        """Follow the stored carriers through the question's own ops.
+
+        Values construction could not check matter only until the evidence is seen, by its
+        content, among the question's candidates or in its context.
+        """
         index, G = scope.index, scope.index.G
         carriers = set(trail.carriers)
         unchecked = list(trail.unchecked)
@@ -469,9 +467,13 @@ class EvidenceMethod:
             if kind == OpKind.RETRIEVE:
                 if carrying:
                     carriers.update(carrying)
+                    if not retrieved:
+                        unchecked = []  # seen by its content: what came before is settled
                     retrieved = True
                 elif unknown:
-                    return None if not stale else _Finding(*stale, _BY_STRUCTURE, unchecked)
+                    if stale is not None:
+                        return _Finding(*stale, _BY_STRUCTURE, unchecked)
+                    return _Finding(generate, _DEFAULT_WHY, _BY_DEFAULT, unchecked)
                 elif first_miss is None:
                     first_miss = op
                 continue
@@ -479,7 +481,9 @@ class EvidenceMethod:
                 continue
             if carrying:
                 carriers.update(carrying)
-                reached_context |= kind == OpKind.ASSEMBLE
+                if kind == OpKind.ASSEMBLE and not reached_context:
+                    unchecked = []
+                    reached_context = True
             elif unknown:
                 return _Finding(
                     op, f"{kind} op: its output's content decides", _BY_CONTENT, unchecked
@@ -504,7 +508,10 @@ class EvidenceMethod:
             if stale is not None:
                 return _Finding(*stale, _BY_STRUCTURE, unchecked)
             return _Finding(
-                first_miss or retrieves[0], "the evidence was stored but not retrieved", _BY_CONTENT
+                first_miss or retrieves[0],
+                "the evidence was stored but not retrieved",
+                _BY_CONTENT,
+                unchecked,
             )
         if not reached_context:
             assemble = next(
@@ -517,7 +524,7 @@ class EvidenceMethod:
                     _BY_CONTENT,
                     unchecked,
                 )
-        return None
+        return _Finding(generate, _DEFAULT_WHY, _BY_DEFAULT, unchecked)
 
 
 @dataclass
