@@ -75,6 +75,7 @@ from memtrace_otel.errors import BackendError, MemtraceError
 from memtrace_otel.graph import build_graph
 from memtrace_otel.semconv import JudgeVerdict, SpanRecord
 from memtrace_otel.sources import SourceStats, expand_paths, open_source
+from memtrace_otel.sources._common import NOT_A_REGULAR_FILE, make_error
 
 __all__ = [
     "ExecutorSpec",
@@ -563,6 +564,12 @@ class _Counts:
     def add(self, tally: Tally) -> None:
         tally.add_to(self.stats, self.keys)
 
+    def skip_path(self, path: str, reason: str) -> None:
+        """Count a path a walk or glob left out (not a regular file)."""
+        tally = Tally()
+        tally.on_error(NOT_A_REGULAR_FILE, make_error(reason, path=path, line=None))
+        self.add(tally)
+
     def report(self, summary: BatchSummary, files: Sequence[str]) -> None:
         stats = self.stats
         stats.errors = first_messages(stats.errors, self.keys, files, self.spec_of)
@@ -583,7 +590,7 @@ def _plan(
     scanned: list[str] = []
     for number, spec in enumerate(sources):
         check_file_spec(spec)
-        for path in expand_paths(spec):
+        for path in expand_paths(spec, counts.skip_path):
             plan.add_file(path)
             counts.spec_of.setdefault(path, number)
             if is_json_lines(path):

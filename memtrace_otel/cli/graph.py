@@ -12,6 +12,7 @@ from typing import Any
 import networkx as nx
 
 from memtrace_otel.attribution import (
+    BatchSummary,
     Verdict,
     get_method,
     graph_index,
@@ -111,7 +112,8 @@ def _verdict(args: argparse.Namespace, G: nx.MultiDiGraph) -> Verdict | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the case's subgraph; exit 0, or 2 when the case is not in the sources."""
+    """Write the case's subgraph; exit 0, 1 when records were skipped (the graph may miss
+    them: said on stderr), or 2 when the case is not in the sources."""
     try:
         jaeger = check_base_url(args.jaeger_url, "--jaeger-url") if args.jaeger_url else None
         tempo = check_base_url(args.tempo_url, "--tempo-url") if args.tempo_url else None
@@ -120,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return 2
-    graphs = load_store_graphs(args.sources, strict=args.strict)
+    loading = BatchSummary()
+    graphs = load_store_graphs(args.sources, strict=args.strict, summary=loading)
     G = find_case_graph(graphs, args.case)
     if args.format == "html":
         verdict = _verdict(args, G)
@@ -142,7 +145,26 @@ def run(args: argparse.Namespace) -> int:
                 sys.stdout.write(path.read_text(encoding="utf-8"))
     if args.output and args.output != "-":
         print(f"{args.format}: {os.fspath(args.output)}", file=sys.stderr)
-    return 0
+    return _report_loading(loading)
+
+
+def _report_loading(loading: BatchSummary) -> int:
+    """Say what reading the sources skipped or changed; 1 when a record was skipped."""
+    notes = []
+    if loading.skipped_records:
+        kinds = ", ".join(f"{k}: {v}" for k, v in sorted(loading.skipped_by_kind.items()))
+        notes.append(
+            f"{loading.skipped_records} records skipped ({kinds}): the graph may lack them"
+        )
+    if loading.truncated_values:
+        notes.append(f"{loading.truncated_values} attribute values truncated (size cap)")
+    if loading.replaced_surrogates:
+        notes.append(f"{loading.replaced_surrogates} lone surrogates replaced by U+FFFD")
+    for note in notes:
+        print(f"memtrace: {note}", file=sys.stderr)
+    for message in loading.source_errors[:5]:
+        print(f"memtrace:   {message}", file=sys.stderr)
+    return 1 if loading.skipped_records else 0
 
 
 def _emit(output: str | None, text: str) -> None:
