@@ -260,6 +260,45 @@ def test_hostile_memory_is_shown_as_text_and_never_runs(browser: Any, tmp_path: 
             page.close()
 
 
+def test_case_page_leads_with_question_answers_and_hostile_feedback_as_text(
+    browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memtrace_otel.instrumentation import AnswerRef
+
+    answers: dict[str, AnswerRef] = {}
+    traces, _ = write_workload(tmp_path, judge=False, answers=answers, faults=("response",))
+    monkeypatch.setenv("MEMTRACE_CAPTURE_CONTENT", "SPAN_AND_EVENT")
+    feedback = tmp_path / "feedback.jsonl"
+    sent = main(
+        [
+            *("feedback", "--traceparent", answers["response"].traceparent, "--wrong"),
+            *("--expected", "Porto", "--comment", INJECTION, "--traces-file", str(feedback)),
+        ]
+    )
+    assert sent == 0
+    report = tmp_path / "report"
+    assert main(["attribute", str(traces), str(feedback), "--report", str(report), "--quiet"]) == 0
+    page = Page(browser)
+    try:
+        page.open(report / "index.html")
+        page.open_case("case-response")
+        shown = page.page.locator("#verdict").inner_text()
+        lines = shown.split("\n")
+        # the question, the expected and the given answer, the feedback, then the verdict
+        assert lines[0].split("\t") == ["question", "Where does Ana live?"]
+        assert lines[1].split("\t") == ["expected", "Porto"]
+        assert lines[2].split("\t") == ["answer given", "Lisbon"]
+        assert lines[3].startswith("flagged by") and INJECTION in shown
+        assert shown.index(INJECTION) < shown.index("ResponseError")  # the verdict comes after
+        assert page.page.locator("#verdict img").count() == 0
+        page.page.wait_for_timeout(200)
+        assert page.js("() => window.__pwned === undefined")
+        assert page.dialogs == [] and page.errors == []
+        page.shot("feedback-case")
+    finally:
+        page.close()
+
+
 def test_template_markers_in_every_field_stay_text(browser: Any, tmp_path: Path) -> None:
     """Issue 23: ``%%SCRIPTS%%`` in a value, the case id or an op name was substituted inside
     the data (a one-case page grew from 550 KB to 30 MB, index.html listed 0 cases)."""

@@ -25,7 +25,7 @@ from typing import Any
 import jinja2
 import networkx as nx
 
-from memtrace_otel.attribution import BatchSummary, Verdict, write_summary
+from memtrace_otel.attribution import BatchSummary, Case, Verdict, write_summary
 from memtrace_otel.reporting._labels import Label, load_labels
 from memtrace_otel.reporting._links import check_base_url
 from memtrace_otel.reporting._view import case_row, case_view, summary_data
@@ -132,6 +132,7 @@ def write_report(
     tempo_url: str | None = None,
     sources: Sequence[str] = (),
     title: str = "memtrace attribution report",
+    cases: Mapping[str, Case] | None = None,
 ) -> Path:
     """Write the static HTML report of a batch run into ``out_dir``.
 
@@ -152,6 +153,8 @@ def write_report(
             ``{trace_id}``/``{span_id}``, to link each op to its span.
         sources: the trace sources, shown in the header.
         title: the page title.
+        cases: the failed cases by id (question, expected answer, feedback), shown first on
+            each case's page; without them, what the traces captured.
 
     Returns:
         The path of ``index.html``.
@@ -183,7 +186,13 @@ def write_report(
         # Ops that name no store are grouped under "" by load_store_graphs.
         G = graphs.get(verdict.store_id or "", empty)
         view = case_view(
-            G, verdict.case_id, verdict, label=label, jaeger_url=jaeger, tempo_url=tempo
+            G,
+            verdict.case_id,
+            verdict,
+            label=label,
+            jaeger_url=jaeger,
+            tempo_url=tempo,
+            case=cases.get(verdict.case_id) if cases is not None else None,
         )
         view["key"] = key
         (cases_dir / f"{key}.js").write_text(

@@ -53,6 +53,11 @@ class SourceStats:
         traces_missing: trace ids a backend did not have (HTTP 404).
         traces_total: traces a backend search matched, when known (for progress).
         links_not_followed: linked traces left unfetched because a bound was reached.
+        pages: search requests a live backend answered (time slices of the window).
+        capped: why a live source stopped before exhausting its window (its trace bound was
+            reached), naming the option that raises the bound; ``""`` when it did not stop.
+        duplicates: exact duplicate spans dropped (at-least-once delivery writes them); not
+            skips: nothing is lost. A span id seen again with different content is a skip.
         truncated_values: attribute values cut to the source's size caps (strings and bytes
             longer than ``max_attribute_bytes``, arrays longer than ``max_array_items``); the
             records are kept, so these are not skips.
@@ -70,6 +75,9 @@ class SourceStats:
     traces_missing: int = 0
     traces_total: int | None = None
     links_not_followed: int = 0
+    pages: int = 0
+    capped: str = ""
+    duplicates: int = 0
     truncated_values: int = 0
     replaced_surrogates: int = 0
 
@@ -109,6 +117,10 @@ class SourceStats:
             parts.append(
                 f"{self.replaced_surrogates} lone surrogates replaced by U+FFFD (invalid Unicode)"
             )
+        if self.duplicates:
+            parts.append(f"{self.duplicates} exact duplicate spans dropped")
+        if self.capped:
+            parts.append(f"INCOMPLETE: {self.capped}")
         return "; ".join(parts)
 
 
