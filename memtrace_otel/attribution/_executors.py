@@ -52,6 +52,7 @@ from memtrace_otel.attribution._batch import (
     count_truncated_captured,
     store_of,
 )
+from memtrace_otel.attribution._feedback import FeedbackStats
 from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case, Verdict, load_cases
 from memtrace_otel.attribution._partitions import (
@@ -459,6 +460,12 @@ def run_scaled(
                 for case_id in results[store].failed:
                     if where.get(case_id) == store:
                         chosen.append((store, case_id))
+        # As the single-process run counts them (scaled runs read no feedback).
+        if cases is not None:
+            summary.cases_by_source["cases-file"] = len(chosen)
+        else:
+            summary.feedback = FeedbackStats().to_json()
+            summary.cases_by_source.update(judge=len(chosen), feedback=0)
 
         # Cases found in no store run against the store-less graph, or an empty one.
         extra: StoreResult | None = None
