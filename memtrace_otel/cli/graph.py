@@ -25,6 +25,7 @@ from memtrace_otel.errors import GraphError
 from memtrace_otel.graph import case_subgraph, to_dot, to_node_link_json, write_graphml
 from memtrace_otel.reporting import case_html, case_view, check_base_url
 from memtrace_otel.semconv import JudgeVerdict
+from memtrace_otel.sources import SourceStats
 
 FORMATS = ("html", "dot", "graphml", "json")
 NO_METHOD = "none"
@@ -150,21 +151,22 @@ def run(args: argparse.Namespace) -> int:
 
 def _report_loading(loading: BatchSummary) -> int:
     """Say what reading the sources skipped or changed; 1 when a record was skipped."""
-    notes = []
-    if loading.skipped_records:
-        kinds = ", ".join(f"{k}: {v}" for k, v in sorted(loading.skipped_by_kind.items()))
-        notes.append(
-            f"{loading.skipped_records} records skipped ({kinds}): the graph may lack them"
-        )
-    if loading.truncated_values:
-        notes.append(f"{loading.truncated_values} attribute values truncated (size cap)")
-    if loading.replaced_surrogates:
-        notes.append(f"{loading.replaced_surrogates} lone surrogates replaced by U+FFFD")
-    for note in notes:
-        print(f"memtrace: {note}", file=sys.stderr)
+    stats = SourceStats(
+        records=loading.records,
+        skipped=loading.skipped_records,
+        skipped_by_kind=loading.skipped_by_kind,
+        truncated_values=loading.truncated_values,
+        replaced_surrogates=loading.replaced_surrogates,
+        duplicates=loading.duplicates,
+    )
+    if stats.skipped or stats.truncated_values or stats.replaced_surrogates:
+        print(f"memtrace: read {stats.summary()}", file=sys.stderr)
     for message in loading.source_errors[:5]:
         print(f"memtrace:   {message}", file=sys.stderr)
-    return 1 if loading.skipped_records else 0
+    if stats.skipped:
+        print("memtrace: the graph may lack the skipped records", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _emit(output: str | None, text: str) -> None:
