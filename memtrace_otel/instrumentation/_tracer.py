@@ -346,13 +346,19 @@ class Op:
 
     def input(self, item: InputLike) -> None:
         """Record one more input after the op started (e.g. a record read mid-way)."""
+        self.add_inputs((item,))
+
+    def add_inputs(self, items: Iterable[InputLike]) -> None:
+        """Record more inputs after the op started, in one pass (e.g. the hits of a search)."""
         span = self._span
         if span is None or self._ended:
             return
         try:
             links: list[Link] = []
             external: list[Variable] = []
-            self._add_input(item, self._inputs, links, external)
+            inputs = self._inputs
+            for item in items:
+                self._add_input(item, inputs, links, external)
             self._inputs_changed = True
             for link in links:
                 span.add_link(link.context, link.attributes)

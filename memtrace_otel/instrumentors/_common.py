@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import wrapt
 from opentelemetry import baggage, trace
@@ -551,9 +551,8 @@ def set_case_id(op: Op, case_id: str | None = None) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Retrieved:
-    """One record a retrieve op returned."""
+class Retrieved(NamedTuple):
+    """One record a retrieve op returned (a tuple: made once per hit)."""
 
     ref: str
     text: str
