@@ -8,6 +8,7 @@ it wrote; a rerun skips the cases already in ``--out`` (after repairing a torn l
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import os
@@ -22,13 +23,22 @@ from typing import Any, TextIO
 import networkx as nx
 
 from memtrace_otel.attribution._base import Method
+from memtrace_otel.attribution._feedback import feedback_cases
 from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case, Verdict, load_cases
 from memtrace_otel.errors import DecodeError, MemtraceError
 from memtrace_otel.graph import build_graph
 from memtrace_otel.semconv import JudgeVerdict, SpanRecord
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.sources import SourceStats, open_source
+from memtrace_otel.sources import (
+    DEFAULT_RULE,
+    Outcome,
+    OutcomeRule,
+    SourceStats,
+    adapt_upstream,
+    open_source,
+    outcomes_of,
+)
 
 NO_STORE = ""
 """Partition key of ops that name no memory store."""
@@ -41,6 +51,7 @@ class BatchSummary:
     ``truncated_values`` (attribute values the loaders cut to their size cap) and
     ``truncated_captured`` (variable versions whose value was already cut at capture time,
     ``memtrace.variable.truncated``) are reported but do not fail the run: the records are kept.
+    So are ``replaced_surrogates`` (lone surrogates in JSON input, replaced by U+FFFD).
     """
 
     cases: int = 0
@@ -51,8 +62,10 @@ class BatchSummary:
     records: int = 0
     skipped_records: int = 0
     skipped_by_kind: dict[str, int] = field(default_factory=dict)
+    duplicates: int = 0
     truncated_values: int = 0
     truncated_captured: int = 0
+    replaced_surrogates: int = 0
     source_errors: list[str] = field(default_factory=list)
     skipped_cases: int = 0
     cases_not_in_traces: list[str] = field(default_factory=list)
@@ -64,6 +77,10 @@ class BatchSummary:
     seconds: float = 0.0
     repaired_out: bool = False
     model_usage: dict[str, Any] = field(default_factory=dict)
+    feedback: dict[str, Any] = field(default_factory=dict)
+    """What feedback said (:class:`~memtrace_otel.attribution.FeedbackStats` as data)."""
+    cases_by_source: dict[str, int] = field(default_factory=dict)
+    """Failed cases by where they were found: ``cases-file``, ``judge``, ``feedback``."""
 
     @property
     def ok(self) -> bool:
@@ -89,6 +106,8 @@ class BatchSummary:
         self.records += stats.records
         self.skipped_records += stats.skipped
         self.truncated_values += stats.truncated_values
+        self.replaced_surrogates += stats.replaced_surrogates
+        self.duplicates += stats.duplicates
         for kind, count in stats.skipped_by_kind.items():
             self.skipped_by_kind[kind] = self.skipped_by_kind.get(kind, 0) + count
         self.source_errors.extend(stats.errors[: 20 - len(self.source_errors)])
@@ -123,21 +142,66 @@ def count_truncated_captured(G: nx.MultiDiGraph) -> int:
 
 
 def load_store_graphs(
-    sources: Sequence[str], *, strict: bool = False, summary: BatchSummary | None = None
+    sources: Sequence[str],
+    *,
+    strict: bool = False,
+    summary: BatchSummary | None = None,
+    outcomes: list[Outcome] | None = None,
 ) -> dict[str, nx.MultiDiGraph]:
     """Read every source and build one evolution graph per memory store.
 
     Records of ops with no store id join every store's graph only when a store-less partition is
-    the only one (a single-store app that never set the id).
+    the only one (a single-store app that never set the id). Spans written under the upstream
+    GenAI conventions only are read as contract ops first (:func:`adapt_upstream`).
+
+    Args:
+        sources: file paths, directories, globs or backend URLs.
+        strict: stop at the first bad record.
+        summary: counts what the sources read and skipped.
+        outcomes: when given, collects every evaluation found (feedback spans, evaluation
+            events, OTLP log records), judged by the default rule; ``memtrace.feedback`` spans
+            then stay out of the graphs.
     """
-    by_store: dict[str, list[SpanRecord]] = defaultdict(list)
+    records: list[SpanRecord] = []
     for spec in sources:
         source = open_source(spec, strict=strict)
         for record in source.records():
-            by_store[store_of(record)].append(record)
+            if outcomes is not None and record.events:
+                found = outcomes_of(record)
+                if found:
+                    outcomes.extend(found)
+                    if record.name == A.MEMTRACE_FEEDBACK_SPAN:
+                        continue
+            records.append(record)
+        if outcomes is not None:
+            outcomes.extend(source.outcomes)
         if summary is not None:
             summary.add_source_stats(source.stats)
+    by_store: dict[str, list[SpanRecord]] = defaultdict(list)
+    for record in adapt_upstream(records):
+        by_store[store_of(record)].append(record)
     return {store: build_graph(records) for store, records in by_store.items()}
+
+
+def note_inferred(G: nx.MultiDiGraph, verdict: Verdict) -> Verdict:
+    """``verdict`` with what its case's ops rest on by inference listed under ``unchecked``.
+
+    Ops rebuilt from upstream GenAI spans (:func:`~memtrace_otel.sources.adapt_upstream`) say in
+    ``memtrace.op.inferred`` which of their facts were inferred (kind, lineage by record id and
+    time); a verdict resting on them says so.
+    """
+    ops = list(graph_index(G).ops_of(verdict.case_id))
+    if verdict.op_id is not None and verdict.op_id in G:
+        ops.append(verdict.op_id)
+    inferred: set[str] = set()
+    for op in ops:
+        items = G.nodes[op].get("attributes", {}).get(A.MEMTRACE_OP_INFERRED)
+        if isinstance(items, list | tuple):
+            inferred.update(str(item) for item in items)
+    if not inferred:
+        return verdict
+    note = "inferred from upstream GenAI spans: " + "; ".join(sorted(inferred))
+    return dataclasses.replace(verdict, unchecked=(*verdict.unchecked, note))
 
 
 def completed_case_ids(out: Path) -> tuple[set[str], bool]:
@@ -168,12 +232,18 @@ def completed_case_ids(out: Path) -> tuple[set[str], bool]:
 
 
 def failed_cases(
-    graphs: dict[str, nx.MultiDiGraph], cases_file: str | None, summary: BatchSummary
+    graphs: dict[str, nx.MultiDiGraph],
+    cases_file: str | None,
+    summary: BatchSummary,
+    outcomes: Sequence[Outcome] = (),
+    rule: OutcomeRule = DEFAULT_RULE,
 ) -> list[tuple[str, Case]]:
     """``(store, case)`` of every failed case, in a stable order.
 
-    With a cases file: its cases, except those marked (there or by a judge op) ``correct``.
-    Without: every case a judge op marked ``incorrect``.
+    With a cases file: its cases, except those marked (there or by a judge op) ``correct``; the
+    cases file wins over feedback. Without: every case whose latest feedback (``outcomes``,
+    judged by ``rule``) is a failure, and every case a judge op marked ``incorrect`` unless a
+    later feedback says the answer was right (docs/feedback.md).
     """
     where: dict[str, str] = {}
     for store, G in sorted(graphs.items()):
@@ -194,34 +264,44 @@ def failed_cases(
             chosen.append((found if found is not None else NO_STORE, case))
         summary.skipped_cases += len(skipped)
         summary.source_errors.extend(skipped[:5])
+        summary.cases_by_source["cases-file"] = len(chosen)
         return chosen
+    judged = [r for r in (rule.apply(o) for o in outcomes) if r is not None]
+    decided, stats = feedback_cases(graphs, judged)
+    summary.feedback = stats.to_json()
     for store, G in sorted(graphs.items()):
         index = graph_index(G)
         for case_id in sorted(index.failed):
-            if where.get(case_id) == store:
+            if where.get(case_id) == store and case_id not in decided:
                 chosen.append(
                     (store, Case(case_id=case_id, verdict=JudgeVerdict.INCORRECT, source="trace"))
                 )
+    summary.cases_by_source["judge"] = len(chosen)
+    flagged = [(store, case) for store, case in decided.values() if case is not None]
+    summary.cases_by_source["feedback"] = len(flagged)
+    chosen.extend(flagged)
+    chosen.sort(key=lambda item: (item[0], item[1].case_id))
     return chosen
 
 
 class QuietHeap:
     """Keep Python's cyclic garbage collector off the traces the batch job holds.
 
-    The job keeps every record and graph while it attributes, and each full collection would
-    traverse all of them again: on a 300 MB export that was a third of the run. So the collector
-    is off while records are loaded and graphs built (they hold no reference cycles), and once
-    :meth:`loaded` is called what is in memory is frozen (``gc.freeze``: never scanned again)
-    while the collector runs again for the methods' own garbage. Leaving unfreezes it all. A
-    collector that was off stays off; objects frozen by someone else are left alone.
+        The job keeps every record and graph while it attributes, and each full collection would
+        traverse all of them again: on a 300 MB export that was a third of the run. So the collector
+        is off while records are loaded and graphs built (they hold no reference cycles), and once
+        :meth:`loaded` is called what is in memory is frozen (``gc.freeze``: never scanned again)
+        while the collector runs again for the methods' own garbage. Leaving unfreezes it all. A
+        collector that was off stays off; objects frozen by someone else are left alone.
 
-    >>> import gc
-    >>> with QuietHeap() as heap:
-    ...     heap.loaded()
-    ...     gc.get_freeze_count() > 0
-    True
-    >>> gc.get_freeze_count()
-    0
+        >>> import dataclasses
+    import gc
+        >>> with QuietHeap() as heap:
+        ...     heap.loaded()
+        ...     gc.get_freeze_count() > 0
+        True
+        >>> gc.get_freeze_count()
+        0
     """
 
     def __enter__(self) -> QuietHeap:
@@ -257,6 +337,8 @@ def run_batch(
     graphs: dict[str, nx.MultiDiGraph] | None = None,
     executor: str | None = None,
     memory_bound: int | str | None = None,
+    outcomes: Sequence[Outcome] | None = None,
+    rule: OutcomeRule = DEFAULT_RULE,
 ) -> tuple[list[Verdict], BatchSummary]:
     """Attribute every failed case of ``sources``.
 
@@ -273,6 +355,10 @@ def run_batch(
             there (``docs/scale.md``); verdicts and summary are those of the in-process run.
         memory_bound: run in this process but spill records per store to a SQLite temp file
             to stay near this many bytes (``"512M"``); ignored with ``graphs``.
+        outcomes: evaluations already read with ``graphs`` (see :func:`load_store_graphs`);
+            without ``graphs`` they are read from ``sources``. Not read by scaled runs, which
+            take failed cases from judge ops or ``cases_file`` only.
+        rule: which evaluations count as failures (default: ``incorrect`` or score 0).
 
     Returns:
         The verdicts of this run (resumed cases excluded) and the summary.
@@ -293,7 +379,17 @@ def run_batch(
         )
     with QuietHeap() as heap:
         return _run_in_process(
-            heap, sources, method, cases_file, out, strict, progress, on_verdict, graphs
+            heap,
+            sources,
+            method,
+            cases_file,
+            out,
+            strict,
+            progress,
+            on_verdict,
+            graphs,
+            outcomes,
+            rule,
         )
 
 
@@ -307,13 +403,17 @@ def _run_in_process(
     progress: TextIO | None,
     on_verdict: Callable[[Verdict], None] | None,
     graphs: dict[str, nx.MultiDiGraph] | None,
+    outcomes: Sequence[Outcome] | None,
+    rule: OutcomeRule,
 ) -> tuple[list[Verdict], BatchSummary]:
     started = time.perf_counter()
     summary = BatchSummary(method=method.name)
     if graphs is None:
-        graphs = load_store_graphs(sources, strict=strict, summary=summary)
+        read: list[Outcome] = []
+        graphs = load_store_graphs(sources, strict=strict, summary=summary, outcomes=read)
+        outcomes = read
     heap.loaded()
-    work = failed_cases(graphs, cases_file, summary)
+    work = failed_cases(graphs, cases_file, summary, outcomes or (), rule)
     summary.cases = len(work)
     summary.truncated_captured += sum(count_truncated_captured(G) for G in graphs.values())
     out_path = Path(out) if out is not None else None
@@ -331,7 +431,7 @@ def _run_in_process(
                 continue
             G = graphs.get(store, empty)
             try:
-                verdict = method.attribute(G, case)
+                verdict = note_inferred(G, method.attribute(G, case))
             except (MemtraceError, ValueError, KeyError, TypeError, RuntimeError) as exc:
                 summary.failed.append(
                     {"case_id": case.case_id, "error": f"{type(exc).__name__}: {exc}"}
@@ -390,10 +490,29 @@ def summary_table(summary: BatchSummary) -> str:
             "skipped records: "
             + ", ".join(f"{k}: {v}" for k, v in sorted(summary.skipped_by_kind.items()))
         )
+    if summary.duplicates:
+        lines.append(
+            f"exact duplicate spans dropped (at-least-once delivery, nothing lost): "
+            f"{summary.duplicates}"
+        )
     if summary.truncated_values or summary.truncated_captured:
         lines.append(
             f"truncated values (kept, cut): {summary.truncated_values} by the loaders' size cap, "
             f"{summary.truncated_captured} at capture time"
+        )
+    feedback = summary.feedback
+    if feedback.get("read"):
+        unknown = len(feedback.get("unknown", ()))
+        lines.append(
+            f"feedback: {feedback['read']} read, {feedback['failures']} cases flagged wrong, "
+            f"{feedback['successes']} right, {feedback['undecided']} undecided by the rule, "
+            f"{unknown} for cases not in these traces"
+            + (" (not marked done: a later run picks them up)" if unknown else "")
+        )
+    if summary.replaced_surrogates:
+        lines.append(
+            f"lone surrogates replaced by U+FFFD (kept, invalid Unicode): "
+            f"{summary.replaced_surrogates}"
         )
     if summary.skipped_cases:
         lines.append(f"skipped cases-file lines: {summary.skipped_cases}")

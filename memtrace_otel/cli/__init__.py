@@ -17,11 +17,21 @@ from memtrace_otel import __version__
 from memtrace_otel.errors import MemtraceError
 
 # Subcommand modules, in the order ``--help`` lists them.
-_COMMAND_MODULES: tuple[str, ...] = ("demo", "attribute", "graph", "export", "bench", "optimize")
+_COMMAND_MODULES: tuple[str, ...] = (
+    "demo",
+    "feedback",
+    "attribute",
+    "graph",
+    "export",
+    "bench",
+    "optimize",
+)
 
 EXIT_OK = 0
 EXIT_FAILURES = 1
 EXIT_USAGE = 2
+EXIT_NOTHING_TO_ATTRIBUTE = 3
+"""``memtrace attribute`` found no failed case: no feedback, judge op or cases file marks one."""
 EXIT_INTERRUPTED = 130
 
 

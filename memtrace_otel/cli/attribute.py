@@ -11,6 +11,7 @@ from typing import Any
 from memtrace_otel.attribution import (
     BatchSummary,
     Verdict,
+    failed_cases,
     get_method,
     load_store_graphs,
     method_names,
@@ -20,9 +21,18 @@ from memtrace_otel.attribution import (
 )
 from memtrace_otel.attribution._executors import parse_executor, parse_size
 from memtrace_otel.attribution._writeback import verdict_span_writer
+from memtrace_otel.cli import EXIT_NOTHING_TO_ATTRIBUTE
 from memtrace_otel.reporting import check_base_url, label_accuracy, load_labels, write_report
+from memtrace_otel.sources import Outcome, OutcomeRule
 
 _ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+NO_FAILURES_HINT = (
+    "memtrace: nothing to attribute: no answer in these traces is marked wrong. Mark one with\n"
+    "  memtrace feedback --traceparent <answer traceparent> --wrong [--expected TEXT]\n"
+    "(or memtrace_otel.instrumentation.send_feedback() in Python; the app gets the traceparent "
+    "from last_answer()), emit gen_ai.evaluation.result events, record judge ops, or pass "
+    "--cases FILE. See docs/feedback.md."
+)
 
 
 def register(subparsers: Any) -> None:
@@ -31,8 +41,11 @@ def register(subparsers: Any) -> None:
         "attribute",
         help="find each failed case's earliest decisive faulty operation",
         description=(
-            "Read exported traces, find the failed cases (from judge ops or --cases), and write "
-            "one verdict per case: the earliest decisive faulty operation and its error type."
+            "Read exported traces, find the failed cases (from feedback spans and "
+            "gen_ai.evaluation.result events or log records, judge ops, or --cases), and write "
+            "one verdict per case: the earliest decisive faulty operation and its error type. "
+            "Exit status: 0 all ran, 1 a case failed to run or records were skipped, 2 bad "
+            "usage, 3 no failed case found without --cases (nothing attributed)."
         ),
     )
     parser.add_argument(
@@ -44,6 +57,32 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--cases",
         help="cases file (JSON Lines: case_id, question, gold_answers, evidence_refs, verdict)",
+    )
+    parser.add_argument(
+        "--failure-labels",
+        default="incorrect",
+        metavar="LABELS",
+        help="comma-separated gen_ai.evaluation.score.label values that mark a failure "
+        "(default: incorrect)",
+    )
+    parser.add_argument(
+        "--success-labels",
+        default="correct",
+        metavar="LABELS",
+        help="labels that mark a success (default: correct)",
+    )
+    parser.add_argument(
+        "--score-threshold",
+        type=float,
+        metavar="X",
+        help="a score below X is a failure, at or above X a success (default: 0 fails, 1 "
+        "succeeds, other scores are undecided)",
+    )
+    parser.add_argument(
+        "--evaluation-name",
+        action="append",
+        metavar="NAME",
+        help="read only evaluations of this gen_ai.evaluation.name (repeatable; default: all)",
     )
     parser.add_argument(
         "--method",
@@ -129,13 +168,32 @@ def run(args: argparse.Namespace) -> int:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return 2
     scaled = executor is not None or bound is not None
+    try:
+        rule = OutcomeRule(
+            failure_labels=args.failure_labels,
+            success_labels=args.success_labels,
+            threshold=args.score_threshold,
+            names=args.evaluation_name,
+        )
+    except ValueError as exc:
+        print(f"memtrace: error: {exc}", file=sys.stderr)
+        return 2
+    if scaled and args.cases is None:
+        print(
+            "memtrace: note: scaled runs take failed cases from judge ops only; feedback is "
+            "read by runs without --executor/--memory-bound, or pass --cases",
+            file=sys.stderr,
+        )
     labels = load_labels(args.labels) if args.labels else None
     # The graphs are built here, once, so that the report can draw each case from them
     # (a scaled run never holds every graph: its report, if asked for, loads them afterwards).
     started = time.perf_counter()
     loading = BatchSummary()
+    outcomes: list[Outcome] = []
     graphs = (
-        None if scaled else load_store_graphs(args.sources, strict=args.strict, summary=loading)
+        None
+        if scaled
+        else load_store_graphs(args.sources, strict=args.strict, summary=loading, outcomes=outcomes)
     )
     on_verdict = None
     provider = None
@@ -162,6 +220,8 @@ def run(args: argparse.Namespace) -> int:
             graphs=graphs,
             executor=executor,
             memory_bound=bound,
+            outcomes=outcomes,
+            rule=rule,
         )
     finally:
         if provider is not None:
@@ -179,6 +239,8 @@ def run(args: argparse.Namespace) -> int:
         for verdict in verdicts:
             print(verdict.to_json())
     print(summary_table(summary), file=sys.stderr)
+    if summary.cases == 0 and args.cases is None:
+        print(NO_FAILURES_HINT, file=sys.stderr)
     # With --out, the file also holds the verdicts of earlier (resumed) runs: list them all.
     listed: list[Verdict] = list(read_verdicts(args.out)) if args.out else verdicts
     if labels is not None:
@@ -186,7 +248,13 @@ def run(args: argparse.Namespace) -> int:
         print(_accuracy_line(accuracy), file=sys.stderr)
     if args.report:
         if graphs is None:
-            graphs = load_store_graphs(args.sources, strict=args.strict)
+            outcomes = []
+            graphs = load_store_graphs(args.sources, strict=args.strict, outcomes=outcomes)
+        # The failed cases again (cheap: the graphs are built), for what each page leads with.
+        cases = {
+            case.case_id: case
+            for _, case in failed_cases(graphs, args.cases, BatchSummary(), outcomes, rule)
+        }
         index = write_report(  # also writes summary.json and summary.md
             args.report,
             listed,
@@ -196,8 +264,11 @@ def run(args: argparse.Namespace) -> int:
             jaeger_url=args.jaeger_url,
             tempo_url=args.tempo_url,
             sources=args.sources,
+            cases=cases,
         )
         print(f"report: {index}", file=sys.stderr)
+    if summary.cases == 0 and args.cases is None:
+        return EXIT_NOTHING_TO_ATTRIBUTE
     return 0 if summary.ok else 1
 
 
@@ -206,6 +277,8 @@ def _add_loading_counts(summary: BatchSummary, loading: BatchSummary) -> None:
     summary.records += loading.records
     summary.skipped_records += loading.skipped_records
     summary.truncated_values += loading.truncated_values
+    summary.replaced_surrogates += loading.replaced_surrogates
+    summary.duplicates += loading.duplicates
     for kind, count in loading.skipped_by_kind.items():
         summary.skipped_by_kind[kind] = summary.skipped_by_kind.get(kind, 0) + count
     summary.source_errors[:0] = loading.source_errors

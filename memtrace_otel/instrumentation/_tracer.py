@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
 from types import TracebackType
@@ -33,7 +32,12 @@ from opentelemetry.trace import (
 from opentelemetry.util.types import AttributeValue
 
 from memtrace_otel._internal import data_warning, internal_error
-from memtrace_otel.instrumentation._capture import CaptureConfig, canonical_value, digest
+from memtrace_otel.instrumentation._capture import (
+    CaptureConfig,
+    event_attributes,
+    exception_attributes,
+)
+from memtrace_otel.instrumentation._feedback import note_answer
 from memtrace_otel.instrumentation._registry import (
     WriterRegistry,
     format_traceparent,
@@ -59,8 +63,6 @@ R = TypeVar("R")
 _DEFAULT_REGISTRY = WriterRegistry()
 _current_op: ContextVar[Op | None] = ContextVar("memtrace_current_op", default=None)
 _RECORD_ID_KINDS = frozenset([OpKind.CREATE, OpKind.UPDATE, OpKind.DELETE])
-_INPUT, _OUTPUT = Role.INPUT.value, Role.OUTPUT.value
-_CATEGORY_VALUES = {c: c.value for c in Category}  # enum .value is a descriptor call: hot path
 _MAX_STATIC = 1024
 _MAX_LINKS = 4096
 """Distinct (kind, name, stage, system, store, operation) combinations whose attributes are cached."""
@@ -227,11 +229,13 @@ class Op:
             )
             self._span = span
             self._ctx_token = otel_context.attach(trace.set_span_in_context(span, parent))
+        if self._case_id and self._kind is OpKind.GENERATE:
+            note_answer(self._case_id, span.get_span_context())
         self._op_token = _current_op.set(self)
         if external and span.is_recording():
             for var in external:
                 span.add_event(
-                    A.MEMTRACE_VARIABLE_EVENT, mt._event_attributes(var, var.ref, _INPUT)
+                    A.MEMTRACE_VARIABLE_EVENT, mt._event_attributes(var, Role.INPUT)
                 )
 
     def _add_input(
@@ -265,8 +269,22 @@ class Op:
             final[A.GEN_AI_MEMORY_RECORD_ID] = self._output_ids[0]
         span.set_attributes(final)
         if exc is not None and self._adopted is None:  # an adopted span's owner records it
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            self._record_error(span, exc)
+
+    def _record_error(self, span: Span, exc: BaseException) -> None:
+        attrs, description = exception_attributes(self._mt.capture, exc)
+        span.add_event(A.EXCEPTION_EVENT, attrs)
+        span.set_status(Status(StatusCode.ERROR, description))
+
+    def record_error(self, exc: BaseException) -> None:
+        """Mark the op failed with ``exc`` without raising it (its message follows capture)."""
+        span = self._span
+        if span is None or self._ended or not span.is_recording():
+            return
+        try:
+            self._record_error(span, exc)
+        except Exception:
+            internal_error("op.record_error")
 
     def _detach(self) -> None:
         if self._op_token is not None:
@@ -299,6 +317,11 @@ class Op:
     def is_traced(self) -> bool:
         """Whether this op records a span (false when suppressed or degraded)."""
         return self._span is not None
+
+    @property
+    def max_value_length(self) -> int:
+        """The most characters of a value this op's capture setting lets leave the process."""
+        return self._mt.capture.max_value_length  # type: ignore[return-value]
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -334,7 +357,7 @@ class Op:
             self._mt.registry.record(ref, ctx)
             if span.is_recording():
                 span.add_event(
-                    A.MEMTRACE_VARIABLE_EVENT, self._mt._event_attributes(var, ref, _OUTPUT)
+                    A.MEMTRACE_VARIABLE_EVENT, self._mt._event_attributes(var, Role.OUTPUT)
                 )
             traceparent = self._traceparent
             if traceparent is None:
@@ -365,7 +388,7 @@ class Op:
             if external and span.is_recording():
                 for var in external:
                     span.add_event(
-                        A.MEMTRACE_VARIABLE_EVENT, self._mt._event_attributes(var, var.ref, _INPUT)
+                        A.MEMTRACE_VARIABLE_EVENT, self._mt._event_attributes(var, Role.INPUT)
                     )
         except Exception:
             internal_error("op.input")
@@ -472,7 +495,6 @@ class MemTracer:
         self._otel_tracer = trace.get_tracer("memtrace_otel", __version__, tracer_provider)
         self._static: dict[tuple[Any, ...], tuple[str, dict[str, AttributeValue]]] = {}
         self._links: dict[str, Link] = {}
-        self._captures = self.capture.captures_values
 
     def _link(self, ref: str, writer: SpanContext) -> Link:
         """The link to the writer of ``ref`` (cached while the writer stays the same: hot records
@@ -543,27 +565,8 @@ class MemTracer:
         ctx = self.registry.lookup(ref)
         return format_traceparent(ctx) if ctx is not None else None
 
-    def _event_attributes(self, var: Variable, ref: str, role: str) -> dict[str, AttributeValue]:
-        text = canonical_value(var.value)
-        attrs: dict[str, AttributeValue] = {
-            A.MEMTRACE_VARIABLE_REF: ref,
-            A.MEMTRACE_VARIABLE_ROLE: role,
-            A.MEMTRACE_VARIABLE_CATEGORY: _CATEGORY_VALUES[var.category],
-            A.MEMTRACE_VARIABLE_DIGEST: digest(text),
-        }
-        if var.deleted:
-            attrs[A.MEMTRACE_VARIABLE_DELETED] = True
-        elif self._captures:
-            value, truncated = self.capture.mask(text)
-            if value is not None:
-                attrs[A.MEMTRACE_VARIABLE_VALUE] = value
-                if truncated:
-                    attrs[A.MEMTRACE_VARIABLE_TRUNCATED] = True
-        if var.meta:
-            attrs[A.MEMTRACE_VARIABLE_META] = json.dumps(
-                var.meta, sort_keys=True, ensure_ascii=False, default=str
-            )
-        return attrs
+    def _event_attributes(self, var: Variable, role: Role) -> dict[str, AttributeValue]:
+        return event_attributes(self.capture, var, role)
 
     # -- ops -------------------------------------------------------------------------------
     def op(

@@ -37,7 +37,7 @@ from memtrace_otel.sources._backends import (
     parse_duration,
     parse_time,
 )
-from memtrace_otel.sources._common import SourceStats
+from memtrace_otel.sources._common import SourceStats, replace_surrogates
 from memtrace_otel.sources._documents import decode_document, decode_jaeger, decode_otlp_json
 from memtrace_otel.sources._export import ExportResult, export_source
 from memtrace_otel.sources._files import expand_paths
@@ -65,7 +65,18 @@ from memtrace_otel.sources._memtracebench import (
     load_memtracebench,
 )
 from memtrace_otel.sources._otlp_proto import decode_otlp_proto
+from memtrace_otel.sources._outcomes import (
+    DEFAULT_RULE,
+    Outcome,
+    OutcomeRule,
+    decode_outcome_logs,
+    latest_outcomes,
+    outcome_key,
+    outcomes_of,
+    read_outcomes,
+)
 from memtrace_otel.sources._source import FileSource, Source, iter_records
+from memtrace_otel.sources._upstream import adapt_upstream, is_upstream_op
 
 BACKEND_SCHEMES = ("jaeger+http://", "jaeger+https://", "tempo+http://", "tempo+https://")
 
@@ -117,6 +128,7 @@ __all__ = [
     "DEFAULT_MAX_DOCUMENT_BYTES",
     "DEFAULT_MAX_LINE_BYTES",
     "DEFAULT_MAX_RESPONSE_BYTES",
+    "DEFAULT_RULE",
     "OP_KIND_BY_CATEGORY",
     "OP_KIND_BY_NAME",
     "OTHER_KIND",
@@ -128,22 +140,32 @@ __all__ = [
     "HttpOptions",
     "JaegerSource",
     "LineReader",
+    "Outcome",
+    "OutcomeRule",
     "ReadLimits",
     "RecordCapper",
     "Source",
     "SourceStats",
     "TempoSource",
     "ValueLimits",
+    "adapt_upstream",
     "decode_document",
     "decode_jaeger",
     "decode_memtracebench",
     "decode_otlp_json",
     "decode_otlp_proto",
+    "decode_outcome_logs",
     "expand_paths",
     "export_source",
+    "is_upstream_op",
     "iter_records",
+    "latest_outcomes",
     "load_memtracebench",
     "open_source",
+    "outcome_key",
+    "outcomes_of",
     "parse_duration",
     "parse_time",
+    "read_outcomes",
+    "replace_surrogates",
 ]

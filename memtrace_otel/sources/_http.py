@@ -6,6 +6,11 @@ basic auth, extra headers and TLS options. Response bodies are read a chunk at a
 instead of filling memory. We use ``urllib`` rather than adding an HTTP
 dependency: the query APIs are plain GETs returning JSON, and the batch job makes few, large
 requests, so connection pooling would not pay for a new core dependency.
+
+Redirects (urllib follows up to 10) keep the credentials only while they stay on the same
+origin (scheme, host and port): a redirect elsewhere is followed without ``Authorization``,
+``Cookie`` or the extra headers of :class:`HttpOptions`, and a redirect to any scheme but
+http(s) (``ftp://``, ``file://``) is refused with :class:`BackendError`.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from memtrace_otel import __version__
 from memtrace_otel.errors import BackendError
@@ -41,7 +46,10 @@ class HttpOptions:
     """How to talk to a backend.
 
     Args:
-        timeout: seconds for one request (connect and read).
+        timeout: seconds any one network operation may wait (connect, or one read).
+        total_timeout: seconds one request may take in all, body included: a backend that
+            trickles its body (each read within ``timeout``) is cut off here with a
+            :class:`~memtrace_otel.errors.BackendError`, not retried.
         retries: extra attempts after a 429, a 5xx, a timeout or a refused connection.
         backoff: seconds before the first retry; doubled each time (with jitter), capped at
             ``max_backoff``. A ``Retry-After`` header (seconds) wins when it is larger.
@@ -66,6 +74,7 @@ class HttpOptions:
     """
 
     timeout: float = 30.0
+    total_timeout: float = 300.0
     retries: int = 4
     backoff: float = 0.5
     max_backoff: float = 30.0
@@ -80,8 +89,8 @@ class HttpOptions:
     max_response_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        if self.timeout <= 0:
-            raise ValueError(f"timeout must be > 0, got {self.timeout}")
+        if self.timeout <= 0 or self.total_timeout <= 0:
+            raise ValueError(f"timeouts must be > 0, got {self.timeout}, {self.total_timeout}")
         if self.retries < 0 or self.backoff < 0 or self.max_backoff < 0:
             raise ValueError("retries, backoff and max_backoff must be >= 0")
         if self.token and self.username:
@@ -112,6 +121,72 @@ class Response:
     status: int
     body: Any
     text: str
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """``(scheme, host, port)`` of ``url``, the default port filled in.
+
+    >>> _origin("http://Jaeger:80/api") == _origin("http://jaeger/other")
+    True
+    """
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or _DEFAULT_PORTS.get(scheme)
+    except ValueError:  # a port that is not a number: an origin of its own
+        port = None
+    return scheme, (parts.hostname or "").lower(), port
+
+
+class _CredentialSafeRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib's redirect handler, minus credentials when the origin changes and minus any
+    scheme but http(s) (urllib's own also follows ``ftp://``)."""
+
+    def __init__(self, private_headers: frozenset[str]) -> None:
+        self._private = _CREDENTIAL_HEADERS | private_headers
+
+    def http_error_302(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+    ) -> Any:
+        location = headers.get("location") or headers.get("uri")
+        if location:
+            target = urllib.parse.urljoin(req.full_url, location)
+            scheme = urllib.parse.urlsplit(target).scheme.lower()
+            if scheme not in _DEFAULT_PORTS:
+                fp.close()
+                raise BackendError(
+                    f"refused a redirect (HTTP {code}) to a {scheme}:// URL: only http(s) "
+                    "redirects are followed",
+                    url=req.full_url,
+                    status=code,
+                )
+        return super().http_error_302(req, fp, code, msg, headers)
+
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(newurl) != _origin(req.full_url):
+            for name in [n for n in new.headers if n.lower() in self._private]:
+                del new.headers[name]
+        return new
 
 
 class HttpClient:
@@ -159,6 +234,10 @@ class HttpClient:
             handlers.append(urllib.request.HTTPSHandler(context=options.ssl_context()))
         # Ignore proxy settings from the environment: backends are addressed directly.
         handlers.append(urllib.request.ProxyHandler({}))
+        # The extra headers may carry keys (X-Scope-OrgID, API keys): same origin only.
+        handlers.append(
+            _CredentialSafeRedirects(frozenset(name.lower() for name in options.headers))
+        )
         self._opener = urllib.request.build_opener(*handlers)
         self._headers = {"Accept": "application/json", "User-Agent": f"memtrace-otel/{__version__}"}
         if options.token:
@@ -242,10 +321,19 @@ class HttpClient:
             raise self._too_large(url, f"announces {int(length)} bytes")
         chunks: list[bytes] = []
         size = 0
+        deadline = time.monotonic() + self.options.total_timeout
+        # read1: one socket read at a time, so a trickling body meets the deadline check.
+        read = getattr(reply, "read1", reply.read)
         while True:
-            chunk = reply.read(_BODY_CHUNK)
+            chunk = read(_BODY_CHUNK)
             if not chunk:
                 return b"".join(chunks)
+            if time.monotonic() > deadline:
+                raise BackendError(
+                    f"the response body came too slowly: {size + len(chunk)} bytes in more than "
+                    f"total_timeout={self.options.total_timeout:g} s; reading stopped",
+                    url=url,
+                )
             size += len(chunk)
             if size > cap:
                 raise self._too_large(url, f"sent more than {cap} bytes")
