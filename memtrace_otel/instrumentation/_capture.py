@@ -375,17 +375,23 @@ def meta_json(capture: CaptureConfig, meta: Mapping[str, Any], category: Categor
     return json.dumps(out, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
+_ROLE_VALUES = {r: r.value for r in Role}
+_CATEGORY_VALUES = {c: c.value for c in Category}
+
+
 def event_attributes(
     capture: CaptureConfig, var: Variable, role: Role
 ) -> dict[str, AttributeValue]:
     """The attributes of one ``memtrace.variable`` event: ref, role, category, digest, and what
     :meth:`CaptureConfig.record` and :func:`meta_json` let leave of the value and its meta."""
-    text = canonical_value(var.value)
+    # Once per recorded variable: enum values from dicts (``.value`` is a descriptor call).
+    value = var.value
+    text = value if isinstance(value, str) else canonical_value(value)
     category = var.category
     attrs: dict[str, AttributeValue] = {
         A.MEMTRACE_VARIABLE_REF: var.ref,
-        A.MEMTRACE_VARIABLE_ROLE: role.value,
-        A.MEMTRACE_VARIABLE_CATEGORY: category.value,
+        A.MEMTRACE_VARIABLE_ROLE: _ROLE_VALUES[role],
+        A.MEMTRACE_VARIABLE_CATEGORY: _CATEGORY_VALUES[category],
         A.MEMTRACE_VARIABLE_DIGEST: digest(text),
     }
     if var.deleted:

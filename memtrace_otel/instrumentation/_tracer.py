@@ -98,7 +98,6 @@ class Op:
         "_mt",
         "_name",
         "_op_token",
-        "_output_ids",
         "_outputs",
         "_pending_inputs",
         "_prompt",
@@ -139,7 +138,6 @@ class Op:
         self._span: Span | None = None
         self._inputs: list[str] = []
         self._outputs: list[str] = []
-        self._output_ids: list[str] = []
         self._inputs_changed = False
         self._ended = False
         self._traceparent: str | None = None
@@ -234,9 +232,7 @@ class Op:
         self._op_token = _current_op.set(self)
         if external and span.is_recording():
             for var in external:
-                span.add_event(
-                    A.MEMTRACE_VARIABLE_EVENT, mt._event_attributes(var, Role.INPUT)
-                )
+                span.add_event(A.MEMTRACE_VARIABLE_EVENT, mt._event_attributes(var, Role.INPUT))
 
     def _add_input(
         self, item: InputLike, inputs: list[str], links: list[Link], external: list[Variable]
@@ -265,8 +261,8 @@ class Op:
         final: dict[str, AttributeValue] = {A.MEMTRACE_OP_OUTPUTS: self._outputs}
         if self._inputs_changed:
             final[A.MEMTRACE_OP_INPUTS] = self._inputs
-        if self._kind in _RECORD_ID_KINDS and len(self._output_ids) == 1:
-            final[A.GEN_AI_MEMORY_RECORD_ID] = self._output_ids[0]
+        if self._kind in _RECORD_ID_KINDS and len(self._outputs) == 1:
+            final[A.GEN_AI_MEMORY_RECORD_ID] = self._outputs[0].rpartition("@")[0]
         span.set_attributes(final)
         if exc is not None and self._adopted is None:  # an adopted span's owner records it
             self._record_error(span, exc)
@@ -352,7 +348,6 @@ class Op:
         try:
             ref = var.ref
             self._outputs.append(ref)
-            self._output_ids.append(var.id)
             ctx = span.get_span_context()
             self._mt.registry.record(ref, ctx)
             if span.is_recording():

@@ -322,9 +322,7 @@ class _Planner:
             a = record.attributes
             stage = str(a.get(attr.MEMTRACE_STAGE) or "")
             case_id = a.get(attr.MEMTRACE_CASE_ID)
-            if stage in _SEARCH_STAGES or (
-                case_id is not None and stage not in _EVALUATION_STAGES
-            ):
+            if stage in _SEARCH_STAGES or (case_id is not None and stage not in _EVALUATION_STAGES):
                 session, steps = "memory_search", search
             elif stage in _EVALUATION_STAGES:
                 session, steps = "memory_evaluation", evaluation
@@ -422,7 +420,9 @@ def build_plans(
     plans = []
     for (system, store), group in by_store.items():
         mine = [
-            r for r in label_rows if case_rows.get(str(r.get("case_id")), {}).get("store_id") == store
+            r
+            for r in label_rows
+            if case_rows.get(str(r.get("case_id")), {}).get("store_id") == store
         ]
         plan = _Planner(system, store, group, case_rows, mine, variables).plan()
         # A store of shared prompts only (no op) is not a graph of its own: its prompts are the

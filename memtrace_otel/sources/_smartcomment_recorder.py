@@ -197,7 +197,9 @@ class Recorder:
         by_role = {key: handle for key, handle in zip(step["inputs"], handles, strict=False)}
         roles = step["roles"]
         traced(
-            by_role[roles["question"]], by_role[roles["golden_answers"]], by_role[roles["prediction"]]
+            by_role[roles["question"]],
+            by_role[roles["golden_answers"]],
+            by_role[roles["prediction"]],
         )
 
 
