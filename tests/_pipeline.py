@@ -125,9 +125,12 @@ def run_case(mt: MemTracer, tracer: Tracer, case_id: str, fault: str) -> dict[st
 
 
 def write_workload(
-    folder: Path, *, capture: str = "SPAN_AND_EVENT", faults: tuple[str, ...] = FAULTS
+    folder: Path,
+    *,
+    capture: str | CaptureConfig = "SPAN_AND_EVENT",
+    faults: tuple[str, ...] = FAULTS,
 ) -> tuple[Path, Path]:
-    """Traces and a cases file: one store (user) per fault."""
+    """Traces and a cases file: one store (user) per fault (``capture``: a mode or a config)."""
     traces, cases = folder / "traces.jsonl", folder / "cases.jsonl"
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(OtlpJsonLinesExporter(traces)))
@@ -137,7 +140,7 @@ def write_workload(
             tracer_provider=provider,
             system="test",
             store_id=f"user-{fault}",
-            capture=CaptureConfig(mode=capture),
+            capture=capture if isinstance(capture, CaptureConfig) else CaptureConfig(mode=capture),
             registry=WriterRegistry(),
         )
         entries.append(run_case(mt, provider.get_tracer("test"), f"case-{fault}", fault))
