@@ -376,17 +376,23 @@ def meta_json(capture: CaptureConfig, meta: Mapping[str, Any], category: Categor
     return json.dumps(out, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
+_CATEGORY_VALUES = {c: c.value for c in Category}  # enum .value is a descriptor call: hot path
+
+
 def event_attributes(
-    capture: CaptureConfig, var: Variable, role: Role
+    capture: CaptureConfig, var: Variable, ref: str, role: Role | str
 ) -> dict[str, AttributeValue]:
     """The attributes of one ``memtrace.variable`` event: ref, role, category, digest, and what
-    :meth:`CaptureConfig.record` and :func:`meta_json` let leave of the value and its meta."""
+    :meth:`CaptureConfig.record` and :func:`meta_json` let leave of the value and its meta.
+
+    ``ref`` is ``var.ref`` (the caller often has it already); ``role`` a :class:`Role` or its value.
+    """
     text = canonical_value(var.value)
     category = var.category
     attrs: dict[str, AttributeValue] = {
-        A.MEMTRACE_VARIABLE_REF: var.ref,
-        A.MEMTRACE_VARIABLE_ROLE: role.value,
-        A.MEMTRACE_VARIABLE_CATEGORY: category.value,
+        A.MEMTRACE_VARIABLE_REF: ref,
+        A.MEMTRACE_VARIABLE_ROLE: str(role),
+        A.MEMTRACE_VARIABLE_CATEGORY: _CATEGORY_VALUES[category],
         A.MEMTRACE_VARIABLE_DIGEST: digest(text),
     }
     if var.deleted:
