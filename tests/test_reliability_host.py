@@ -42,6 +42,13 @@ from tests._otlp_receiver import SilentServer
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def _no_capture_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The settings under test come from arguments; the shell's capture variables must not leak in.
+    for name in (A.ENV_CAPTURE_MESSAGE_CONTENT, A.ENV_MEMTRACE_CAPTURE_CONTENT):
+        monkeypatch.delenv(name, raising=False)
+
+
 def _tracer(capture: CaptureConfig) -> tuple[MemTracer, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -192,20 +199,20 @@ def _everything(span: ReadableSpan) -> str:
 
 
 @pytest.mark.parametrize(
-    "capture",
+    "make",
     [
-        CaptureConfig(),  # the default: off
-        CaptureConfig(mode="NO_CONTENT"),
-        CaptureConfig(memory_mode="PRODUCTION"),  # memory on, exception text follows upstream
+        CaptureConfig,  # the default: off
+        lambda: CaptureConfig(mode="NO_CONTENT"),
+        CaptureConfig.for_production,  # memory on; exception text follows the upstream variable
     ],
     ids=["default", "off", "production"],
 )
 def test_exception_text_stays_home_when_capture_is_off(
-    capture: CaptureConfig, monkeypatch: pytest.MonkeyPatch
+    make: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(A.ENV_CAPTURE_MESSAGE_CONTENT, raising=False)
     monkeypatch.delenv(A.ENV_MEMTRACE_CAPTURE_CONTENT, raising=False)
-    mt, _ = _tracer(capture if capture.mode else CaptureConfig())
+    mt, _ = _tracer(make())
     span = _raise_through_op(mt)
     text = _everything(span)
     assert not any(secret in text for secret in SECRETS), text
