@@ -63,6 +63,7 @@ R = TypeVar("R")
 _DEFAULT_REGISTRY = WriterRegistry()
 _current_op: ContextVar[Op | None] = ContextVar("memtrace_current_op", default=None)
 _RECORD_ID_KINDS = frozenset([OpKind.CREATE, OpKind.UPDATE, OpKind.DELETE])
+_INPUT, _OUTPUT = Role.INPUT.value, Role.OUTPUT.value
 _MAX_STATIC = 1024
 _MAX_LINKS = 4096
 """Distinct (kind, name, stage, system, store, operation) combinations whose attributes are cached."""
@@ -232,7 +233,9 @@ class Op:
         self._op_token = _current_op.set(self)
         if external and span.is_recording():
             for var in external:
-                span.add_event(A.MEMTRACE_VARIABLE_EVENT, mt._event_attributes(var, Role.INPUT))
+                span.add_event(
+                    A.MEMTRACE_VARIABLE_EVENT, mt._event_attributes(var, var.ref, _INPUT)
+                )
 
     def _add_input(
         self, item: InputLike, inputs: list[str], links: list[Link], external: list[Variable]
@@ -352,7 +355,7 @@ class Op:
             self._mt.registry.record(ref, ctx)
             if span.is_recording():
                 span.add_event(
-                    A.MEMTRACE_VARIABLE_EVENT, self._mt._event_attributes(var, Role.OUTPUT)
+                    A.MEMTRACE_VARIABLE_EVENT, self._mt._event_attributes(var, ref, _OUTPUT)
                 )
             traceparent = self._traceparent
             if traceparent is None:
@@ -383,7 +386,7 @@ class Op:
             if external and span.is_recording():
                 for var in external:
                     span.add_event(
-                        A.MEMTRACE_VARIABLE_EVENT, self._mt._event_attributes(var, Role.INPUT)
+                        A.MEMTRACE_VARIABLE_EVENT, self._mt._event_attributes(var, var.ref, _INPUT)
                     )
         except Exception:
             internal_error("op.input")
@@ -560,8 +563,8 @@ class MemTracer:
         ctx = self.registry.lookup(ref)
         return format_traceparent(ctx) if ctx is not None else None
 
-    def _event_attributes(self, var: Variable, role: Role) -> dict[str, AttributeValue]:
-        return event_attributes(self.capture, var, role)
+    def _event_attributes(self, var: Variable, ref: str, role: str) -> dict[str, AttributeValue]:
+        return event_attributes(self.capture, var, ref, role)
 
     # -- ops -------------------------------------------------------------------------------
     def op(
