@@ -27,13 +27,13 @@ Run: .venv/bin/python benchmarks/bench_instrumentation.py
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _util import best_of, interleaved, verdict
+from _util import best_of, by_hand, interleaved, verdict
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
@@ -42,7 +42,6 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Link, Tracer
 
 from memtrace_otel.instrumentation import CaptureConfig, MemTracer, Variable, WriterRegistry
 from memtrace_otel.semconv import Category
@@ -93,8 +92,8 @@ def main() -> None:
         recording.add_span_processor(SimpleSpanProcessor(recorder))
         memtrace_op(_like(mt, recording))
         (recorded,) = recorder.get_finished_spans()
-        by_hand = _same_payload_by_hand(tracer, recorded)
-        times = interleaved({"bare": bare, "hand": by_hand, "ours": memtrace_op}, number=N)
+        hand = by_hand(tracer, recorded, late=[A.MEMTRACE_OP_OUTPUTS])
+        times = interleaved({"bare": bare, "hand": hand, "ours": memtrace_op}, number=N)
         results[label] = (times["bare"], times["hand"], times["ours"])
 
     provider.shutdown()
@@ -117,26 +116,6 @@ def _like(mt: MemTracer, provider: TracerProvider) -> MemTracer:
         capture=mt.capture,
         registry=mt.registry,
     )
-
-
-def _same_payload_by_hand(tracer: Tracer, span: ReadableSpan) -> Callable[[], None]:
-    """A function writing, with the SDK alone, the payload of ``span`` (one recorded op)."""
-    attributes = dict(span.attributes or {})
-    outputs = attributes.pop(A.MEMTRACE_OP_OUTPUTS)
-    # The writer's context the op linked to; the same link, the same event.
-    links = [Link(link.context, dict(link.attributes or {})) for link in span.links]
-    (event,) = span.events
-    event_name, event_attributes = event.name, dict(event.attributes or {})
-    name, kind = span.name, span.kind
-
-    def by_hand() -> None:
-        with tracer.start_as_current_span(
-            name, kind=kind, attributes=attributes, links=links
-        ) as hand_span:
-            hand_span.add_event(event_name, event_attributes)
-            hand_span.set_attribute(A.MEMTRACE_OP_OUTPUTS, outputs)
-
-    return by_hand
 
 
 def openai_chat() -> None:
