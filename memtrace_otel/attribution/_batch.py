@@ -291,21 +291,20 @@ def failed_cases(
 class QuietHeap:
     """Keep Python's cyclic garbage collector off the traces the batch job holds.
 
-        The job keeps every record and graph while it attributes, and each full collection would
-        traverse all of them again: on a 300 MB export that was a third of the run. So the collector
-        is off while records are loaded and graphs built (they hold no reference cycles), and once
-        :meth:`loaded` is called what is in memory is frozen (``gc.freeze``: never scanned again)
-        while the collector runs again for the methods' own garbage. Leaving unfreezes it all. A
-        collector that was off stays off; objects frozen by someone else are left alone.
+    The job keeps every record and graph while it attributes, and each full collection would
+    traverse all of them again: on a 300 MB export that was a third of the run. So the collector
+    is off while records are loaded and graphs built (they hold no reference cycles), and once
+    :meth:`loaded` is called what is in memory is frozen (``gc.freeze``: never scanned again)
+    while the collector runs again for the methods' own garbage. Leaving unfreezes it all. A
+    collector that was off stays off; objects frozen by someone else are left alone.
 
-        >>> import dataclasses
-    import gc
-        >>> with QuietHeap() as heap:
-        ...     heap.loaded()
-        ...     gc.get_freeze_count() > 0
-        True
-        >>> gc.get_freeze_count()
-        0
+    >>> import gc
+    >>> with QuietHeap() as heap:
+    ...     heap.loaded()
+    ...     gc.get_freeze_count() > 0
+    True
+    >>> gc.get_freeze_count()
+    0
     """
 
     def __enter__(self) -> QuietHeap:

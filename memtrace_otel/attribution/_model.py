@@ -64,6 +64,8 @@ class Verdict:
     unchecked: tuple[str, ...] = ()
     missing_traces: tuple[str, ...] = ()
     trace_id: str | None = None
+    source_op_id: str | None = None
+    """The culprit's op id in the file it was imported from (MemTraceBench ``op-...``), if any."""
 
     def to_json(self) -> str:
         """One JSON Lines line (without the newline)."""

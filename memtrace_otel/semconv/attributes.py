@@ -30,6 +30,12 @@ MEMTRACE_OP_INFERRED: Final = "memtrace.op.inferred"
 rebuilt from upstream GenAI spans (its kind, its lineage); verdicts repeat it under ``unchecked``."""
 MEMTRACE_JUDGE_VERDICT: Final = "memtrace.judge.verdict"
 """On ``judge`` ops: ``correct`` or ``incorrect`` (:class:`memtrace_otel.semconv.JudgeVerdict`)."""
+MEMTRACE_SOURCE_OP_ID: Final = "memtrace.source.op_id"
+"""On ops imported from another recorder (MemTraceBench / smartcomment): that file's op id
+(``op-<hex>``), which verdicts carry as ``source_op_id`` so they score against its annotations."""
+MEMTRACE_SOURCE_CHAIN: Final = "memtrace.source.chain"
+"""On imported ops whose recorder chained variables inside the op (raw response -> cleaned ->
+result): a JSON array of ``{"ref", "from"}`` steps, the detail behind the op's inputs/outputs."""
 
 # --- Variable events (contract section 3) ------------------------------------------------------
 MEMTRACE_VARIABLE_EVENT: Final = "memtrace.variable"

@@ -64,6 +64,12 @@ from memtrace_otel.sources._memtracebench import (
     decode_memtracebench,
     load_memtracebench,
 )
+from memtrace_otel.sources._memtracebench_export import (
+    ExportSummary,
+    build_plans,
+    export_memtracebench,
+    smartcomment_python,
+)
 from memtrace_otel.sources._otlp_proto import decode_otlp_proto
 from memtrace_otel.sources._outcomes import (
     DEFAULT_RULE,
@@ -136,6 +142,7 @@ __all__ = [
     "BenchGraph",
     "BenchLabel",
     "ExportResult",
+    "ExportSummary",
     "FileSource",
     "HttpOptions",
     "JaegerSource",
@@ -149,6 +156,7 @@ __all__ = [
     "TempoSource",
     "ValueLimits",
     "adapt_upstream",
+    "build_plans",
     "decode_document",
     "decode_jaeger",
     "decode_memtracebench",
@@ -156,6 +164,7 @@ __all__ = [
     "decode_otlp_proto",
     "decode_outcome_logs",
     "expand_paths",
+    "export_memtracebench",
     "export_source",
     "is_upstream_op",
     "iter_records",
@@ -168,4 +177,5 @@ __all__ = [
     "parse_time",
     "read_outcomes",
     "replace_surrogates",
+    "smartcomment_python",
 ]

@@ -138,6 +138,7 @@ class _Var:
     value: Any
     category: str
     deleted: bool = False
+    meta: Any = None
 
 
 def _split(ref: str) -> tuple[str, int]:
@@ -179,6 +180,8 @@ class _Planner:
         per_question = session != "memory_construction"
         value = var.value
         spec: dict[str, Any] = {"key": ref, "value": value}
+        if isinstance(var.meta, dict) and var.meta:
+            spec["metadata"] = dict(var.meta)
         if isinstance(value, dict | list):
             spec["encode"] = "json"
         category = var.category
@@ -186,7 +189,10 @@ class _Planner:
             case_id = name.split(":", 1)[1] if name.startswith("query:") else name
             spec.update(class_name="query", name=case_id, category="message & query")
             evidence = self.cases.get(case_id, {}).get("evidence_refs") or []
-            spec["metadata"] = {"evidence": [_split(e)[0] for e in evidence]}
+            spec["metadata"] = {
+                **spec.get("metadata", {}),
+                "evidence": [_split(e)[0] for e in evidence],
+            }
         elif category == Category.PREDICTION:
             spec.update(class_name="prediction", category="llm_response")
         elif category == Category.GOLD:
@@ -268,7 +274,11 @@ class _Planner:
         if mutate:
             step["mutate"] = mutate
         if kind == OpKind.JUDGE:
-            roles = {"question": None, "golden_answers": None, "prediction": None}
+            roles: dict[str, str | None] = {
+                "question": None,
+                "golden_answers": None,
+                "prediction": None,
+            }
             for ref in inputs:
                 category = self.vars.get(ref, _Var("", "other")).category
                 role = _JUDGE_ROLE.get(category)
@@ -410,6 +420,7 @@ def build_plans(
                     _decode(event.attributes.get(attr.MEMTRACE_VARIABLE_VALUE)),
                     str(event.attributes.get(attr.MEMTRACE_VARIABLE_CATEGORY) or "other"),
                     event.attributes.get(attr.MEMTRACE_VARIABLE_DELETED) is True,
+                    _decode(event.attributes.get(attr.MEMTRACE_VARIABLE_META)),
                 )
         store = record.attributes.get(attr.GEN_AI_MEMORY_STORE_ID)
         system = record.attributes.get(attr.MEMTRACE_SYSTEM)
@@ -448,8 +459,8 @@ def export_memtracebench(
         FileNotFoundError: no smartcomment environment (see :func:`smartcomment_python`).
         DecodeError: a bad input file, or the recorder failed (its stderr is in the message).
     """
-    from memtrace_otel.sources import open_source  # noqa: PLC0415 - the package imports this module
-    from memtrace_otel.systems.metrics import load_jsonl  # noqa: PLC0415
+    from memtrace_otel.sources import open_source
+    from memtrace_otel.systems.metrics import load_jsonl
 
     folder = Path(bench_dir)
     records = list(open_source(str(folder / "traces.jsonl"), strict=True).records())

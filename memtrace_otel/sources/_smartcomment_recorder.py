@@ -25,7 +25,6 @@ graph (the smartcomment export plus ``data.annotations``) and prints a JSON summ
 # This file runs under another interpreter with smartcomment installed; the project's own
 # type checker and environment never load it.
 # mypy: ignore-errors
-# ruff: noqa: ANN001, ANN202
 
 from __future__ import annotations
 
