@@ -344,14 +344,17 @@ class Mem0Telemetry:
                 "memtrace-otel: a mem0 record without an id was returned; it is not linked",
             )
             return None
-        memory_id = str(memory_id)
+        memory_id = memory_id if type(memory_id) is str else str(memory_id)
         tp = metadata.get(A.METADATA_TRACEPARENT) if isinstance(metadata, dict) else None
         if store is not None and self.stores.get(memory_id) != store:
             self.stores.set(memory_id, store)
+        version = self.versions.get(memory_id)
+        if version is None:
+            version = self.version_of(instance, memory_id, metadata)
         # Per hit, so without re-validation: a non-empty id, a version >= 1, a category.
         return unchecked_variable(
             f"mem0:{memory_id}",
-            self.version_of(instance, memory_id, metadata),
+            version,
             text,
             Category.MEMORY,
             None,
@@ -569,7 +572,11 @@ def _record_hits(
         if variable is not None:
             inputs.append(variable)
             ref = entry["ref"] = variable.ref
-            retrieved.append(Retrieved(ref, str(text or ""), variable.traceparent))
+            retrieved.append(
+                Retrieved(
+                    ref, text if isinstance(text, str) else str(text or ""), variable.traceparent
+                )
+            )
         score = hit.get("score")
         if score is not None:
             entry["score"] = score
