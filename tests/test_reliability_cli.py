@@ -12,15 +12,18 @@ Every server here is real HTTP on 127.0.0.1.
 from __future__ import annotations
 
 import base64
+import json
 import socket
 import threading
 from pathlib import Path
 
 import pytest
 
+from memtrace_otel.attribution import _partitions
 from memtrace_otel.cli import main
 from memtrace_otel.errors import BackendError
-from memtrace_otel.sources import HttpOptions, open_source
+from memtrace_otel.sources import HttpOptions, _files, open_source
+from tests._reporting import write_hostile_workload
 from tests.test_sources_backends import FakeBackend, Reply, record, serve, v3_body
 
 FAST = HttpOptions(timeout=5, retries=0, backoff=0.001, max_backoff=0.01)
@@ -130,3 +133,57 @@ def test_a_redirect_to_another_scheme_is_refused(
     assert "s3cret" not in str(info.value)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("memtrace: error:") and "redirect" in err[0]
+
+
+# --- lone surrogates ---------------------------------------------------------------------------
+ESCAPED = "\\ud800 \\udfff"  # as JSON text: two lone surrogates
+REPLACED = "\ufffd \ufffd"
+
+
+def _surrogate_workload(folder: Path) -> tuple[Path, Path]:
+    """The hostile workload with lone surrogates in every value, the case id, every op name and
+    the store id (JSON escapes), and one value holding a surrogate's raw (CESU-8) bytes."""
+    traces, cases = write_hostile_workload(folder, "PAYLOAD", in_op_names=True)
+    for path in (traces, cases):
+        text = path.read_text().replace("PAYLOAD", ESCAPED).replace("user-hostile", ESCAPED)
+        data = text.encode().replace(b"I like hiking.", b"I like \xed\xa0\x80 hiking.")
+        path.write_bytes(data)
+    return traces, cases
+
+
+@pytest.mark.parametrize("mode", ["in_process", "no_orjson", "memory_bound", "local_executor"])
+def test_lone_surrogates_are_replaced_counted_and_every_output_written(
+    mode: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if mode == "no_orjson":  # the standard library's parser, as without the [fast] extra
+        monkeypatch.setattr(_files, "_fast_loads", None)
+        monkeypatch.setattr(_partitions, "_loads", _partitions._stdlib_loads)
+    traces, cases = _surrogate_workload(tmp_path)
+    out, report = tmp_path / "verdicts.jsonl", tmp_path / "report"
+    extra = {
+        "memory_bound": ["--memory-bound", "200M"],
+        "local_executor": ["--executor", "local[1]"],
+    }
+    args = ["attribute", str(traces), "--cases", str(cases), "--out", str(out), "--quiet"]
+    assert main([*args, "--report", str(report), *extra.get(mode, [])]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "lone surrogates replaced by U+FFFD" in err
+    (verdict,) = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert verdict["case_id"] == "case-" + REPLACED and verdict["op_name"].endswith(REPLACED)
+    summary = json.loads((report / "summary.json").read_text(encoding="utf-8"))
+    assert summary["replaced_surrogates"] > 0
+    for path in (report / "index.html", report / "summary.md", *report.glob("cases/*.js")):
+        assert REPLACED in path.read_text(encoding="utf-8")  # strict UTF-8
+    if mode != "in_process":
+        return
+    for fmt in ("json", "dot", "graphml", "html"):
+        target = tmp_path / f"case.{fmt}"
+        case = ["graph", str(traces), "--case", "case-" + REPLACED, "--format", fmt]
+        assert main([*case, "-o", str(target)]) == 0
+        assert "I like \ufffd hiking." in target.read_text(encoding="utf-8")
+    assert main(["export", str(traces), "--out", str(tmp_path / "export"), "--quiet"]) == 0
+    exported = (tmp_path / "export" / "traces.jsonl").read_text(encoding="utf-8")
+    assert "\\ud800" not in exported and REPLACED in exported

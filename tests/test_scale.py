@@ -299,9 +299,11 @@ def test_bad_input_is_counted_once_by_the_scans_and_partitions(
     single_verdicts, single = run_batch([source], get_method("evidence"))
     verdicts, summary = run_batch([source], get_method("evidence"), executor=executor)
     expected = _plain(single)
-    # Duplicates: the merged line's two spans, the long-value copy of line 80, lines 120-121.
+    # Exact duplicates (the merged line's two spans, lines 120-121) are dropped and counted;
+    # the long-value copy of line 80 says something else under the same span id: a conflict.
+    assert expected["duplicates"] == 2 + 2
     assert expected["skipped_by_kind"] == {
-        "duplicate_span": 2 + 1 + 2,
+        "duplicate_span": 1,
         "empty_line": 1,
         "invalid_json": 1,
         "invalid_utf8": 1,

@@ -37,7 +37,8 @@ def test_export_merges_files_and_reports_skips(
     assert main(["export", str(inputs), "--out", str(out), "--quiet"]) == 0
     err = capsys.readouterr().err
     assert "wrote 3 spans" in err
-    assert "2 skipped (duplicate_span: 1, invalid_json: 1)" in err
+    assert "1 skipped (invalid_json: 1)" in err
+    assert "1 exact duplicate spans dropped" in err
     assert f"{inputs / 'a.jsonl'}:2: invalid JSON" in err
     records = list(open_source(str(out / "traces.jsonl"), strict=True).records())
     assert [r.name for r in records] == ["op1", "op2", "op3"]

@@ -41,8 +41,9 @@ from tests.conftest import shared_path
 
 # file -> (records in lenient mode, skipped by kind, what strict mode raises or None)
 FIXTURES: dict[str, tuple[int, dict[str, int], type[Exception] | None]] = {
-    "jaeger/otlp2jaeger-in.json": (1, {"duplicate_span": 1}, DecodeError),
-    "jaeger/otlp2jaeger-out.json": (1, {"duplicate_span": 1}, DecodeError),
+    # The same span twice, byte for byte: an exact duplicate, dropped and counted, not skipped.
+    "jaeger/otlp2jaeger-in.json": (1, {}, None),
+    "jaeger/otlp2jaeger-out.json": (1, {}, None),
     "jaeger/apiv3-GetTrace.json": (1, {}, None),
     "jaeger/apiv3-FindTraceSummaries.json": (0, {"unsupported_format": 1}, UnsupportedFormatError),
     "jaeger/uimodel-ui_01.json": (4, {"duplicate_span": 1}, DecodeError),
@@ -630,9 +631,17 @@ def test_duplicates_across_files_and_the_bounded_window(tmp_path: Path) -> None:
     _write(tmp_path / "2.jsonl", _lines(_request(_span_n(2), _span_n(3))))  # Collector retry
     records, stats = load(tmp_path)
     assert [r.name for r in records] == ["op1", "op2", "op3"]
-    assert stats.skipped_by_kind == {"duplicate_span": 1}
-    assert "first seen at" in stats.errors[0] and "1.jsonl:1" in stats.errors[0]
-    with pytest.raises(DecodeError, match="duplicate span"):
+    assert stats.skipped_by_kind == {} and stats.duplicates == 1  # exact: dropped, not a skip
+    assert load(tmp_path, strict=True)[1].duplicates == 1
+    # The same span id with other content is a conflict: skipped, reported, raised when strict.
+    changed = _span_n(3)
+    changed["name"] = "op3-rewritten"
+    _write(tmp_path / "3.jsonl", _lines(_request(changed)))
+    records, stats = load(tmp_path)
+    assert [r.name for r in records] == ["op1", "op2", "op3"]
+    assert stats.skipped_by_kind == {"duplicate_span": 1} and stats.duplicates == 1
+    assert "conflicting span" in stats.errors[0] and "2.jsonl:1" in stats.errors[0]
+    with pytest.raises(DecodeError, match="conflicting span"):
         load(tmp_path, strict=True)
     # The window bounds memory: a repeat older than two generations is no longer recognised.
     spans = [_span_n(n) for n in range(1, 8)] + [_span_n(1)]

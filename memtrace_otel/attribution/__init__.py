@@ -24,6 +24,7 @@ from memtrace_otel.attribution._batch import (
 )
 from memtrace_otel.attribution._evidence import EvidenceMethod
 from memtrace_otel.attribution._feedback import FeedbackStats, feedback_cases
+from memtrace_otel.attribution._fidelity import FidelityReport, compare_recordings
 from memtrace_otel.attribution._index import GraphIndex, graph_index
 from memtrace_otel.attribution._literature import AllAtOnce, BinarySearch, StepByStep
 from memtrace_otel.attribution._llm import LLMMethod, ModelMethod
@@ -78,6 +79,7 @@ __all__ = [
     "ChatModel",
     "EvidenceMethod",
     "FeedbackStats",
+    "FidelityReport",
     "GraphIndex",
     "LLMMethod",
     "Method",
@@ -88,6 +90,7 @@ __all__ = [
     "StepByStep",
     "Verdict",
     "blame",
+    "compare_recordings",
     "completed_case_ids",
     "failed_cases",
     "feedback_cases",

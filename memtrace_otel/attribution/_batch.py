@@ -8,6 +8,7 @@ it wrote; a rerun skips the cases already in ``--out`` (after repairing a torn l
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import os
@@ -34,6 +35,7 @@ from memtrace_otel.sources import (
     Outcome,
     OutcomeRule,
     SourceStats,
+    adapt_upstream,
     open_source,
     outcomes_of,
 )
@@ -49,6 +51,7 @@ class BatchSummary:
     ``truncated_values`` (attribute values the loaders cut to their size cap) and
     ``truncated_captured`` (variable versions whose value was already cut at capture time,
     ``memtrace.variable.truncated``) are reported but do not fail the run: the records are kept.
+    So are ``replaced_surrogates`` (lone surrogates in JSON input, replaced by U+FFFD).
     """
 
     cases: int = 0
@@ -59,8 +62,10 @@ class BatchSummary:
     records: int = 0
     skipped_records: int = 0
     skipped_by_kind: dict[str, int] = field(default_factory=dict)
+    duplicates: int = 0
     truncated_values: int = 0
     truncated_captured: int = 0
+    replaced_surrogates: int = 0
     source_errors: list[str] = field(default_factory=list)
     skipped_cases: int = 0
     cases_not_in_traces: list[str] = field(default_factory=list)
@@ -101,6 +106,8 @@ class BatchSummary:
         self.records += stats.records
         self.skipped_records += stats.skipped
         self.truncated_values += stats.truncated_values
+        self.replaced_surrogates += stats.replaced_surrogates
+        self.duplicates += stats.duplicates
         for kind, count in stats.skipped_by_kind.items():
             self.skipped_by_kind[kind] = self.skipped_by_kind.get(kind, 0) + count
         self.source_errors.extend(stats.errors[: 20 - len(self.source_errors)])
@@ -144,7 +151,8 @@ def load_store_graphs(
     """Read every source and build one evolution graph per memory store.
 
     Records of ops with no store id join every store's graph only when a store-less partition is
-    the only one (a single-store app that never set the id).
+    the only one (a single-store app that never set the id). Spans written under the upstream
+    GenAI conventions only are read as contract ops first (:func:`adapt_upstream`).
 
     Args:
         sources: file paths, directories, globs or backend URLs.
@@ -154,7 +162,7 @@ def load_store_graphs(
             events, OTLP log records), judged by the default rule; ``memtrace.feedback`` spans
             then stay out of the graphs.
     """
-    by_store: dict[str, list[SpanRecord]] = defaultdict(list)
+    records: list[SpanRecord] = []
     for spec in sources:
         source = open_source(spec, strict=strict)
         for record in source.records():
@@ -164,12 +172,36 @@ def load_store_graphs(
                     outcomes.extend(found)
                     if record.name == A.MEMTRACE_FEEDBACK_SPAN:
                         continue
-            by_store[store_of(record)].append(record)
+            records.append(record)
         if outcomes is not None:
             outcomes.extend(source.outcomes)
         if summary is not None:
             summary.add_source_stats(source.stats)
+    by_store: dict[str, list[SpanRecord]] = defaultdict(list)
+    for record in adapt_upstream(records):
+        by_store[store_of(record)].append(record)
     return {store: build_graph(records) for store, records in by_store.items()}
+
+
+def note_inferred(G: nx.MultiDiGraph, verdict: Verdict) -> Verdict:
+    """``verdict`` with what its case's ops rest on by inference listed under ``unchecked``.
+
+    Ops rebuilt from upstream GenAI spans (:func:`~memtrace_otel.sources.adapt_upstream`) say in
+    ``memtrace.op.inferred`` which of their facts were inferred (kind, lineage by record id and
+    time); a verdict resting on them says so.
+    """
+    ops = list(graph_index(G).ops_of(verdict.case_id))
+    if verdict.op_id is not None and verdict.op_id in G:
+        ops.append(verdict.op_id)
+    inferred: set[str] = set()
+    for op in ops:
+        items = G.nodes[op].get("attributes", {}).get(A.MEMTRACE_OP_INFERRED)
+        if isinstance(items, list | tuple):
+            inferred.update(str(item) for item in items)
+    if not inferred:
+        return verdict
+    note = "inferred from upstream GenAI spans: " + "; ".join(sorted(inferred))
+    return dataclasses.replace(verdict, unchecked=(*verdict.unchecked, note))
 
 
 def completed_case_ids(out: Path) -> tuple[set[str], bool]:
@@ -398,7 +430,7 @@ def _run_in_process(
                 continue
             G = graphs.get(store, empty)
             try:
-                verdict = method.attribute(G, case)
+                verdict = note_inferred(G, method.attribute(G, case))
             except (MemtraceError, ValueError, KeyError, TypeError, RuntimeError) as exc:
                 summary.failed.append(
                     {"case_id": case.case_id, "error": f"{type(exc).__name__}: {exc}"}
@@ -457,6 +489,11 @@ def summary_table(summary: BatchSummary) -> str:
             "skipped records: "
             + ", ".join(f"{k}: {v}" for k, v in sorted(summary.skipped_by_kind.items()))
         )
+    if summary.duplicates:
+        lines.append(
+            f"exact duplicate spans dropped (at-least-once delivery, nothing lost): "
+            f"{summary.duplicates}"
+        )
     if summary.truncated_values or summary.truncated_captured:
         lines.append(
             f"truncated values (kept, cut): {summary.truncated_values} by the loaders' size cap, "
@@ -470,6 +507,11 @@ def summary_table(summary: BatchSummary) -> str:
             f"{feedback['successes']} right, {feedback['undecided']} undecided by the rule, "
             f"{unknown} for cases not in these traces"
             + (" (not marked done: a later run picks them up)" if unknown else "")
+        )
+    if summary.replaced_surrogates:
+        lines.append(
+            f"lone surrogates replaced by U+FFFD (kept, invalid Unicode): "
+            f"{summary.replaced_surrogates}"
         )
     if summary.skipped_cases:
         lines.append(f"skipped cases-file lines: {summary.skipped_cases}")

@@ -11,7 +11,7 @@ from typing import Any
 from memtrace_otel.errors import DecodeError
 from memtrace_otel.semconv import ErrorType, JudgeVerdict
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.sources import DEFAULT_MAX_LINE_BYTES, LineReader, Outcome
+from memtrace_otel.sources import DEFAULT_MAX_LINE_BYTES, LineReader, Outcome, replace_surrogates
 from memtrace_otel.sources._limits import resolve_cap
 
 
@@ -64,6 +64,8 @@ class Verdict:
     unchecked: tuple[str, ...] = ()
     missing_traces: tuple[str, ...] = ()
     trace_id: str | None = None
+    source_op_id: str | None = None
+    """The culprit's op id in the file it was imported from (MemTraceBench ``op-...``), if any."""
 
     def to_json(self) -> str:
         """One JSON Lines line (without the newline)."""
@@ -186,7 +188,8 @@ def load_cases(
                     raise DecodeError(
                         f"invalid JSON: {type(exc).__name__}", path=name, line=number
                     ) from None
-                yield parse_case(obj, path=name, line=number)
+                # Lone surrogates as in the trace files (U+FFFD), so the case ids still match.
+                yield parse_case(replace_surrogates(obj)[0], path=name, line=number)
             except DecodeError as exc:
                 if strict:
                     raise

@@ -40,16 +40,30 @@ from memtrace_otel.sources import (
     iter_records,
     open_source,
 )
-from memtrace_otel.sources._common import DUPLICATE_SPAN, MAX_ERROR_MESSAGES, GcPaused
+from memtrace_otel.sources._common import (
+    DUPLICATE_SPAN,
+    MAX_ERROR_MESSAGES,
+    SURROGATE_HINT,
+    GcPaused,
+)
 from memtrace_otel.sources._files import FileReader, open_binary
 from memtrace_otel.sources._limits import LineReader, ReadLimits
-from memtrace_otel.sources._source import duplicate_span_error
+from memtrace_otel.sources._source import content_digest, duplicate_span_error
+
+
+def _stdlib_loads(raw: bytes) -> Any:
+    """``json.loads``, refusing (like orjson) what may hold lone surrogates: the reader's
+    parser then replaces and counts them."""
+    if SURROGATE_HINT.search(raw):
+        raise ValueError("may hold lone surrogates")
+    return json.loads(raw)
+
 
 _loads: Callable[[bytes], Any]
 try:  # the loaders' optional accelerator
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - the standard parser does the work
-    _loads = json.loads
+    _loads = _stdlib_loads
 
 _GZIP_OR_ZSTD = (b"\x1f\x8b", b"\x28\xb5\x2f\xfd")
 _BLOCK = 1 << 20
@@ -84,6 +98,8 @@ class Tally:
         total.records += self.stats.records
         total.skipped += self.stats.skipped
         total.truncated_values += self.stats.truncated_values
+        total.replaced_surrogates += self.stats.replaced_surrogates
+        total.duplicates += self.stats.duplicates
         for kind, count in self.stats.skipped_by_kind.items():
             total.skipped_by_kind[kind] = total.skipped_by_kind.get(kind, 0) + count
         total.errors.extend(self.stats.errors)
@@ -563,7 +579,7 @@ class _Loader:
     def __init__(self, stores: Sequence[str]) -> None:
         self.wanted = set(stores)
         self.by_store: dict[str, list[SpanRecord]] = {store: [] for store in stores}
-        self.seen: dict[tuple[str, str], str] = {}
+        self.seen: dict[tuple[str, str], tuple[str, int]] = {}
         self.tally = Tally(phase=1)
         self.limits = ValueLimits.resolve()
         self.ignored: list[DecodeError] = []  # counted by the planning already
@@ -606,13 +622,18 @@ class _Loader:
             return
         key = (record.trace_id, record.span_id)
         first = self.seen.get(key)
+        digest = content_digest(record)
         if first is None:
-            self.seen[key] = record.source
+            self.seen[key] = (record.source, digest)
             self.by_store[store].append(record)
             if counted:
                 self.tally.stats.records += 1
-        elif counted:
-            self.tally.on_error(DUPLICATE_SPAN, duplicate_span_error(record, first))
+        elif not counted:
+            pass
+        elif first[1] == digest:
+            self.tally.stats.duplicates += 1
+        else:
+            self.tally.on_error(DUPLICATE_SPAN, duplicate_span_error(record, first[0]))
 
 
 def _prune(value: Any, wanted: set[str]) -> None:

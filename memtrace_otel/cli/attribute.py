@@ -277,6 +277,8 @@ def _add_loading_counts(summary: BatchSummary, loading: BatchSummary) -> None:
     summary.records += loading.records
     summary.skipped_records += loading.skipped_records
     summary.truncated_values += loading.truncated_values
+    summary.replaced_surrogates += loading.replaced_surrogates
+    summary.duplicates += loading.duplicates
     for kind, count in loading.skipped_by_kind.items():
         summary.skipped_by_kind[kind] = summary.skipped_by_kind.get(kind, 0) + count
     summary.source_errors[:0] = loading.source_errors

@@ -26,7 +26,7 @@ from memtrace_otel.systems import (
     resolve_systems,
 )
 
-SUBCOMMAND_MODULES: tuple[str, ...] = ("bench_evaluate",)
+SUBCOMMAND_MODULES: tuple[str, ...] = ("bench_evaluate", "bench_memtracebench")
 """Modules in ``memtrace_otel.cli`` that add ``bench`` subcommands (e.g. ``"bench_evaluate"``)."""
 
 EXIT_OK = 0

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from memtrace_otel.attribution import get_method, method_names, run_batch
+from memtrace_otel.cli.bench_annotations import ANNOTATION, bench_folder, score_annotations
 from memtrace_otel.systems.metrics import evaluate, format_report, load_jsonl
 
 
@@ -21,10 +22,18 @@ def register(bench: Any) -> None:
         description=(
             "Run attribution methods on DIR/traces.jsonl with DIR/cases.jsonl and score the "
             "verdicts against DIR/labels.jsonl: error-type and op-id accuracy (exact match) per "
-            "system and label, injected and natural (counterfactual) failures separately."
+            "system and label, injected and natural (counterfactual) failures separately; "
+            "MemTraceBench annotations as their own group, on the annotated op-... id."
         ),
     )
-    p.add_argument("directory", metavar="DIR", help="a `memtrace bench generate` output directory")
+    p.add_argument(
+        "directory",
+        metavar="DIR",
+        help=(
+            "a `memtrace bench generate` or `memtrace export` output directory, or MemTraceBench "
+            "JSON files (a file or a folder), scored against their annotations"
+        ),
+    )
     p.add_argument(
         "--method",
         action="append",
@@ -37,8 +46,12 @@ def register(bench: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Score each method; exit 1 when a case failed to run."""
-    folder = Path(args.directory)
-    labels = load_jsonl(folder / "labels.jsonl")
+    with bench_folder(args.directory) as folder:
+        return _run(args, folder)
+
+
+def _run(args: argparse.Namespace, folder: Path) -> int:
+    labels = load_jsonl(folder / "labels.jsonl") if (folder / "labels.jsonl").exists() else []
     results: dict[str, Any] = {}
     status = 0
     for name in args.method or ["evidence"]:
@@ -55,12 +68,22 @@ def run(args: argparse.Namespace) -> int:
         seconds = time.perf_counter() - started
         predictions = [json.loads(v.to_json()) for v in verdicts]
         entry: dict[str, Any] = {"seconds": round(seconds, 2), "cases": summary.cases}
+        annotated = score_annotations(labels, predictions)
         for source in ("injected", "counterfactual"):
             subset = [row for row in labels if row.get("source") == source]
+            if not subset and annotated is not None:
+                continue  # a MemTraceBench file: its labels are annotations only
             report = evaluate(subset, predictions)
             entry[source] = report.to_json()
             print(f"== {name}: {source} failures ({report.overall.total} labelled)")
             print(format_report(report))
+        if annotated is not None:
+            entry[ANNOTATION] = annotated.to_json()
+            print(
+                f"== {name}: annotated failures ({annotated.overall.total} labelled; exact match "
+                "on the error type and on the annotated op id)"
+            )
+            print(format_report(annotated))
         usage = getattr(method, "usage", None)
         if isinstance(usage, dict):
             entry["usage"] = dict(usage)

@@ -8,6 +8,7 @@ from collections import OrderedDict
 
 from opentelemetry.trace import SpanContext, TraceFlags
 
+from memtrace_otel._internal import reinit_after_fork
 from memtrace_otel.semconv.attributes import ENV_MEMTRACE_REGISTRY_SIZE
 
 DEFAULT_REGISTRY_SIZE = 100_000
@@ -50,7 +51,9 @@ class WriterRegistry:
 
     The least recently written entries are evicted first; evictions are counted in
     :attr:`evicted`. A reader whose writer was evicted still works: the ref stays in
-    ``memtrace.op.inputs`` and only the link is missing.
+    ``memtrace.op.inputs`` and only the link is missing. In a forked child (gunicorn, celery
+    prefork) the lock is replaced, so a parent thread holding it at ``fork()`` cannot hang the
+    child; the entries are kept.
 
     Args:
         max_entries: capacity; ``None`` reads ``MEMTRACE_REGISTRY_SIZE``, else 100,000.
@@ -75,6 +78,11 @@ class WriterRegistry:
         self.max_entries = capacity
         self.evicted = 0
         self._entries: OrderedDict[str, SpanContext] = OrderedDict()
+        self._lock = threading.Lock()
+        reinit_after_fork(self)
+
+    def _reinit_after_fork(self) -> None:
+        # A thread of the parent may have held the lock at fork(): in the child it never returns.
         self._lock = threading.Lock()
 
     def record(self, ref: str, ctx: SpanContext) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import json
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
 from types import TracebackType
@@ -26,7 +25,11 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from memtrace_otel._internal import data_warning, internal_error
-from memtrace_otel.instrumentation._capture import CaptureConfig, canonical_value, digest
+from memtrace_otel.instrumentation._capture import (
+    CaptureConfig,
+    event_attributes,
+    exception_attributes,
+)
 from memtrace_otel.instrumentation._feedback import note_answer
 from memtrace_otel.instrumentation._registry import (
     WriterRegistry,
@@ -250,8 +253,22 @@ class Op:
         if self._kind in _RECORD_ID_KINDS and len(self._output_ids) == 1:
             span.set_attribute(A.GEN_AI_MEMORY_RECORD_ID, self._output_ids[0])
         if exc is not None:
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            self._record_error(span, exc)
+
+    def _record_error(self, span: Span, exc: BaseException) -> None:
+        attrs, description = exception_attributes(self._mt.capture, exc)
+        span.add_event(A.EXCEPTION_EVENT, attrs)
+        span.set_status(Status(StatusCode.ERROR, description))
+
+    def record_error(self, exc: BaseException) -> None:
+        """Mark the op failed with ``exc`` without raising it (its message follows capture)."""
+        span = self._span
+        if span is None or self._ended or not span.is_recording():
+            return
+        try:
+            self._record_error(span, exc)
+        except Exception:
+            internal_error("op.record_error")
 
     def _detach(self) -> None:
         if self._op_token is not None:
@@ -282,6 +299,11 @@ class Op:
     def is_traced(self) -> bool:
         """Whether this op records a span (false when suppressed or degraded)."""
         return self._span is not None
+
+    @property
+    def max_value_length(self) -> int:
+        """The most characters of a value this op's capture setting lets leave the process."""
+        return self._mt.capture.max_value_length  # type: ignore[return-value]
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -434,26 +456,7 @@ class MemTracer:
         return format_traceparent(ctx) if ctx is not None else None
 
     def _event_attributes(self, var: Variable, role: Role) -> dict[str, AttributeValue]:
-        text = canonical_value(var.value)
-        attrs: dict[str, AttributeValue] = {
-            A.MEMTRACE_VARIABLE_REF: var.ref,
-            A.MEMTRACE_VARIABLE_ROLE: role.value,
-            A.MEMTRACE_VARIABLE_CATEGORY: var.category.value,
-            A.MEMTRACE_VARIABLE_DIGEST: digest(text),
-        }
-        if var.deleted:
-            attrs[A.MEMTRACE_VARIABLE_DELETED] = True
-        elif self.capture.captures_values:
-            value, truncated = self.capture.mask(text)
-            if value is not None:
-                attrs[A.MEMTRACE_VARIABLE_VALUE] = value
-                if truncated:
-                    attrs[A.MEMTRACE_VARIABLE_TRUNCATED] = True
-        if var.meta:
-            attrs[A.MEMTRACE_VARIABLE_META] = json.dumps(
-                var.meta, sort_keys=True, ensure_ascii=False, default=str
-            )
-        return attrs
+        return event_attributes(self.capture, var, role)
 
     # -- ops -------------------------------------------------------------------------------
     def op(

@@ -37,7 +37,7 @@ from memtrace_otel.sources._backends import (
     parse_duration,
     parse_time,
 )
-from memtrace_otel.sources._common import SourceStats
+from memtrace_otel.sources._common import SourceStats, replace_surrogates
 from memtrace_otel.sources._documents import decode_document, decode_jaeger, decode_otlp_json
 from memtrace_otel.sources._export import ExportResult, export_source
 from memtrace_otel.sources._files import expand_paths
@@ -64,6 +64,12 @@ from memtrace_otel.sources._memtracebench import (
     decode_memtracebench,
     load_memtracebench,
 )
+from memtrace_otel.sources._memtracebench_export import (
+    ExportSummary,
+    build_plans,
+    export_memtracebench,
+    smartcomment_python,
+)
 from memtrace_otel.sources._otlp_proto import decode_otlp_proto
 from memtrace_otel.sources._outcomes import (
     DEFAULT_RULE,
@@ -76,6 +82,7 @@ from memtrace_otel.sources._outcomes import (
     read_outcomes,
 )
 from memtrace_otel.sources._source import FileSource, Source, iter_records
+from memtrace_otel.sources._upstream import adapt_upstream, is_upstream_op
 
 BACKEND_SCHEMES = ("jaeger+http://", "jaeger+https://", "tempo+http://", "tempo+https://")
 
@@ -135,6 +142,7 @@ __all__ = [
     "BenchGraph",
     "BenchLabel",
     "ExportResult",
+    "ExportSummary",
     "FileSource",
     "HttpOptions",
     "JaegerSource",
@@ -147,6 +155,8 @@ __all__ = [
     "SourceStats",
     "TempoSource",
     "ValueLimits",
+    "adapt_upstream",
+    "build_plans",
     "decode_document",
     "decode_jaeger",
     "decode_memtracebench",
@@ -154,7 +164,9 @@ __all__ = [
     "decode_otlp_proto",
     "decode_outcome_logs",
     "expand_paths",
+    "export_memtracebench",
     "export_source",
+    "is_upstream_op",
     "iter_records",
     "latest_outcomes",
     "load_memtracebench",
@@ -164,4 +176,6 @@ __all__ = [
     "parse_duration",
     "parse_time",
     "read_outcomes",
+    "replace_surrogates",
+    "smartcomment_python",
 ]

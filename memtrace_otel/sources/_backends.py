@@ -3,6 +3,12 @@
 Both sources search (or take trace ids), fetch whole traces, and then follow span links to the
 other traces a case's graph needs (a memory written while ingesting one session is read in
 another trace), breadth-first, up to ``follow_links`` hops and ``max_traces`` traces.
+
+Neither API pages its search: each answers at most ``limit`` traces. So the window is searched in
+time slices: a slice that comes back full (``limit`` traces) is split in two and searched again,
+until every slice holds fewer than ``limit`` traces, i.e. until the window is exhausted. The
+whole source stops at ``max_traces`` traces (search and links together); when it does,
+``stats.capped`` says so and names the option that raises the bound.
 """
 
 from __future__ import annotations
@@ -28,8 +34,11 @@ from memtrace_otel.sources._source import DEFAULT_DEDUPE_WINDOW, Source
 
 DEFAULT_LOOKBACK = "24h"
 DEFAULT_LIMIT = 100
+"""Traces one search request asks for (a page): full slices are split, never cut."""
 DEFAULT_FOLLOW_LINKS = 3
-DEFAULT_MAX_TRACES = 1000
+DEFAULT_MAX_TRACES = 20_000
+"""The bound on traces one live source loads (search and links); reaching it is reported."""
+MAX_TRACES_HINT = "raise it with --max-traces N (or max_traces=N in the source URL)"
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -139,10 +148,58 @@ class _BackendSource(Source):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.client.base_url!r})"
 
-    # The API of a backend: search -> records of any number of traces and/or trace ids still to
-    # fetch; get -> one trace's records, or None when the backend does not have it.
+    # The API of a backend: search one time slice -> records of any number of traces and/or
+    # trace ids still to fetch (at most ``limit`` traces); get -> one trace's records, or None
+    # when the backend does not have it.
     @abstractmethod
-    def _search(self) -> tuple[list[SpanRecord], list[str]]: ...
+    def _search(self, start: float, end: float) -> tuple[list[SpanRecord], list[str]]: ...
+
+    min_slice = 1e-6
+    """The shortest time slice (seconds) the API can express; a full one is not split further."""
+
+    def _slices(self) -> Iterator[tuple[list[SpanRecord], list[str]]]:
+        """Search the window slice by slice until every slice holds fewer than ``limit`` traces.
+
+        Yields each slice's result (full slices are split and searched again, not yielded);
+        stops, with ``stats.capped`` set, once ``max_traces`` traces were found.
+        """
+        stats = self.stats
+        found: set[str] = set()
+        pending = [(self.start, self.end)]
+        while pending:
+            start, end = pending.pop()
+            records, ids = self._search(start, end)
+            stats.pages += 1
+            traces = set(ids) | {r.trace_id for r in records}
+            middle = start + (end - start) / 2
+            if self.min_slice >= 1:  # whole seconds: split on one
+                middle = float(int(middle))
+            if len(traces) >= self.limit and end - start > self.min_slice and start < middle < end:
+                pending += [(middle, end), (start, middle)]  # older half first
+                continue
+            if len(traces) >= self.limit:
+                stats.capped = (
+                    f"{len(traces)} traces start within {self.min_slice:g} s at "
+                    f"{_rfc3339(start)}: the search cannot be sliced further; raise limit "
+                    "(limit=N in the source URL)"
+                )
+            new = traces - found
+            if len(found) + len(new) > self.max_traces:
+                stats.capped = (
+                    f"the window {_rfc3339(self.start)} .. {_rfc3339(self.end)} holds more than "
+                    f"max_traces={self.max_traces} traces; loading stopped at the bound: "
+                    f"{MAX_TRACES_HINT}, or narrow the window (lookback, start, end)"
+                )
+                keep = set(sorted(new)[: self.max_traces - len(found)])
+                records = [r for r in records if r.trace_id in keep or r.trace_id in found]
+                ids = [t for t in ids if t in keep]
+                found |= keep
+                stats.traces_total = len(found)
+                yield records, ids
+                return
+            found |= new
+            stats.traces_total = len(found)
+            yield records, ids
 
     @abstractmethod
     def _get(self, trace_id: str) -> list[SpanRecord] | None: ...
@@ -172,9 +229,9 @@ class _BackendSource(Source):
                             queue.append((link.trace_id, depth + 1))
 
         if not self.trace_ids:
-            found, ids = self._search()
-            queue.extend((t, 0) for t in ids)
-            yield from grouped(found, 0)
+            for found, ids in self._slices():
+                queue.extend((t, 0) for t in ids)
+                yield from grouped(found, 0)
         while queue:
             trace_id, depth = queue.popleft()
             if trace_id in fetched or trace_id in not_followed:
@@ -182,6 +239,11 @@ class _BackendSource(Source):
             if depth > self.follow_links or len(fetched) >= self.max_traces:
                 not_followed.add(trace_id)
                 self.stats.links_not_followed = len(not_followed)
+                if depth <= self.follow_links and not self.stats.capped:
+                    self.stats.capped = (
+                        f"max_traces={self.max_traces} traces loaded: linked traces were left "
+                        f"unfetched; {MAX_TRACES_HINT}"
+                    )
                 continue
             records = self._get(trace_id)
             if records is None:
@@ -215,12 +277,14 @@ class JaegerSource(_BackendSource):
         start: the search window's start (RFC 3339, unix seconds or datetime).
         end: its end (default: now).
         lookback: the window's length when ``start`` is not given (``30m``, ``24h``, ``7d``).
-        limit: how many traces a search returns at most (``query.search_depth``).
+        limit: how many traces one search request returns at most (``query.search_depth``): a
+            page. A slice of the window that comes back full is split and searched again.
         raw_traces: ask Jaeger not to run its adjusters (clock-skew, span-id dedupe), which
             rewrite spans.
         api: ``auto`` (api_v3, falling back to v1 on a missing route), ``v3`` or ``v1``.
         follow_links: hops of span links to follow to other traces (0: none).
-        max_traces: stop fetching linked traces after this many traces in all.
+        max_traces: the bound on traces loaded, search and links together (default 20,000);
+            reaching it sets ``stats.capped``, which the batch job reports and fails on.
         http: timeouts, retries, auth, TLS and the response size cap (``max_response_bytes``).
         strict: raise at the first bad record.
         dedupe_window: see :class:`~memtrace_otel.sources.Source`.
@@ -269,13 +333,13 @@ class JaegerSource(_BackendSource):
             raise BackendError("the Jaeger api_v3 routes are missing", url=self.client.base_url)
         self.api = "v1"
 
-    def _search(self) -> tuple[list[SpanRecord], list[str]]:
+    def _search(self, start: float, end: float) -> tuple[list[SpanRecord], list[str]]:
         if self.api != "v1":
             params: dict[str, str | int | None] = {
                 "query.service_name": self.service,
                 "query.operation_name": self.operation,
-                "query.start_time_min": _rfc3339(self.start),
-                "query.start_time_max": _rfc3339(self.end),
+                "query.start_time_min": _rfc3339(start),
+                "query.start_time_max": _rfc3339(end),
                 "query.search_depth": self.limit,
                 # Jaeger before the rename (v2.13 and older) reads only the old name.
                 "query.num_traces": self.limit,
@@ -284,20 +348,15 @@ class JaegerSource(_BackendSource):
             }
             reply = self.client.get("/api/v3/traces", params)
             if not self._route_missing(reply):
-                if (
-                    reply.status == 404
-                ):  # {"error": {"httpCode": 404, "message": "No traces found"}}
-                    self.stats.traces_total = 0
+                if reply.status == 404:  # {"error": {"httpCode": 404, "message": "No traces..."}}
                     return [], []
-                records = self._decode(reply.body, self.client.url("/api/v3/traces", params))
-                self.stats.traces_total = len({r.trace_id for r in records})
-                return records, []
+                return self._decode(reply.body, self.client.url("/api/v3/traces", params)), []
             self._use_v1()
         v1_params: dict[str, str | int | None] = {
             "service": self.service,
             "operation": self.operation,
-            "start": int(self.start * 1_000_000),
-            "end": int(self.end * 1_000_000),
+            "start": int(start * 1_000_000),
+            "end": int(end * 1_000_000),
             "limit": self.limit,
             "tags": json.dumps(self.attributes) if self.attributes else None,
         }
@@ -311,8 +370,6 @@ class JaegerSource(_BackendSource):
                     status=404,
                 )
             return [], []
-        data = reply.body.get("data") if isinstance(reply.body, dict) else None
-        self.stats.traces_total = len(data) if isinstance(data, list) else 0
         return self._decode(reply.body, self.client.url("/api/traces", v1_params)), []
 
     def _get(self, trace_id: str) -> list[SpanRecord] | None:
@@ -345,7 +402,7 @@ class TempoSource(_BackendSource):
         trace_ids: fetch these traces instead of searching.
         start: the search window's start; end: its end (default now); lookback: its length.
             Tempo leaves out the newest 30 s unless its ``query_end_cutoff`` is lowered.
-        limit: traces per search.
+        limit: traces per search request; full time slices are split and searched again.
         spss: spans per span set returned by the search (unused for fetching).
         follow_links, max_traces, http, strict, dedupe_window, max_attribute_bytes,
             max_array_items: see :class:`JaegerSource`.
@@ -374,11 +431,13 @@ class TempoSource(_BackendSource):
         self.spss = spss
         self._v2_works = False
 
-    def _search(self) -> tuple[list[SpanRecord], list[str]]:
+    min_slice = 1.0  # Tempo's search takes whole seconds
+
+    def _search(self, start: float, end: float) -> tuple[list[SpanRecord], list[str]]:
         params: dict[str, str | int | None] = {
             "q": self.query,
-            "start": int(self.start),
-            "end": int(self.end) + 1,
+            "start": int(start),
+            "end": int(end) + 1,
             "limit": self.limit,
             "spss": self.spss,
         }
@@ -400,9 +459,7 @@ class TempoSource(_BackendSource):
                 ids.append(padded_hex_id(raw, 32, "traceID"))  # Tempo drops leading zeros
             except Bad:
                 continue
-        unique = list(dict.fromkeys(ids))
-        self.stats.traces_total = len(unique)
-        return [], unique
+        return [], list(dict.fromkeys(ids))
 
     def _get(self, trace_id: str) -> list[SpanRecord] | None:
         path = f"/api/v2/traces/{trace_id}"

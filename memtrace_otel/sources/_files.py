@@ -38,6 +38,7 @@ from memtrace_otel.sources._common import (
     INVALID_RECORD,
     INVALID_UTF8,
     LINE_TOO_LONG,
+    SURROGATE_HINT,
     TRUNCATED,
     UNREADABLE,
     UNSUPPORTED_FORMAT,
@@ -45,6 +46,7 @@ from memtrace_otel.sources._common import (
     GcPaused,
     OnError,
     make_error,
+    replace_surrogates,
 )
 from memtrace_otel.sources._documents import BenchSink, decode_value
 from memtrace_otel.sources._limits import LineReader, LineSource, ReadLimits, RecordCapper
@@ -299,7 +301,11 @@ class FileReader:
 
     # --- JSON --------------------------------------------------------------------------------
     def _parse(self, raw: bytes | bytearray, line: int | None) -> Any:
-        """One JSON value, or ``Bad`` naming what is wrong with it."""
+        """One JSON value, or ``Bad`` naming what is wrong with it.
+
+        Lone surrogates (``"\\ud800"``, valid JSON but not Unicode) are replaced by U+FFFD
+        and counted in ``replaced_surrogates``: nothing downstream could write them.
+        """
         if _fast_loads is not None:
             try:
                 return _fast_loads(raw)
@@ -308,7 +314,13 @@ class FileReader:
                 # what orjson refuses (NaN literals, lone surrogates, integers beyond 64 bits).
                 pass
         try:
-            return json.loads(raw)
+            value = json.loads(raw)
+            if _fast_loads is None and not SURROGATE_HINT.search(raw):
+                return value
+            value, replaced = replace_surrogates(value)
+            if replaced and self.capper is not None and self.capper.stats is not None:
+                self.capper.stats.replaced_surrogates += replaced
+            return value
         except UnicodeDecodeError as exc:
             raise Bad("", f"not UTF-8 ({exc.reason} at byte {exc.start})", INVALID_UTF8) from None
         except json.JSONDecodeError as exc:

@@ -46,7 +46,10 @@ class HttpOptions:
     """How to talk to a backend.
 
     Args:
-        timeout: seconds for one request (connect and read).
+        timeout: seconds any one network operation may wait (connect, or one read).
+        total_timeout: seconds one request may take in all, body included: a backend that
+            trickles its body (each read within ``timeout``) is cut off here with a
+            :class:`~memtrace_otel.errors.BackendError`, not retried.
         retries: extra attempts after a 429, a 5xx, a timeout or a refused connection.
         backoff: seconds before the first retry; doubled each time (with jitter), capped at
             ``max_backoff``. A ``Retry-After`` header (seconds) wins when it is larger.
@@ -71,6 +74,7 @@ class HttpOptions:
     """
 
     timeout: float = 30.0
+    total_timeout: float = 300.0
     retries: int = 4
     backoff: float = 0.5
     max_backoff: float = 30.0
@@ -85,8 +89,8 @@ class HttpOptions:
     max_response_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        if self.timeout <= 0:
-            raise ValueError(f"timeout must be > 0, got {self.timeout}")
+        if self.timeout <= 0 or self.total_timeout <= 0:
+            raise ValueError(f"timeouts must be > 0, got {self.timeout}, {self.total_timeout}")
         if self.retries < 0 or self.backoff < 0 or self.max_backoff < 0:
             raise ValueError("retries, backoff and max_backoff must be >= 0")
         if self.token and self.username:
@@ -317,10 +321,19 @@ class HttpClient:
             raise self._too_large(url, f"announces {int(length)} bytes")
         chunks: list[bytes] = []
         size = 0
+        deadline = time.monotonic() + self.options.total_timeout
+        # read1: one socket read at a time, so a trickling body meets the deadline check.
+        read = getattr(reply, "read1", reply.read)
         while True:
-            chunk = reply.read(_BODY_CHUNK)
+            chunk = read(_BODY_CHUNK)
             if not chunk:
                 return b"".join(chunks)
+            if time.monotonic() > deadline:
+                raise BackendError(
+                    f"the response body came too slowly: {size + len(chunk)} bytes in more than "
+                    f"total_timeout={self.options.total_timeout:g} s; reading stopped",
+                    url=url,
+                )
             size += len(chunk)
             if size > cap:
                 raise self._too_large(url, f"sent more than {cap} bytes")

@@ -32,6 +32,7 @@ an explicit ``memtrace.case.id``, and the answer's trace and span.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -184,6 +185,50 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
+_EXPECTED_IN_TEXT = re.compile(
+    r"(?:\bexpected(?:\s+answer)?|\b(?:the\s+)?(?:correct|right)\s+answer|"
+    r"\bshould\s+(?:have\s+)?(?:been|be|said|say))\s*(?:is|was|:|=|-)?\s*",
+    re.IGNORECASE,
+)
+_QUOTED = re.compile(r"[\"“‘'](?P<answer>[^\"”’'\n]{1,200})[\"”’']")
+_ABBREVIATIONS = frozenset({"dr", "mr", "mrs", "ms", "st", "prof", "jr", "sr", "mt", "no"})
+
+
+def expected_from_explanation(text: str | None) -> str | None:
+    """The expected answer an evaluator wrote in free text, when it says it plainly.
+
+    Evaluators other than ``memtrace feedback`` often have only ``gen_ai.evaluation.explanation``
+    ("Expected answer: Porto", "the correct answer is Porto", "should be Porto"). A phrase that
+    does not parse gives ``None``: attribution then works without an expected answer.
+
+    >>> expected_from_explanation("Wrong city. Expected answer: Porto.")
+    'Porto'
+    >>> expected_from_explanation('The correct answer is "Dr. Okafor", not Novak')
+    'Dr. Okafor'
+    >>> expected_from_explanation("It should have been Dr. Okafor. Please fix.")
+    'Dr. Okafor'
+    >>> expected_from_explanation("The assistant got it wrong.") is None
+    True
+    """
+    if not text:
+        return None
+    match = _EXPECTED_IN_TEXT.search(text)
+    if match is None:
+        return None
+    rest = text[match.end() :]
+    quoted = _QUOTED.match(rest)
+    if quoted is not None:
+        return quoted.group("answer").strip() or None
+    answer = re.split(r"[\n;!?]", rest, maxsplit=1)[0]
+    for stop in re.finditer(r"\.(?:\s|$)", answer):
+        words = answer[: stop.start()].split()
+        if not words or words[-1].casefold() not in _ABBREVIATIONS:
+            answer = answer[: stop.start()]
+            break
+    answer = answer.strip(" ,:-.")
+    return answer[:200] or None
+
+
 def _score(value: Any) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
@@ -219,6 +264,8 @@ def _outcome(
     label = _text(get(A.GEN_AI_EVALUATION_SCORE_LABEL))
     score = _score(get(A.GEN_AI_EVALUATION_SCORE_VALUE))
     case_id = _text(get(A.MEMTRACE_CASE_ID))
+    explanation = _text(get(A.GEN_AI_EVALUATION_EXPLANATION))
+    expected = _text(get(A.MEMTRACE_FEEDBACK_EXPECTED)) or expected_from_explanation(explanation)
     return Outcome(
         failed=rule.classify(label, score),
         case_id=case_id or None,
@@ -227,8 +274,8 @@ def _outcome(
         label=label,
         score=score,
         name=name,
-        expected=_text(get(A.MEMTRACE_FEEDBACK_EXPECTED)),
-        explanation=_text(get(A.GEN_AI_EVALUATION_EXPLANATION)),
+        expected=expected,
+        explanation=explanation,
         time_unix_nano=time_unix_nano,
         via=via,
         source=source,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from memtrace_otel.errors import DecodeError
 from memtrace_otel.semconv import SpanRecord
@@ -101,11 +102,13 @@ class Source(ABC):
             yield record
 
     def records(self) -> Iterator[SpanRecord]:
-        """The span records, streamed, with duplicate spans skipped (or raised when strict).
+        """The span records, streamed, each (trace id, span id) once.
 
-        A span is a duplicate when its (trace id, span id) was seen among the last
-        ``dedupe_window`` to ``2 * dedupe_window`` spans: the Collector re-sends batches on
-        retry, and a query may return a trace twice.
+        A span is seen again when its (trace id, span id) was among the last ``dedupe_window``
+        to ``2 * dedupe_window`` spans. An exact duplicate (same content: the Collector re-sends
+        batches on retry, at-least-once delivery) is dropped and counted in
+        ``stats.duplicates``; a span id seen again with different content is a conflict,
+        skipped and counted as ``duplicate_span`` (raised when strict).
         """
         stats = self.stats
         window = self.dedupe_window
@@ -114,17 +117,21 @@ class Source(ABC):
                 stats.records += 1
                 yield record
             return
-        recent: dict[int, str] = {}
-        older: dict[int, str] = {}
+        recent: dict[int, tuple[str, int]] = {}
+        older: dict[int, tuple[str, int]] = {}
         for record in self._capped_records():
             key = hash((record.trace_id, record.span_id))
+            digest = content_digest(record)
             first = recent.get(key)
             if first is None:
                 first = older.get(key)
             if first is not None:
-                self.on_error(DUPLICATE_SPAN, duplicate_span_error(record, first))
+                if first[1] == digest:
+                    stats.duplicates += 1
+                else:
+                    self.on_error(DUPLICATE_SPAN, duplicate_span_error(record, first[0]))
                 continue
-            recent[key] = record.source
+            recent[key] = (record.source, digest)
             if len(recent) >= window:
                 older, recent = recent, {}
             stats.records += 1
@@ -193,11 +200,47 @@ class FileSource(Source):
         return f"FileSource({self.specs!r}, strict={self.strict})"
 
 
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
+def _items(mapping: Mapping[str, Any]) -> frozenset[tuple[str, Any]]:
+    return frozenset((k, _hashable(v)) for k, v in mapping.items())
+
+
+def content_digest(record: SpanRecord) -> int:
+    """A hash of what a span says, ``source`` (where it was read) left out: two copies of one
+    span written by a retrying exporter have the same digest."""
+    return hash(
+        (
+            record.name,
+            record.parent_span_id,
+            record.kind,
+            record.start_time_unix_nano,
+            record.end_time_unix_nano,
+            record.status_code,
+            record.status_message,
+            _items(record.attributes),
+            tuple((e.name, e.time_unix_nano, _items(e.attributes)) for e in record.events),
+            tuple((li.trace_id, li.span_id, _items(li.attributes)) for li in record.links),
+            _items(record.resource_attributes),
+            record.scope_name,
+            record.scope_version,
+        )
+    )
+
+
 def duplicate_span_error(record: SpanRecord, first: str) -> DecodeError:
-    """The error reported for a span seen again (``first``: where it was first seen)."""
+    """The error reported for a span id seen again with different content (``first``: where it
+    was first seen)."""
     path, _, line = record.source.rpartition(":")
     return make_error(
-        f"duplicate span {record.span_id} of trace {record.trace_id} (first seen at {first})",
+        f"conflicting span {record.span_id} of trace {record.trace_id}: seen before with "
+        f"different content (first at {first})",
         path=path,
         line=int(line) if line.isdigit() else None,
         field="spanId",
