@@ -92,7 +92,12 @@ class Variable:
         """A copy carrying its writer's ``traceparent``."""
         # Hot path (every op output): copy the already validated fields without re-validating.
         copy = object.__new__(Variable)
-        for name in ("id", "version", "value", "category", "meta", "deleted"):
-            object.__setattr__(copy, name, getattr(self, name))
-        object.__setattr__(copy, "traceparent", traceparent)
+        set_field = object.__setattr__
+        set_field(copy, "id", self.id)
+        set_field(copy, "version", self.version)
+        set_field(copy, "value", self.value)
+        set_field(copy, "category", self.category)
+        set_field(copy, "meta", self.meta)
+        set_field(copy, "deleted", self.deleted)
+        set_field(copy, "traceparent", traceparent)
         return copy

@@ -132,7 +132,7 @@ METRIC_NAMES: Final[tuple[str, ...]] = (METRIC_SDK_SPANS_DROPPED, METRIC_OTEL_CO
 ENV_CAPTURE_MESSAGE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 """Upstream switch for content capture (``NO_CONTENT`` default)."""
 ENV_MEMTRACE_CAPTURE_CONTENT: Final = "MEMTRACE_CAPTURE_CONTENT"
-"""Project override of the upstream switch; same values."""
+"""Project override of the upstream switch for the memory categories only (message, memory, query, candidates, gold); same values plus ``PRODUCTION``."""
 ENV_MEMTRACE_MAX_VALUE_LENGTH: Final = "MEMTRACE_MAX_VALUE_LENGTH"
 """Largest captured value in characters before it is cut and marked ``truncated``."""
 ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES: Final = "MEMTRACE_MAX_ATTRIBUTE_BYTES"
