@@ -14,18 +14,26 @@ process CPU time (the machine is shared: CPU time and the best round are the lea
 
 Goal: memtrace op / same payload by hand <= 1.15, capture off and on.
 
+Then the OpenAI chat wrapper: ``client.chat.completions.create`` on the real ``openai`` client
+against the scripted loopback server of the tests (its thread's CPU counts on every side alike),
+uninstrumented, with our instrumentor (capture off and on), with the upstream
+``opentelemetry-instrumentation-openai-v2`` alone and with both (ours then enriches its span).
+Each is instrumented and uninstrumented in turn inside every round; printed as ratios to the
+uninstrumented call (and, for both, to the upstream instrumentor alone) with the us added per call.
+
 Run: .venv/bin/python benchmarks/bench_instrumentation.py
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _util import interleaved, verdict
+from _util import best_of, by_hand, interleaved, verdict
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
@@ -34,7 +42,6 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Link, Tracer
 
 from memtrace_otel.instrumentation import CaptureConfig, MemTracer, Variable, WriterRegistry
 from memtrace_otel.semconv import Category
@@ -85,8 +92,8 @@ def main() -> None:
         recording.add_span_processor(SimpleSpanProcessor(recorder))
         memtrace_op(_like(mt, recording))
         (recorded,) = recorder.get_finished_spans()
-        by_hand = _same_payload_by_hand(tracer, recorded)
-        times = interleaved({"bare": bare, "hand": by_hand, "ours": memtrace_op}, number=N)
+        hand = by_hand(tracer, recorded, late=[A.MEMTRACE_OP_OUTPUTS])
+        times = interleaved({"bare": bare, "hand": hand, "ours": memtrace_op}, number=N)
         results[label] = (times["bare"], times["hand"], times["ours"])
 
     provider.shutdown()
@@ -111,25 +118,81 @@ def _like(mt: MemTracer, provider: TracerProvider) -> MemTracer:
     )
 
 
-def _same_payload_by_hand(tracer: Tracer, span: ReadableSpan) -> Callable[[], None]:
-    """A function writing, with the SDK alone, the payload of ``span`` (one recorded op)."""
-    attributes = dict(span.attributes or {})
-    outputs = attributes.pop(A.MEMTRACE_OP_OUTPUTS)
-    # The writer's context the op linked to; the same link, the same event.
-    links = [Link(link.context, dict(link.attributes or {})) for link in span.links]
-    (event,) = span.events
-    event_name, event_attributes = event.name, dict(event.attributes or {})
-    name, kind = span.name, span.kind
+def openai_chat() -> None:
+    """The OpenAI chat wrapper against the uninstrumented call, alone and beside upstream."""
+    import openai
 
-    def by_hand() -> None:
-        with tracer.start_as_current_span(
-            name, kind=kind, attributes=attributes, links=links
-        ) as hand_span:
-            hand_span.add_event(event_name, event_attributes)
-            hand_span.set_attribute(A.MEMTRACE_OP_OUTPUTS, outputs)
+    from memtrace_otel.instrumentors.openai import OpenAIInstrumentor
+    from tests._instrumentor_helpers import LLMScript
+    from tests._openai_server import ScriptedOpenAI
 
-    return by_hand
+    try:
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor as Upstream
+    except ImportError:  # not in the dev extra's environment
+        Upstream = None
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(NullExporter(), max_queue_size=100_000))
+    messages = [
+        {"role": "system", "content": "Answer from these memories:\nAna lives in Porto."},
+        {"role": "user", "content": "Where does Ana live?"},
+    ]
+    ours, upstream = OpenAIInstrumentor(), Upstream() if Upstream is not None else None
+
+    def enable(side: str) -> None:
+        if side in ("upstream", "both") and upstream is not None:
+            upstream.instrument(tracer_provider=provider)
+        if side in ("off", "on", "both"):
+            mode = "SPAN_AND_EVENT" if side == "on" else "NO_CONTENT"
+            ours.instrument(tracer_provider=provider, capture=CaptureConfig(mode=mode))
+
+    def disable() -> None:
+        for instrumentor in (ours, upstream):
+            if instrumentor is not None and instrumentor.is_instrumented_by_opentelemetry:
+                instrumentor.uninstrument()
+
+    sides = ["plain", "off", "on"] + (["upstream", "both"] if upstream is not None else [])
+    best = dict.fromkeys(sides, float("inf"))
+    with ScriptedOpenAI(LLMScript(answer=lambda prompt: "Porto")) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-bench", max_retries=0)
+
+        def call() -> None:
+            client.chat.completions.create(model="gpt-4.1-mini", messages=messages)
+
+        for _ in range(20):
+            call()  # warm the client and the server
+        for _ in range(ROUNDS):
+            for side in sides:
+                enable(side)
+                call()
+                best[side] = min(best[side], best_of(call, number=CHAT_CALLS, repeat=1))
+                disable()
+    provider.shutdown()
+    plain = best["plain"]
+    print(
+        f"OpenAI chat wrapper: best of {ROUNDS} interleaved rounds of {CHAT_CALLS} calls, CPU time"
+    )
+    print(f"  uninstrumented {plain * 1e6:7.1f} us per call")
+    for side, label in (("off", "ours, capture off"), ("on", "ours, capture on ")):
+        print(
+            f"  {label}: {best[side] * 1e6:7.1f} us, ratio {best[side] / plain:.3f}, "
+            f"added {(best[side] - plain) * 1e6:5.1f} us per call"
+        )
+    if upstream is None:
+        print("  (upstream opentelemetry-instrumentation-openai-v2 not installed)")
+        return
+    alone, both = best["upstream"], best["both"]
+    print(
+        f"  upstream alone: {alone * 1e6:7.1f} us, ratio {alone / plain:.3f}; upstream + ours "
+        f"(one enriched span): {both * 1e6:7.1f} us, {both / alone:.3f}x upstream alone, "
+        f"added {(both - alone) * 1e6:5.1f} us per call"
+    )
+
+
+ROUNDS = 7
+CHAT_CALLS = 40
 
 
 if __name__ == "__main__":
     main()
+    openai_chat()

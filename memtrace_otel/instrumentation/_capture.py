@@ -387,7 +387,8 @@ def event_attributes(
 
     ``ref`` is ``var.ref`` (the caller often has it already); ``role`` a :class:`Role` or its value.
     """
-    text = canonical_value(var.value)
+    value = var.value
+    text = value if isinstance(value, str) else canonical_value(value)
     category = var.category
     attrs: dict[str, AttributeValue] = {
         A.MEMTRACE_VARIABLE_REF: ref,

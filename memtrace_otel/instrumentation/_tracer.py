@@ -99,7 +99,6 @@ class Op:
         "_mt",
         "_name",
         "_op_token",
-        "_output_ids",
         "_outputs",
         "_pending_inputs",
         "_prompt",
@@ -140,7 +139,6 @@ class Op:
         self._span: Span | None = None
         self._inputs: list[str] = []
         self._outputs: list[str] = []
-        self._output_ids: list[str] = []
         self._inputs_changed = False
         self._ended = False
         self._traceparent: str | None = None
@@ -266,8 +264,8 @@ class Op:
         final: dict[str, AttributeValue] = {A.MEMTRACE_OP_OUTPUTS: self._outputs}
         if self._inputs_changed:
             final[A.MEMTRACE_OP_INPUTS] = self._inputs
-        if self._kind in _RECORD_ID_KINDS and len(self._output_ids) == 1:
-            final[A.GEN_AI_MEMORY_RECORD_ID] = self._output_ids[0]
+        if self._kind in _RECORD_ID_KINDS and len(self._outputs) == 1:
+            final[A.GEN_AI_MEMORY_RECORD_ID] = self._outputs[0].rpartition("@")[0]
         span.set_attributes(final)
         if exc is not None and self._adopted is None:  # an adopted span's owner records it
             self._record_error(span, exc)
@@ -353,7 +351,6 @@ class Op:
         try:
             ref = var.ref
             self._outputs.append(ref)
-            self._output_ids.append(var.id)
             ctx = span.get_span_context()
             self._mt.registry.record(ref, ctx)
             if span.is_recording():
@@ -370,13 +367,19 @@ class Op:
 
     def input(self, item: InputLike) -> None:
         """Record one more input after the op started (e.g. a record read mid-way)."""
+        self.add_inputs((item,))
+
+    def add_inputs(self, items: Iterable[InputLike]) -> None:
+        """Record more inputs after the op started, in one pass (e.g. the hits of a search)."""
         span = self._span
         if span is None or self._ended:
             return
         try:
             links: list[Link] = []
             external: list[Variable] = []
-            self._add_input(item, self._inputs, links, external)
+            inputs = self._inputs
+            for item in items:
+                self._add_input(item, inputs, links, external)
             self._inputs_changed = True
             for link in links:
                 span.add_link(link.context, link.attributes)

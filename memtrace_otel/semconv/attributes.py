@@ -174,6 +174,9 @@ OP_SPAN_NAME_PREFIX: Final = "memtrace."
 """Ops that touch no memory store are named ``memtrace.<kind> <op.name>``."""
 METADATA_TRACEPARENT: Final = "memtrace_traceparent"
 """Key under which a memory record's metadata carries its writer's W3C ``traceparent``."""
+METADATA_VERSION: Final = "memtrace_version"
+"""Key under which a memory record's metadata carries the version its traced writer gave it
+(so a reader in any process names ``<id>@<version>`` without reading the record's history)."""
 
 _NOT_ATTRIBUTES = frozenset(
     [
@@ -184,6 +187,7 @@ _NOT_ATTRIBUTES = frozenset(
         "EXCEPTION_EVENT",
         "OP_SPAN_NAME_PREFIX",
         "METADATA_TRACEPARENT",
+        "METADATA_VERSION",
     ]
 )
 
