@@ -244,11 +244,12 @@ def _forget(G: nx.MultiDiGraph, *, tokens: bool) -> None:
     otherwise live as long as the process; the evidence method's token cache holds the texts
     of the last store's records (they never recur in another store).
     """
-    from memtrace_otel.attribution import _evidence, _index
+    from memtrace_otel.attribution import _index, _text
 
     _index._cache.pop(G, None)
     if tokens:
-        _evidence._segment_words.cache_clear()
+        _text.segment_words.cache_clear()
+        _text.entity_tokens.cache_clear()
 
 
 @dataclass(frozen=True)
