@@ -137,12 +137,12 @@ def run_case(
 def write_workload(
     folder: Path,
     *,
-    capture: str = "SPAN_AND_EVENT",
+    capture: str | CaptureConfig = "SPAN_AND_EVENT",
     faults: tuple[str, ...] = FAULTS,
     judge: bool = True,
     answers: dict[str, AnswerRef] | None = None,
 ) -> tuple[Path, Path]:
-    """Traces and a cases file: one store (user) per fault.
+    """Traces and a cases file: one store (user) per fault (``capture``: a mode or a config).
 
     ``judge=False`` leaves out the judge ops (as in production); ``answers`` collects each
     fault's answer (case id and traceparent, from :func:`last_answer`).
@@ -156,7 +156,7 @@ def write_workload(
             tracer_provider=provider,
             system="test",
             store_id=f"user-{fault}",
-            capture=CaptureConfig(mode=capture),
+            capture=capture if isinstance(capture, CaptureConfig) else CaptureConfig(mode=capture),
             registry=WriterRegistry(),
         )
         entries.append(

@@ -211,7 +211,10 @@ def _start_app(
             "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
             "OTEL_METRICS_EXPORTER": "none",
             "OTEL_LOGS_EXPORTER": "none",
-            "MEMTRACE_CAPTURE_CONTENT": "SPAN_AND_EVENT" if capture else "NO_CONTENT",
+            # capture on: everything, through the upstream variable; off: its default
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": (
+                "SPAN_AND_EVENT" if capture else "NO_CONTENT"
+            ),
             "MEMTRACE_INTERNAL_ERRORS": "raise",
             "MEM0_TELEMETRY": "false",
             "APP_SCENARIOS": json.dumps(

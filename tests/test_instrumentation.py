@@ -487,3 +487,48 @@ def test_pytest_plugin_fixtures(
     assert span["span_id"] == "0000000000000001"
     assert span["trace_id"] == "00000000000000000000000000000001"
     assert span["events"][0]["attributes"][A.MEMTRACE_VARIABLE_VALUE] == "v"
+
+
+def test_an_op_can_enrich_a_span_it_did_not_start(
+    memtrace_tracer: MemTracer, memtrace_exporter: InMemorySpanExporter
+) -> None:
+    """``span=``: the op writes its attributes, links and events on the given (current) span
+    and leaves its name, its status, the exception and its end to the span's owner."""
+    mt = memtrace_tracer
+    with mt.create("w") as writer:
+        fact = writer.output(mt.variable("fact:1", "Ana lives in Porto", category="memory"))
+    tracer = mt._otel_tracer
+    with pytest.raises(RuntimeError), tracer.start_as_current_span("chat m") as owner:
+        with mt.generate("app.answer", inputs=[fact.ref], span=owner) as op:
+            assert op.span is owner and trace.get_current_span() is owner
+            op.output(mt.variable("prediction:1", "Porto", category="prediction"))
+        assert owner.is_recording()  # the op did not end it
+        raise RuntimeError("the owner's failure")
+    spans = {s.name: s for s in memtrace_exporter.get_finished_spans()}
+    assert "memtrace.generate app.answer" not in spans  # no second span
+    chat = spans["chat m"]
+    attributes = dict(chat.attributes or {})
+    assert attributes[A.MEMTRACE_OP_KIND] == "generate"
+    assert attributes[A.MEMTRACE_OP_INPUTS] == ("fact:1@1",)
+    assert attributes[A.MEMTRACE_OP_OUTPUTS] == ("prediction:1@1",)
+    assert [dict(link.attributes or {}) for link in chat.links] == [
+        {A.MEMTRACE_VARIABLE_REF: "fact:1@1"}
+    ]
+    assert [e.name for e in chat.events].count("exception") == 1  # the owner's, once
+    assert mt.registry.lookup("prediction:1@1") == chat.context
+
+
+def test_links_follow_the_current_writer_of_a_ref(
+    memtrace_tracer: MemTracer, memtrace_exporter: InMemorySpanExporter
+) -> None:
+    """Links are cached per ref, but a ref written again by another op links to the new writer."""
+    mt = memtrace_tracer
+    writers = []
+    for _ in range(2):
+        with mt.create("w") as op:
+            op.output(mt.variable("doc:1", "v", category="memory"))
+        writers.append(op.span.get_span_context())
+        with mt.retrieve("r", inputs=["doc:1@1"]):
+            pass
+    reads = [s for s in memtrace_exporter.get_finished_spans() if s.name == "search_memory"]
+    assert [r.links[0].context for r in reads] == writers

@@ -42,6 +42,13 @@ from tests._otlp_receiver import SilentServer
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def _no_capture_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The settings under test come from arguments; the shell's capture variables must not leak in.
+    for name in (A.ENV_CAPTURE_MESSAGE_CONTENT, A.ENV_MEMTRACE_CAPTURE_CONTENT):
+        monkeypatch.delenv(name, raising=False)
+
+
 def _tracer(capture: CaptureConfig) -> tuple[MemTracer, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -192,20 +199,20 @@ def _everything(span: ReadableSpan) -> str:
 
 
 @pytest.mark.parametrize(
-    "capture",
+    "make",
     [
-        CaptureConfig(),  # the default: off
-        CaptureConfig(mode="NO_CONTENT"),
-        CaptureConfig(memory_mode="PRODUCTION"),  # memory on, exception text follows upstream
+        CaptureConfig,  # the default: off
+        lambda: CaptureConfig(mode="NO_CONTENT"),
+        CaptureConfig.for_production,  # memory on; exception text follows the upstream variable
     ],
     ids=["default", "off", "production"],
 )
 def test_exception_text_stays_home_when_capture_is_off(
-    capture: CaptureConfig, monkeypatch: pytest.MonkeyPatch
+    make: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(A.ENV_CAPTURE_MESSAGE_CONTENT, raising=False)
     monkeypatch.delenv(A.ENV_MEMTRACE_CAPTURE_CONTENT, raising=False)
-    mt, _ = _tracer(capture if capture.mode else CaptureConfig())
+    mt, _ = _tracer(make())
     span = _raise_through_op(mt)
     text = _everything(span)
     assert not any(secret in text for secret in SECRETS), text
@@ -266,7 +273,8 @@ def test_production_setting_captures_memory_redacted_and_no_prompts_or_answers(
     assert capture.production and capture.redact is not None
     assert capture.record(f"mail {SECRETS[1]}", Category.MEMORY) == ("mail <email>", False)
     assert capture.record("x" * 30, Category.MESSAGE) == ("x" * 20, True)
-    for category in (Category.PROMPT, Category.CONTEXT, Category.PREDICTION, Category.GOLD):
+    assert capture.record("Porto", Category.GOLD) == ("Porto", False)  # the expected answer
+    for category in (Category.PROMPT, Category.CONTEXT, Category.PREDICTION, Category.OTHER):
         assert capture.record("the answer", category) == (None, False)
     # The upstream variable keeps its meaning: turning it on adds prompts and completions.
     monkeypatch.setenv(A.ENV_CAPTURE_MESSAGE_CONTENT, "SPAN_AND_EVENT")
@@ -402,3 +410,34 @@ def test_a_user_s_test_suite_gets_the_production_behaviour(
     )
     # Before: the user's test failed with our ValueError.
     assert result.returncode == expected, result.stdout[-2000:]
+
+
+# --- the production capture setting keeps the memory verdicts ---------------------------------------
+
+
+@pytest.mark.parametrize("with_cases", [True, False], ids=["cases-file", "no-cases-file"])
+def test_production_capture_keeps_the_memory_verdicts_right(
+    tmp_path: Path, with_cases: bool
+) -> None:
+    from memtrace_otel.attribution import EvidenceMethod, run_batch
+    from tests._pipeline import EXPECTED, write_workload
+
+    traces, cases = write_workload(tmp_path, capture=CaptureConfig.for_production())
+    # No LLM prompt, context or answer text left the process.
+    for line in traces.read_text().splitlines():
+        for rs in json.loads(line)["resourceSpans"]:
+            for span in rs["scopeSpans"][0]["spans"]:
+                for event in span.get("events", []):
+                    attrs = {a["key"]: a["value"] for a in event["attributes"]}
+                    category = attrs[A.MEMTRACE_VARIABLE_CATEGORY]["stringValue"]
+                    if category in ("context", "prediction", "prompt"):
+                        assert A.MEMTRACE_VARIABLE_VALUE not in attrs
+    verdicts, _ = run_batch(
+        [str(traces)], EvidenceMethod(), cases_file=str(cases) if with_cases else None
+    )
+    got = {v.case_id: (v.error_type, v.op_name) for v in verdicts}
+    # Every fault decided by memory content or structure is named exactly; the evidence left
+    # out of an assembled context needs the context's text, which this setting keeps home.
+    for fault, expected in EXPECTED.items():
+        if fault != "assemble":
+            assert got[f"case-{fault}"] == expected, fault

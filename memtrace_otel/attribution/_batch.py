@@ -182,6 +182,10 @@ def load_store_graphs(
     by_store: dict[str, list[SpanRecord]] = defaultdict(list)
     for record in adapt_upstream(records):
         by_store[store_of(record)].append(record)
+    loose = by_store.get(NO_STORE)
+    if loose is not None and not any(A.MEMTRACE_OP_KIND in r.attributes for r in loose):
+        # Only other instrumentations' spans (HTTP, embeddings) name no store: no graph of theirs.
+        del by_store[NO_STORE]
     return {store: build_graph(records) for store, records in by_store.items()}
 
 

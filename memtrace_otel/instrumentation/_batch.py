@@ -149,6 +149,10 @@ class _DropState:
         self._read_lock = threading.Lock()
         self._first_gate = itertools.count()
 
+    def reinit_lock(self) -> None:
+        """A new read lock (in a forked child)."""
+        self._read_lock = threading.Lock()
+
     def dropped(self) -> int:
         """In - out - still queued, read in an order that can only undercount, never decreasing."""
         with self._read_lock:
@@ -387,6 +391,7 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
         self._ended_reads = 0
         self._ended_lock = threading.Lock()
         self._shutdown_started = False
+        reinit_after_fork(self)
         super().__init__(
             self._exporter_counts,
             max_queue_size,
@@ -457,6 +462,12 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
     def dropped_spans(self) -> int:
         """Spans dropped so far because the queue was full (0 when not :attr:`counting`)."""
         return self._state.dropped() if self._state is not None else 0
+
+    def _reinit_after_fork(self) -> None:
+        # The SDK restarts its worker in the child; our read locks must not be inherited held.
+        self._ended_lock = threading.Lock()
+        if self._state is not None:
+            self._state.reinit_lock()
 
     def on_end(self, span: ReadableSpan) -> None:
         ctx = span.context

@@ -12,10 +12,10 @@ Two settings, two scopes:
 - ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (upstream, its meaning kept): whether
   GenAI content is captured at all: every category, LLM prompts and completions included.
 - ``MEMTRACE_CAPTURE_CONTENT`` (ours, narrower): overrides it for the memory pipeline's own
-  categories only (``message``, ``memory``, ``query``, ``candidates``). Its extra value
-  ``PRODUCTION`` captures those with the built-in redaction (unless a hook is given), while
-  prompts, context, answers and exception messages keep following the upstream variable, whose
-  default ``NO_CONTENT`` keeps them out.
+  categories only (``message``, ``memory``, ``query``, ``candidates``, and ``gold``, the expected
+  answer). Its extra value ``PRODUCTION`` captures those with the built-in redaction (unless a
+  hook is given), while LLM prompts, context, answers, other values and exception messages keep
+  following the upstream variable, whose default ``NO_CONTENT`` keeps them out.
 """
 
 from __future__ import annotations
@@ -114,11 +114,11 @@ PRODUCTION: Final = "PRODUCTION"
 LLM prompts and completions left to the upstream variable (default: not captured)."""
 
 MEMORY_CATEGORIES: Final = frozenset(
-    [Category.MESSAGE, Category.MEMORY, Category.QUERY, Category.CANDIDATES]
+    [Category.MESSAGE, Category.MEMORY, Category.QUERY, Category.CANDIDATES, Category.GOLD]
 )
-"""The memory pipeline's categories: ``MEMTRACE_CAPTURE_CONTENT`` decides for these; the upstream
-variable for the rest (``prompt``, ``context``, ``prediction``, ``gold``, ``score``, ``other``)
-and for exception messages."""
+"""The memory pipeline's categories (and the expected answer, which people give, not an LLM):
+``MEMTRACE_CAPTURE_CONTENT`` decides for these; the upstream variable for the rest (``prompt``,
+``context``, ``prediction``, ``score``, ``other``) and for exception messages."""
 
 STRUCTURAL_META_KEYS: Final = frozenset(["source_refs", "role"])
 """``memtrace.variable.meta`` fields that are structure, recorded whatever the capture setting:
@@ -245,9 +245,10 @@ class CaptureConfig:
 
     @classmethod
     def for_production(cls, redact: Redactor | Literal["builtin"] | None = None) -> CaptureConfig:
-        """The production setting: memory records, messages, queries and candidates captured,
-        redacted (built-in hook unless ``redact``) and cut; prompts, context, answers and
-        exception messages follow the upstream variable (default: not captured)."""
+        """The production setting: memory records, messages, queries, candidates and expected
+        answers captured, redacted (built-in hook unless ``redact``) and cut; LLM prompts,
+        context, answers and exception messages follow the upstream variable (default: not
+        captured)."""
         return cls(memory_mode=PRODUCTION, redact=redact)
 
     @property
@@ -375,17 +376,24 @@ def meta_json(capture: CaptureConfig, meta: Mapping[str, Any], category: Categor
     return json.dumps(out, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
+_CATEGORY_VALUES = {c: c.value for c in Category}  # enum .value is a descriptor call: hot path
+
+
 def event_attributes(
-    capture: CaptureConfig, var: Variable, role: Role
+    capture: CaptureConfig, var: Variable, ref: str, role: Role | str
 ) -> dict[str, AttributeValue]:
     """The attributes of one ``memtrace.variable`` event: ref, role, category, digest, and what
-    :meth:`CaptureConfig.record` and :func:`meta_json` let leave of the value and its meta."""
-    text = canonical_value(var.value)
+    :meth:`CaptureConfig.record` and :func:`meta_json` let leave of the value and its meta.
+
+    ``ref`` is ``var.ref`` (the caller often has it already); ``role`` a :class:`Role` or its value.
+    """
+    value = var.value
+    text = value if isinstance(value, str) else canonical_value(value)
     category = var.category
     attrs: dict[str, AttributeValue] = {
-        A.MEMTRACE_VARIABLE_REF: var.ref,
-        A.MEMTRACE_VARIABLE_ROLE: role.value,
-        A.MEMTRACE_VARIABLE_CATEGORY: category.value,
+        A.MEMTRACE_VARIABLE_REF: ref,
+        A.MEMTRACE_VARIABLE_ROLE: str(role),
+        A.MEMTRACE_VARIABLE_CATEGORY: _CATEGORY_VALUES[category],
         A.MEMTRACE_VARIABLE_DIGEST: digest(text),
     }
     if var.deleted:

@@ -41,7 +41,7 @@ from memtrace_otel._internal import internal_error
 from memtrace_otel.instrumentation._capture import CaptureConfig
 from memtrace_otel.instrumentation._registry import format_traceparent, parse_traceparent
 from memtrace_otel.instrumentation._suppress import is_tracing_suppressed
-from memtrace_otel.semconv import JudgeVerdict
+from memtrace_otel.semconv import Category, JudgeVerdict
 from memtrace_otel.semconv import attributes as A
 
 DEFAULT_EVALUATION_NAME = "user_feedback"
@@ -120,7 +120,9 @@ def send_feedback(
         label: a label of your own vocabulary instead of ``correct`` (read it with a matching
             rule: ``memtrace attribute --failure-labels``).
         score: a score of your own instead of ``correct``.
-        expected: the right answer, when known; recorded only when content capture allows.
+        expected: the right answer, when known; recorded only when content capture allows it
+            for category ``gold`` (``MEMTRACE_CAPTURE_CONTENT``, ``PRODUCTION`` included, or
+            the upstream variable), redacted and cut like every captured value.
         comment: a free-text explanation (``gen_ai.evaluation.explanation``).
         evaluation_name: ``gen_ai.evaluation.name`` (``user_feedback`` by default).
         tracer_provider: where the span goes; ``None``: the global provider.
@@ -206,7 +208,7 @@ def _emit(
     if comment:
         event[A.GEN_AI_EVALUATION_EXPLANATION] = comment
     if expected is not None:
-        value, _ = capture.mask(expected)
+        value, _ = capture.record(expected, Category.GOLD)
         if value is not None:
             event[A.MEMTRACE_FEEDBACK_EXPECTED] = value
     attributes: dict[str, AttributeValue] = {}

@@ -29,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import wrapt
 from opentelemetry import baggage, trace
@@ -145,7 +145,7 @@ class Patcher:
         self._factory = factory
         self._module_hooks = dict(module_hooks or {})
         self._active = False
-        self._patched: list[tuple[object, str]] = []
+        self._patched: list[tuple[object, str, Any]] = []
         self._undos: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
@@ -188,28 +188,63 @@ class Patcher:
             if isinstance(owner, type)
             else getattr(owner, attribute, None)
         )
-        if original is None or isinstance(original, wrapt.FunctionWrapper):
+        if original is None or _find_ours(original) is not None:
             return  # absent here, or already ours
-        wrapt.wrap_function_wrapper(owner, attribute, self._factory(target))
+        if isinstance(original, wrapt.FunctionWrapper):
+            # Another instrumentation (e.g. the upstream OpenAI one) wrapped it first: go
+            # beneath it, next to the library, so its span is open while ours runs, whatever
+            # the order the instrumentors were enabled in.
+            parent: Any = original
+            while isinstance(parent.__wrapped__, wrapt.FunctionWrapper):
+                parent = parent.__wrapped__
+            wrapper: Any = wrapt.FunctionWrapper(parent.__wrapped__, self._factory(target))
+            parent.__wrapped__ = wrapper
+        else:
+            wrapper = wrapt.FunctionWrapper(original, self._factory(target))
+            setattr(owner, attribute, wrapper)
+        _ours[id(wrapper)] = wrapper
         with self._lock:
-            self._patched.append((owner, attribute))
+            self._patched.append((owner, attribute, wrapper))
 
     def undo(self) -> None:
-        """Restore every patched attribute."""
+        """Restore every patched attribute (taking our wrapper out from under others' too)."""
         self._active = False
         with self._lock:
             patched, self._patched = self._patched, []
             undos, self._undos = self._undos, []
         for undo in reversed(undos):
             undo()
-        for owner, attribute in reversed(patched):
-            current = (
+        for owner, attribute, wrapper in reversed(patched):
+            _ours.pop(id(wrapper), None)
+            current: Any = (
                 owner.__dict__.get(attribute)
                 if isinstance(owner, type)
                 else getattr(owner, attribute, None)
             )
-            if isinstance(current, wrapt.FunctionWrapper):
-                setattr(owner, attribute, current.__wrapped__)
+            if current is wrapper:
+                setattr(owner, attribute, wrapper.__wrapped__)
+                continue
+            parent = current  # ours is beneath other wrappers: take it out of the chain
+            while isinstance(parent, wrapt.FunctionWrapper):
+                inner: Any = getattr(parent, "__wrapped__", None)
+                if inner is wrapper:
+                    parent.__wrapped__ = wrapper.__wrapped__
+                    break
+                parent = inner
+
+
+_ours: dict[int, Any] = {}
+"""Our live wrappers by id (they stay referenced here, so an id is never reused meanwhile)."""
+
+
+def _find_ours(attribute: Any) -> Any:
+    """Our wrapper in the chain of wrappers at ``attribute``, if any."""
+    node = attribute
+    while isinstance(node, wrapt.FunctionWrapper):
+        if _ours.get(id(node)) is node:
+            return node
+        node = node.__wrapped__
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -522,9 +557,8 @@ def set_case_id(op: Op, case_id: str | None = None) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Retrieved:
-    """One record a retrieve op returned."""
+class Retrieved(NamedTuple):
+    """One record a retrieve op returned (a tuple: made once per hit)."""
 
     ref: str
     text: str

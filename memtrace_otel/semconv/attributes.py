@@ -134,7 +134,7 @@ METRIC_NAMES: Final[tuple[str, ...]] = (METRIC_SDK_SPANS_DROPPED, METRIC_OTEL_CO
 ENV_CAPTURE_MESSAGE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 """Upstream switch for content capture (``NO_CONTENT`` default)."""
 ENV_MEMTRACE_CAPTURE_CONTENT: Final = "MEMTRACE_CAPTURE_CONTENT"
-"""Project override of the upstream switch; same values."""
+"""Project override of the upstream switch for the memory categories only (message, memory, query, candidates, gold); same values plus ``PRODUCTION``."""
 ENV_MEMTRACE_MAX_VALUE_LENGTH: Final = "MEMTRACE_MAX_VALUE_LENGTH"
 """Largest captured value in characters before it is cut and marked ``truncated``."""
 ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES: Final = "MEMTRACE_MAX_ATTRIBUTE_BYTES"
@@ -180,6 +180,9 @@ OP_SPAN_NAME_PREFIX: Final = "memtrace."
 """Ops that touch no memory store are named ``memtrace.<kind> <op.name>``."""
 METADATA_TRACEPARENT: Final = "memtrace_traceparent"
 """Key under which a memory record's metadata carries its writer's W3C ``traceparent``."""
+METADATA_VERSION: Final = "memtrace_version"
+"""Key under which a memory record's metadata carries the version its traced writer gave it
+(so a reader in any process names ``<id>@<version>`` without reading the record's history)."""
 
 _NOT_ATTRIBUTES = frozenset(
     [
@@ -190,6 +193,7 @@ _NOT_ATTRIBUTES = frozenset(
         "EXCEPTION_EVENT",
         "OP_SPAN_NAME_PREFIX",
         "METADATA_TRACEPARENT",
+        "METADATA_VERSION",
     ]
 )
 

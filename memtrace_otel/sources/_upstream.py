@@ -166,8 +166,30 @@ def adapt_upstream(records: Iterable[SpanRecord]) -> list[SpanRecord]:
             first.setdefault((record.trace_id, record.span_id), record)
     if not first:
         return records
-    adapted = _Adapter(list(first.values())).run()
+    inner = _inside_contract_ops(records, first)
+    adapted = _Adapter([r for key, r in first.items() if key not in inner]).run()
     return [adapted.get((r.trace_id, r.span_id), r) if is_upstream_op(r) else r for r in records]
+
+
+def _inside_contract_ops(
+    records: list[SpanRecord], candidates: dict[tuple[str, str], SpanRecord]
+) -> set[tuple[str, str]]:
+    """The upstream spans nested under a contract op: an instrumented memory system's own LLM
+    calls (Mem0's extraction under its phase op), already described by that op, not ops."""
+    parents = {(r.trace_id, r.span_id): r for r in records}
+    inner: set[tuple[str, str]] = set()
+    for key, record in candidates.items():
+        seen = 0
+        parent_id = record.parent_span_id
+        while parent_id and seen < 64:  # a bounded walk: records may loop or be missing
+            parent = parents.get((record.trace_id, parent_id))
+            if parent is None:
+                break
+            if _is_contract_op(parent):
+                inner.add(key)
+                break
+            parent_id, seen = parent.parent_span_id, seen + 1
+    return inner
 
 
 def _order(record: SpanRecord) -> tuple[int, int, str]:
