@@ -80,7 +80,8 @@ class BatchSummary:
     feedback: dict[str, Any] = field(default_factory=dict)
     """What feedback said (:class:`~memtrace_otel.attribution.FeedbackStats` as data)."""
     cases_by_source: dict[str, int] = field(default_factory=dict)
-    """Failed cases by where they were found: ``cases-file``, ``judge``, ``feedback``."""
+    """Failed cases by where they were found: ``cases-file``, ``judge``, ``feedback`` (non-zero
+    counts only)."""
 
     @property
     def ok(self) -> bool:
@@ -268,11 +269,13 @@ def failed_cases(
             chosen.append((found if found is not None else NO_STORE, case))
         summary.skipped_cases += len(skipped)
         summary.source_errors.extend(skipped[:5])
-        summary.cases_by_source["cases-file"] = len(chosen)
+        if chosen:
+            summary.cases_by_source["cases-file"] = len(chosen)
         return chosen
     judged = [r for r in (rule.apply(o) for o in outcomes) if r is not None]
     decided, stats = feedback_cases(graphs, judged)
-    summary.feedback = stats.to_json()
+    if stats.read:
+        summary.feedback = stats.to_json()
     for store, G in sorted(graphs.items()):
         index = graph_index(G)
         for case_id in sorted(index.failed):
@@ -280,9 +283,10 @@ def failed_cases(
                 chosen.append(
                     (store, Case(case_id=case_id, verdict=JudgeVerdict.INCORRECT, source="trace"))
                 )
-    summary.cases_by_source["judge"] = len(chosen)
     flagged = [(store, case) for store, case in decided.values() if case is not None]
-    summary.cases_by_source["feedback"] = len(flagged)
+    for name, count in (("judge", len(chosen)), ("feedback", len(flagged))):
+        if count:
+            summary.cases_by_source[name] = count
     chosen.extend(flagged)
     chosen.sort(key=lambda item: (item[0], item[1].case_id))
     return chosen
