@@ -407,29 +407,11 @@ def test_feedback_alone_finds_every_failed_case_in_jaeger(
     assert summary["feedback"]["unknown"] == []
 
 
-# Wrong today (the evidence method is being reworked for production traces: attribution without
-# an expected answer, abstention with capture off; issue 17, engineer `attr`). Strict: once a
-# combination turns right, its entry must go. What each one says today:
-_OPEN = "attribution without gold answers / abstention with capture off (issue 17, attr)"
-KNOWN_WRONG = {
-    # capture on, no expected answer: the tombstone is not seen, "stored but not searchable"
-    ("v2-on", "deletion"): "RetrievalError at mem0.search, 0.6",
-    # capture on, expected 'Siemens': the evidence located is the distractor message
-    ("v2-on", "retrieval"): "ResponseError at openai.chat.completions, 0.6",
-    ("v1-on", "retrieval"): "ResponseError at openai.chat.completions, 0.6",
-    # capture on, no expected answer: the wrong value 'Madrid' is not followed to the update
-    ("v2-on", "update"): "ResponseError at openai.chat.completions, 0.6",
-    ("v1-on", "update"): "ResponseError at openai.chat.completions, 0.6",
-    # capture off: no abstention, the answer is blamed by default at 0.3
-    **{
-        (
-            run,
-            fault,
-        ): "ResponseError at openai.chat.completions, 0.3 ('blaming the answer by default')"
-        for run in ("v2-off", "v1-off")
-        for fault in ("deletion", "extraction", "retrieval", "update")
-    },
-}
+# Combinations known to be wrong (xfail, strict: once one turns right its entry must go). None
+# today: with capture on every planted fault is named (with or without the expected answer),
+# with capture off every verdict abstains and says which values to capture (issue 17).
+_OPEN = "attribution without gold answers / abstention with capture off (issue 17)"
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 def _fault_params() -> list[Any]:
