@@ -225,7 +225,7 @@ def test_feedback_flags_failed_cases_by_traceparent(
     for fault in with_expected:
         verdict = by_case[f"case-{fault}"]
         assert (verdict.error_type, verdict.op_name) == EXPECTED[fault], verdict.reason
-    assert summary.cases_by_source == {"feedback": 4}
+    assert summary.cases_by_source == {"judge": 0, "feedback": 4}
     assert summary.feedback["failures"] == 4 and summary.feedback["successes"] == 1
     assert summary.feedback["unknown"] == []
 

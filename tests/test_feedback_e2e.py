@@ -402,7 +402,7 @@ def test_feedback_alone_finds_every_failed_case_in_jaeger(
     code, verdicts, summary = attributed[name]
     assert code == 0, summary
     assert set(verdicts) == {a["case_id"] for a in run.output["answers"].values()}
-    assert summary["cases_by_source"] == {"feedback": len(SCENARIOS)}
+    assert summary["cases_by_source"] == {"judge": 0, "feedback": len(SCENARIOS)}
     assert summary["feedback"]["failures"] == len(SCENARIOS)
     assert summary["feedback"]["unknown"] == []
 

@@ -82,8 +82,7 @@ class BatchSummary:
     feedback: dict[str, Any] = field(default_factory=dict)
     """What feedback said (:class:`~memtrace_otel.attribution.FeedbackStats` as data)."""
     cases_by_source: dict[str, int] = field(default_factory=dict)
-    """Failed cases by where they were found: ``cases-file``, ``judge``, ``feedback`` (non-zero
-    counts only)."""
+    """Failed cases by where they were found: ``cases-file``, ``judge``, ``feedback``."""
 
     @property
     def ok(self) -> bool:
@@ -271,13 +270,11 @@ def failed_cases(
             chosen.append((found if found is not None else NO_STORE, case))
         summary.skipped_cases += len(skipped)
         summary.source_errors.extend(skipped[:5])
-        if chosen:
-            summary.cases_by_source["cases-file"] = len(chosen)
+        summary.cases_by_source["cases-file"] = len(chosen)
         return chosen
     judged = [r for r in (rule.apply(o) for o in outcomes) if r is not None]
     decided, stats = feedback_cases(graphs, judged)
-    if stats.read:
-        summary.feedback = stats.to_json()
+    summary.feedback = stats.to_json()
     for store, G in sorted(graphs.items()):
         index = graph_index(G)
         for case_id in sorted(index.failed):
@@ -285,10 +282,9 @@ def failed_cases(
                 chosen.append(
                     (store, Case(case_id=case_id, verdict=JudgeVerdict.INCORRECT, source="trace"))
                 )
+    summary.cases_by_source["judge"] = len(chosen)
     flagged = [(store, case) for store, case in decided.values() if case is not None]
-    for name, count in (("judge", len(chosen)), ("feedback", len(flagged))):
-        if count:
-            summary.cases_by_source[name] = count
+    summary.cases_by_source["feedback"] = len(flagged)
     chosen.extend(flagged)
     chosen.sort(key=lambda item: (item[0], item[1].case_id))
     return chosen

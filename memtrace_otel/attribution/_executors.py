@@ -482,8 +482,6 @@ def run_scaled(
                 extra = attribute_store(NO_STORE, G, method, cases, frozenset(done), todo)
 
     summary.cases = len(chosen)
-    if chosen:  # as the single-process run counts them (scaled runs read no feedback)
-        summary.cases_by_source = {"cases-file" if cases is not None else "judge": len(chosen)}
     summary.truncated_captured += sum(r.truncated_captured for r in results.values())
     verdicts: list[Verdict] = []
     for store, case_id in chosen:
