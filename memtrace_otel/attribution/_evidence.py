@@ -453,6 +453,8 @@ class EvidenceMethod:
             if kind in (OpKind.GENERATE, OpKind.JUDGE):
                 continue
             reads = [v for v in index.inputs(op) if v in carriers]
+            if kind != OpKind.RETRIEVE and not reads:
+                continue  # reads no carrier: its outputs' values do not matter here
             outs = index.outputs(op)
             if kind == OpKind.FILTER:
                 outs = _kept(G, index, op, reads)
@@ -477,13 +479,22 @@ class EvidenceMethod:
                 elif first_miss is None:
                     first_miss = op
                 continue
-            if not reads:
-                continue
             if carrying:
                 carriers.update(carrying)
                 if kind == OpKind.ASSEMBLE and not reached_context:
                     unchecked = []
                     reached_context = True
+            elif unknown and kind == OpKind.ASSEMBLE:
+                # The retrieved evidence reached the response stage, whose context was kept
+                # home (PRODUCTION capture): the label is ResponseError whichever of the assemble
+                # and the answer lost it, but not which op; the answer is named, capped low.
+                return _Finding(
+                    generate,
+                    "the retrieved evidence reached the response stage; its context was not "
+                    "captured, so whether the assembled context or the answer lost it is unknown",
+                    _BY_STRUCTURE,
+                    unchecked,
+                )
             elif unknown:
                 return _Finding(
                     op, f"{kind} op: its output's content decides", _BY_CONTENT, unchecked
