@@ -563,3 +563,27 @@ def run_app(
         instrumentor.uninstrument()
     provider.shutdown()
     return run
+
+
+def _main() -> None:
+    """``python -m tests._upstream_app FOLDER SEED``: the app with its model calls through the real
+    ``openai`` client and the upstream OpenAI instrumentor, in a process of its own.
+
+    The upstream instrumentation reads ``OTEL_SEMCONV_STABILITY_OPT_IN`` once per process, so a
+    test process that already ran it with other settings cannot switch it on; a fresh process
+    can. Writes ``truth.json`` (failed cases and correct case ids) next to the traces.
+    """
+    import sys
+    from dataclasses import asdict
+
+    from tests._openai_server import ScriptedOpenAI
+
+    folder, seed = Path(sys.argv[1]), int(sys.argv[2])
+    with ScriptedOpenAI(responder=lambda kind, body: "unscripted") as server:
+        run = run_app(folder, seed=seed, server=server)
+    truth = {"failed": {c: asdict(t) for c, t in run.failed.items()}, "correct": run.correct}
+    (folder / "truth.json").write_text(json.dumps(truth))
+
+
+if __name__ == "__main__":
+    _main()

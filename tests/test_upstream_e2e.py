@@ -9,15 +9,17 @@ as ``gen_ai.evaluation.result`` events. No cases file: the failures come from th
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from memtrace_otel.cli import main
-from tests._openai_server import ScriptedOpenAI
-from tests._upstream_app import AppRun, run_app
+from tests._upstream_app import AppRun, Truth, run_app
+from tests.conftest import REPO
 
 
 @dataclass
@@ -71,14 +73,29 @@ def hand_written(tmp_path_factory: pytest.TempPathFactory) -> Scored:
 
 
 @pytest.fixture(scope="module")
-def real_openai(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scored]:
+def real_openai(tmp_path_factory: pytest.TempPathFactory) -> Scored:
+    # The app runs in a process of its own, as an app does: the upstream instrumentation reads
+    # its semantic-convention settings once per process.
     folder = tmp_path_factory.mktemp("upstream-openai-v2")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
-        env.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
-        with ScriptedOpenAI(responder=lambda kind, body: "unscripted") as server:
-            run = run_app(folder, seed=1, server=server)
-    yield attribute(folder, run)
+    env = {
+        **os.environ,
+        "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental",
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY",
+    }
+    subprocess.run(
+        [sys.executable, "-m", "tests._upstream_app", str(folder), "1"],
+        cwd=REPO,
+        env=env,
+        check=True,
+        timeout=300,
+    )
+    truth = json.loads((folder / "truth.json").read_text())
+    run = AppRun(
+        traces=folder / "traces.jsonl",
+        failed={c: Truth(**t) for c, t in truth["failed"].items()},
+        correct=truth["correct"],
+    )
+    return attribute(folder, run)
 
 
 def test_the_upstream_app_has_enough_failures_of_every_label(hand_written: Scored) -> None:
