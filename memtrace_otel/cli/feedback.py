@@ -13,11 +13,12 @@ import sys
 from typing import Any
 
 from memtrace_otel.errors import DecodeError
+from memtrace_otel.semconv import Category
 
 DEFAULT_SERVICE = "memtrace-feedback"
 _CAPTURE_HINT = (
     "memtrace: note: content capture is off, so the expected answer was not recorded; set "
-    "MEMTRACE_CAPTURE_CONTENT=SPAN_AND_EVENT (or OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT) "
+    "MEMTRACE_CAPTURE_CONTENT=PRODUCTION or SPAN_AND_EVENT (or OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT) "
     "to send it"
 )
 
@@ -105,7 +106,11 @@ def run(args: argparse.Namespace) -> int:
             except (ValueError, TypeError) as exc:
                 print(f"memtrace: error: {where}{exc}", file=sys.stderr)
                 return 2
-            if item.get("expected") is not None and not capture.captures_values and not warned:
+            if (
+                item.get("expected") is not None
+                and not capture.captures(Category.GOLD)
+                and not warned
+            ):
                 print(_CAPTURE_HINT, file=sys.stderr)
                 warned = True
             if ctx is not None:

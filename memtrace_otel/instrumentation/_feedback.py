@@ -41,7 +41,7 @@ from memtrace_otel._internal import internal_error
 from memtrace_otel.instrumentation._capture import CaptureConfig
 from memtrace_otel.instrumentation._registry import format_traceparent, parse_traceparent
 from memtrace_otel.instrumentation._suppress import is_tracing_suppressed
-from memtrace_otel.semconv import JudgeVerdict
+from memtrace_otel.semconv import Category, JudgeVerdict
 from memtrace_otel.semconv import attributes as A
 
 DEFAULT_EVALUATION_NAME = "user_feedback"
@@ -206,7 +206,7 @@ def _emit(
     if comment:
         event[A.GEN_AI_EVALUATION_EXPLANATION] = comment
     if expected is not None:
-        value, _ = capture.mask(expected)
+        value, _ = capture.record(expected, Category.GOLD)  # the one place deciding what leaves
         if value is not None:
             event[A.MEMTRACE_FEEDBACK_EXPECTED] = value
     attributes: dict[str, AttributeValue] = {}
