@@ -12,17 +12,22 @@ Every server here is real HTTP on 127.0.0.1.
 from __future__ import annotations
 
 import base64
+import gzip
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-from memtrace_otel.attribution import _partitions
+from memtrace_otel.attribution import _partitions, read_verdicts
 from memtrace_otel.cli import main
 from memtrace_otel.errors import BackendError
 from memtrace_otel.sources import HttpOptions, _files, open_source
+from tests._pipeline import write_workload
 from tests._reporting import write_hostile_workload
 from tests.test_sources_backends import FakeBackend, Reply, record, serve, v3_body
 
@@ -187,3 +192,247 @@ def test_lone_surrogates_are_replaced_counted_and_every_output_written(
     assert main(["export", str(traces), "--out", str(tmp_path / "export"), "--quiet"]) == 0
     exported = (tmp_path / "export" / "traces.jsonl").read_text(encoding="utf-8")
     assert "\\ud800" not in exported and REPLACED in exported
+
+
+# --- hangs on input ----------------------------------------------------------------------------
+HANG_SECONDS = 120
+"""Each of these ran for minutes or forever before: a child process, killed after this long."""
+
+
+def _memtrace(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``memtrace ARGS`` in a child process, bounded by :data:`HANG_SECONDS`."""
+    return subprocess.run(
+        [sys.executable, "-m", "memtrace_otel.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=HANG_SECONDS,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def _verdict_count(out: Path) -> int:
+    return len(out.read_text().splitlines())
+
+
+@pytest.fixture
+def traces_dir(tmp_path: Path) -> tuple[Path, Path]:
+    """``traces/a/traces.jsonl`` (the 7-case workload) and its cases file."""
+    folder = tmp_path / "traces" / "a"
+    folder.mkdir(parents=True)
+    traces, cases = write_workload(folder)
+    moved = tmp_path / "cases.jsonl"
+    cases.rename(moved)
+    return traces, moved
+
+
+MODES = {
+    "in_process": [],
+    "memory_bound": ["--memory-bound", "200M"],
+    "executor": ["--executor", "local[1]"],
+}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_recursive_glob_over_symlink_loops_ends(
+    mode: str, traces_dir: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Links to a parent, to the folder itself and to a sibling: ``**`` enters none of them
+    (``glob.glob`` did, and ran for minutes); each file is read once."""
+    cases = traces_dir[1]
+    root = tmp_path / "traces"
+    (root / "a" / "up").symlink_to(root, target_is_directory=True)
+    (root / "a" / "self").symlink_to(root / "a", target_is_directory=True)
+    (root / "b").symlink_to(root / "a", target_is_directory=True)
+    out = tmp_path / "v.jsonl"
+    for spec in (f"{root}/**/*.jsonl", str(root)):
+        out.unlink(missing_ok=True)
+        done = _memtrace("attribute", spec, "--cases", str(cases), "--out", str(out), *MODES[mode])
+        assert done.returncode == 0, done.stderr
+        assert _verdict_count(out) == 7 and "0 skipped" in done.stderr
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_fifo_in_a_traces_folder_is_skipped_and_counted(
+    mode: str, traces_dir: tuple[Path, Path], tmp_path: Path
+) -> None:
+    traces, cases = traces_dir
+    fifo = traces.parent / "pipe.jsonl"
+    os.mkfifo(fifo)  # nobody ever writes: opening it for reading blocks forever
+    out = tmp_path / "v.jsonl"
+    for spec in (str(tmp_path / "traces"), f"{tmp_path}/traces/**/*.jsonl"):
+        out.unlink(missing_ok=True)
+        done = _memtrace("attribute", spec, "--cases", str(cases), "--out", str(out), *MODES[mode])
+        assert done.returncode == 1, done.stderr  # a skip fails the exit status
+        assert _verdict_count(out) == 7
+        assert "not_a_regular_file: 1" in done.stderr and "(a FIFO)" in done.stderr
+    # named on the command line: a one-line error
+    done = _memtrace("attribute", str(fifo), "--cases", str(cases), *MODES[mode])
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"memtrace: error: {fifo}: not a regular file (a FIFO)"
+
+
+def _bomb(kind: str) -> bytes:
+    """A valid first line, then gigabytes of blank lines: a gzip inside a gzip (~19 KB, 8 GiB
+    inside), or concatenated zstd frames (~200 KB, 6 GiB)."""
+    head = b'{"resourceSpans": []}\n'
+    blanks = b"\n" * (64 << 20)
+    if kind == "nested_gzip":
+        inner = gzip.compress(head) + gzip.compress(blanks, compresslevel=9) * 128
+        return gzip.compress(inner, compresslevel=9)
+    zstandard = pytest.importorskip("zstandard")
+    compressor = zstandard.ZstdCompressor(level=19)
+    return compressor.compress(head) + compressor.compress(blanks) * 96
+
+
+@pytest.mark.parametrize("kind", ["nested_gzip", "zstd"])
+def test_decompression_bombs_stop_at_the_cap_and_are_counted(
+    kind: str, traces_dir: tuple[Path, Path], tmp_path: Path
+) -> None:
+    traces, cases = traces_dir
+    bomb = traces.parent / f"bomb.{'gz' if kind == 'nested_gzip' else 'zst'}"
+    bomb.write_bytes(_bomb(kind))
+    out = tmp_path / "v.jsonl"
+    # the nested gzip under the defaults (16 MiB floor: it is ~19 KB); the zstd one under a cap
+    env = {"MEMTRACE_MAX_DECOMPRESSED_BYTES": str(8 << 20)} if kind == "zstd" else {}
+    spec = str(tmp_path / "traces")
+    done = _memtrace("attribute", spec, "--cases", str(cases), "--out", str(out), env=env)
+    assert done.returncode == 1, done.stderr
+    assert _verdict_count(out) == 7
+    assert "decompressed_too_large: 1" in done.stderr
+    assert f"{bomb}: decompresses to more than" in done.stderr
+
+
+# --- exit statuses -----------------------------------------------------------------------------
+@pytest.fixture
+def workload(tmp_path: Path) -> tuple[Path, Path]:
+    return write_workload(tmp_path)
+
+
+def _bad_invocations(folder: Path, traces: Path, cases: Path) -> dict[str, list[str]]:
+    a_file = folder / "a-file"
+    a_file.write_text("not a folder\n")
+    run = ["attribute", str(traces), "--cases", str(cases), "--quiet"]
+    return {
+        "--out is a folder": [*run, "--out", str(folder)],
+        "--out under a file": [*run, "--out", str(a_file / "v.jsonl")],
+        "--report is a file": [*run, "--report", str(a_file)],
+        "--report under a file": [*run, "--report", str(a_file / "report")],
+        "--cases missing": ["attribute", str(traces), "--cases", str(folder / "nope.jsonl")],
+        "--cases is a folder": ["attribute", str(traces), "--cases", str(folder)],
+        "plain http:// source": ["attribute", "http://ana:s3cret@127.0.0.1:9/", "--quiet"],
+        "jaeger without service": ["attribute", "jaeger+http://127.0.0.1:9", "--quiet"],
+        "zip:// source": ["attribute", f"zip://{traces}", "--quiet"],
+        "ftp:// source": ["attribute", "ftp://127.0.0.1:9/traces.jsonl", "--quiet"],
+        "graph -o under a file": [
+            "graph",
+            str(traces),
+            "--case",
+            "case-update",
+            "-o",
+            str(a_file / "x.html"),
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "--out is a folder",
+        "--out under a file",
+        "--report is a file",
+        "--report under a file",
+        "--cases missing",
+        "--cases is a folder",
+        "plain http:// source",
+        "jaeger without service",
+        "zip:// source",
+        "ftp:// source",
+        "graph -o under a file",
+    ],
+)
+def test_bad_paths_and_sources_are_one_line_errors_with_exit_2(
+    name: str,
+    workload: tuple[Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = _bad_invocations(tmp_path, *workload)[name]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("memtrace: error: "), captured.err
+    assert "s3cret" not in captured.err and captured.out == ""
+    assert not (tmp_path / "a-file" / "report").exists()
+
+
+def _otlp_attributes(line: dict[str, object]) -> list[list[dict[str, object]]]:
+    """The attribute lists of every span of one OTLP JSON line."""
+    found = []
+    for resource in line["resourceSpans"]:  # type: ignore[attr-defined]
+        for scope in resource["scopeSpans"]:
+            found += [span.get("attributes", []) for span in scope["spans"]]
+    return found
+
+
+def _break_ops(traces: Path) -> None:
+    """An unknown op kind (the update case's merge), inputs as one comma-joined string (the
+    deletion case's forget), inputs as the JSON text of the list (the retrieval case's search)."""
+    lines = []
+    for text in traces.read_text().splitlines():
+        line = json.loads(text)
+        for attrs in _otlp_attributes(line):
+            values = {a["key"]: a["value"] for a in attrs}
+            name = values.get("memtrace.op.name", {}).get("stringValue")
+            for attr in attrs:
+                refs = attr["value"].get("arrayValue", {}).get("values", [])
+                joined = [r["stringValue"] for r in refs]
+                if name == "test.merge" and attr["key"] == "memtrace.op.kind":
+                    attr["value"] = {"stringValue": "teleport"}
+                elif name == "test.forget" and attr["key"] == "memtrace.op.inputs":
+                    attr["value"] = {"stringValue": ", ".join(joined)}
+                elif name == "test.search" and attr["key"] == "memtrace.op.inputs":
+                    attr["value"] = {"stringValue": json.dumps(joined)}
+        lines.append(json.dumps(line))
+    traces.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_unknown_op_kinds_and_string_refs_are_counted_skips(
+    mode: str, workload: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    traces, cases = workload
+    clean = tmp_path / "clean.jsonl"
+    args = ["attribute", str(traces), "--cases", str(cases), "--quiet", *MODES[mode]]
+    assert main([*args, "--out", str(clean)]) == 0
+    _break_ops(traces)
+    out, report = tmp_path / "broken.jsonl", tmp_path / "report"
+    assert main([*args, "--out", str(out), "--report", str(report)]) == 1
+    err = capsys.readouterr().err
+    assert "skipped records: invalid_op: 2" in err
+    assert "field memtrace.op.kind: span" in err and "unknown op kind 'teleport'" in err
+    assert "field memtrace.op.inputs: span" in err and "a string, not a list of refs" in err
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["skipped_by_kind"] == {"invalid_op": 2} and summary["ok"] is False
+    before = {v.case_id: v for v in read_verdicts(clean)}
+    after = {v.case_id: v for v in read_verdicts(out)}
+    # the list sent as JSON text is read as the list: that case's verdict is unchanged
+    assert after["case-retrieval"] == before["case-retrieval"]
+    assert set(after) == set(before)
+
+
+def test_graph_on_bad_records_says_so_and_exits_1(
+    workload: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    traces, _ = workload
+    with traces.open("a") as handle:
+        handle.write("not json\n")
+    out = tmp_path / "case.json"
+    assert (
+        main(["graph", str(traces), "--case", "case-update", "--format", "json", "-o", str(out)])
+        == 1
+    )
+    err = capsys.readouterr().err
+    assert "1 skipped (invalid_json: 1)" in err
+    assert "memtrace: the graph may lack the skipped records" in err
+    assert f"{traces}:" in err and out.exists()

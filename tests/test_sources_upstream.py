@@ -325,3 +325,40 @@ def test_chat_spans_inside_contract_ops_are_not_ops() -> None:
     assert A.MEMTRACE_OP_KIND not in adapted[internal.span_id]
     assert A.MEMTRACE_OP_KIND not in adapted[deeper.span_id]
     assert adapted[answer.span_id][A.MEMTRACE_OP_KIND] == "generate"
+
+
+def test_instructions_are_a_prompt_and_outputs_name_their_sources() -> None:
+    system_and_user = json.dumps(
+        [
+            {"role": "system", "parts": [{"type": "text", "content": "Extract facts as JSON."}]},
+            {"role": "user", "parts": [{"type": "text", "content": "We got a dog, Rex!"}]},
+        ]
+    )
+    spans = [
+        span(
+            TRACE_A,
+            1,
+            "upsert_memory",
+            10,
+            50,
+            gen_ai__memory__records=records(("m1", "Has a dog called Rex")),
+            **STORE,
+        ),
+        span(
+            TRACE_A,
+            2,
+            "chat",
+            20,
+            30,
+            parent=1,
+            gen_ai__input__messages=system_and_user,
+            gen_ai__output__messages=messages('{"facts": ["Has a dog called Rex"]}'),
+        ),
+    ]
+    G = build_graph(adapt_upstream(spans))
+    extract = f"{2:016x}"
+    prompts = [v for v in G.predecessors(extract) if G.nodes[v]["category"] == "prompt"]
+    assert [G.nodes[v]["value"] for v in prompts] == ["Extract facts as JSON."]
+    assert G.nodes[f"messages:{extract}@1"]["value"] == "We got a dog, Rex!"
+    assert G.nodes[f"llm:{extract}@1"]["meta"] == {"source_refs": [f"messages:{extract}@1"]}
+    assert G.nodes["m1@1"]["meta"] == {"source_refs": [f"llm:{extract}@1"]}

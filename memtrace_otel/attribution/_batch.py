@@ -40,6 +40,8 @@ from memtrace_otel.sources import (
     outcomes_of,
 )
 
+_SHOWN_ERRORS = 5
+"""Skip messages the summary table shows (``summary.json`` keeps 20)."""
 NO_STORE = ""
 """Partition key of ops that name no memory store."""
 
@@ -493,6 +495,10 @@ def summary_table(summary: BatchSummary) -> str:
             "skipped records: "
             + ", ".join(f"{k}: {v}" for k, v in sorted(summary.skipped_by_kind.items()))
         )
+        # Say which: the first few messages name the file, line and field (all in summary.json).
+        lines.extend(f"  {message}" for message in summary.source_errors[:_SHOWN_ERRORS])
+        if len(summary.source_errors) > _SHOWN_ERRORS:
+            lines.append("  ... (the first 20 are in summary.json source_errors)")
     if summary.duplicates:
         lines.append(
             f"exact duplicate spans dropped (at-least-once delivery, nothing lost): "

@@ -52,6 +52,7 @@ from memtrace_otel.attribution._batch import (
     count_truncated_captured,
     store_of,
 )
+from memtrace_otel.attribution._feedback import FeedbackStats
 from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case, Verdict, load_cases
 from memtrace_otel.attribution._partitions import (
@@ -75,6 +76,7 @@ from memtrace_otel.errors import BackendError, MemtraceError
 from memtrace_otel.graph import build_graph
 from memtrace_otel.semconv import JudgeVerdict, SpanRecord
 from memtrace_otel.sources import SourceStats, expand_paths, open_source
+from memtrace_otel.sources._common import NOT_A_REGULAR_FILE, make_error
 
 __all__ = [
     "ExecutorSpec",
@@ -459,6 +461,12 @@ def run_scaled(
                 for case_id in results[store].failed:
                     if where.get(case_id) == store:
                         chosen.append((store, case_id))
+        # As the single-process run counts them (scaled runs read no feedback).
+        if cases is not None:
+            summary.cases_by_source["cases-file"] = len(chosen)
+        else:
+            summary.feedback = FeedbackStats().to_json()
+            summary.cases_by_source.update(judge=len(chosen), feedback=0)
 
         # Cases found in no store run against the store-less graph, or an empty one.
         extra: StoreResult | None = None
@@ -564,6 +572,12 @@ class _Counts:
     def add(self, tally: Tally) -> None:
         tally.add_to(self.stats, self.keys)
 
+    def skip_path(self, path: str, reason: str) -> None:
+        """Count a path a walk or glob left out (not a regular file)."""
+        tally = Tally()
+        tally.on_error(NOT_A_REGULAR_FILE, make_error(reason, path=path, line=None))
+        self.add(tally)
+
     def report(self, summary: BatchSummary, files: Sequence[str]) -> None:
         stats = self.stats
         stats.errors = first_messages(stats.errors, self.keys, files, self.spec_of)
@@ -584,7 +598,7 @@ def _plan(
     scanned: list[str] = []
     for number, spec in enumerate(sources):
         check_file_spec(spec)
-        for path in expand_paths(spec):
+        for path in expand_paths(spec, counts.skip_path):
             plan.add_file(path)
             counts.spec_of.setdefault(path, number)
             if is_json_lines(path):

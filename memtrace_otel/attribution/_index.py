@@ -90,14 +90,15 @@ class GraphIndex:
         """The records searchable in ``store`` just before time ``before`` (contract 4b).
 
         A record is a variable some ``create``/``update``/``delete`` op wrote; it is live when
-        its latest version written before ``before`` is not a tombstone. Returns record id ->
-        the live version's ref.
+        its latest version written by ``before`` (its writer ended at or before that time) is not
+        a tombstone. A write that ended at the very time the search started counts as before it:
+        recorders stamp in milliseconds, and ops tie. Returns record id -> the live version's ref.
         """
         if self._records is None:
             self._records = self._record_timeline()
         live: dict[str, str] = {}
         for time, ident, ref in self._records.get(store, ()):
-            if time >= before:
+            if time > before:
                 break
             live[ident] = ref
         G = self.G

@@ -164,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
                 ) from None
         if bound is not None:
             parse_size(bound)
+        check_paths(args)
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return 2
@@ -270,6 +271,41 @@ def run(args: argparse.Namespace) -> int:
     if summary.cases == 0 and args.cases is None:
         return EXIT_NOTHING_TO_ATTRIBUTE
     return 0 if summary.ok else 1
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """Refuse, before any work, paths the run could not read or write at its end.
+
+    Raises:
+        ValueError: ``--cases`` or ``--labels`` is not a readable file; ``--out`` is a folder
+            or cannot be created; ``--report`` is a file or cannot be created.
+    """
+    for option, path in (("--cases", args.cases), ("--labels", args.labels)):
+        if path is not None and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+            what = "no such file" if not os.path.lexists(path) else "not a readable file"
+            raise ValueError(f"{option} {path}: {what}")
+    if args.out is not None:
+        if os.path.isdir(args.out):
+            raise ValueError(f"--out {args.out}: is a folder; name the verdicts file")
+        _check_creatable("--out", args.out, os.path.exists(args.out))
+    if args.report is not None:
+        if os.path.lexists(args.report) and not os.path.isdir(args.report):
+            raise ValueError(f"--report {args.report}: not a folder")
+        _check_creatable("--report", args.report, os.path.isdir(args.report))
+
+
+def _check_creatable(option: str, path: str, exists: bool) -> None:
+    """``path`` is writable if it exists, else its nearest existing parent is a writable folder
+    (the missing folders are made)."""
+    if exists:
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"{option} {path}: not writable")
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {path}: cannot be created ({parent} is not a writable folder)")
 
 
 def _add_loading_counts(summary: BatchSummary, loading: BatchSummary) -> None:

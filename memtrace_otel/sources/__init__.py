@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from memtrace_otel.errors import SourceSpecError
 from memtrace_otel.sources._backends import (
     JaegerSource,
     TempoSource,
@@ -108,22 +109,44 @@ def open_source(
             ``max_document_bytes`` for files (see :class:`FileSource`).
 
     Raises:
-        ValueError: a malformed backend URL or option, or a plain ``http://`` URL.
+        SourceSpecError: (a ``ValueError``) a malformed backend URL or option, a plain
+            ``http://`` URL, or a bad file option; the message names the spec without its
+            credentials.
 
     >>> open_source("jaeger+http://127.0.0.1:16686?service=rag&lookback=2h")
     JaegerSource('http://127.0.0.1:16686')
     """
     text = os.fspath(spec)
-    if text.startswith(BACKEND_SCHEMES):
-        return backend_from_url(text, strict=strict, http=http, **options)
-    if text.startswith(("http://", "https://")):
-        raise ValueError(
-            f"{text}: say which backend it is: jaeger+{text.split(':')[0]}://... or "
-            f"tempo+{text.split(':')[0]}://..."
-        )
-    if http is not None:
-        raise ValueError("http options apply to backend sources only")
-    return FileSource(text, strict=strict, **options)
+    try:
+        if text.startswith(BACKEND_SCHEMES):
+            return backend_from_url(text, strict=strict, http=http, **options)
+        if text.startswith(("http://", "https://")):
+            scheme = text.split(":")[0]
+            raise ValueError(
+                f"say which backend it is: jaeger+{scheme}://... or tempo+{scheme}://..."
+            )
+        if http is not None:
+            raise ValueError("http options apply to backend sources only")
+        return FileSource(text, strict=strict, **options)
+    except SourceSpecError:
+        raise
+    except ValueError as exc:
+        raise SourceSpecError(f"{_without_credentials(text)}: {exc}") from None
+
+
+def _without_credentials(spec: str) -> str:
+    """``spec`` with any ``user:pass@`` of a URL left out (for messages).
+
+    >>> _without_credentials("jaeger+http://ana:s3cret@host:16686/x?service=rag")
+    'jaeger+http://host:16686/x?service=rag'
+    """
+    scheme, sep, rest = spec.partition("://")
+    if not sep:
+        return spec
+    netloc, slash, tail = rest.partition("/")
+    netloc, query_sep, query = netloc.partition("?")  # no path: the query follows the host
+    host = netloc.rpartition("@")[2]
+    return f"{scheme}://{host}{query_sep}{query}{slash}{tail}"
 
 
 __all__ = [

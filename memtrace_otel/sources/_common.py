@@ -31,6 +31,8 @@ UNSUPPORTED_FORMAT = "unsupported_format"
 UNREADABLE = "unreadable"
 LINE_TOO_LONG = "line_too_long"
 DOCUMENT_TOO_LARGE = "document_too_large"
+DECOMPRESSED_TOO_LARGE = "decompressed_too_large"
+NOT_A_REGULAR_FILE = "not_a_regular_file"
 
 MAX_ERROR_MESSAGES = 10
 """How many error messages :class:`SourceStats` keeps (the counts are always complete)."""

@@ -68,6 +68,8 @@ INFERRED_EXTRACTION_INPUT = "a write's input: the extraction call before it in i
 INFERRED_CONTEXT = "an answer's context: the searches before it in its trace"
 INFERRED_CASE = "case id: the answer's trace id"
 INFERRED_STORE = "store of a chat call: the memory spans of its trace"
+_SYSTEM_INSTRUCTIONS = A.GEN_AI_SYSTEM_INSTRUCTIONS
+_INSTRUCTION_ROLES = frozenset({"system", "developer"})
 INFERRED_UNKNOWN_WRITES = "records written not known (no record ids or records captured)"
 
 
@@ -123,6 +125,7 @@ class _Op:
     store: str | None
     inputs: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # ref -> (cat, value)
     outputs: dict[str, tuple[str, str | None, bool]] = field(default_factory=dict)
+    sources: dict[str, list[str]] = field(default_factory=dict)  # output ref -> source refs
     case_id: str | None = None
     inferred: list[str] = field(default_factory=list)
     name: str = ""
@@ -132,6 +135,11 @@ class _Op:
 
     def write(self, ref: str, category: str, value: str | None, deleted: bool = False) -> None:
         self.outputs[ref] = (category, value, deleted)
+
+    def derive(self, ref: str, sources: Iterable[str]) -> None:
+        """Say which inputs an output was derived from (``source_refs`` in its meta)."""
+        listed = self.sources.setdefault(ref, [])
+        listed.extend(s for s in sources if s not in listed)
 
     def infer(self, what: str) -> None:
         if what not in self.inferred:
@@ -347,16 +355,24 @@ class _Adapter:
         extractions: list[_Op] = []
         for op in ops:  # model calls, in time order
             span = op.record
+            if op.kind not in (OpKind.EXTRACT, OpKind.GENERATE):
+                continue
+            system, inputs, outputs = _messages(span)
+            if system is not None:
+                op.read(_prompt_ref(system), Category.PROMPT.value, system)
             if op.kind == OpKind.EXTRACT:
-                inputs, outputs = _messages(span)
-                op.read(f"messages:{span.span_id}@1", Category.MESSAGE.value, inputs)
+                message = f"messages:{span.span_id}@1"
+                op.read(message, Category.MESSAGE.value, inputs)
+                read = [message]
                 for earlier in extractions:  # a decision call reads the facts before it
                     for ref, (category, value, _) in earlier.outputs.items():
                         op.read(ref, category, value)
-                op.write(f"llm:{span.span_id}@1", Category.MEMORY.value, outputs)
+                        read.append(ref)
+                output = f"llm:{span.span_id}@1"
+                op.write(output, Category.MEMORY.value, outputs)
+                op.derive(output, read)
                 extractions.append(op)
-            elif op.kind == OpKind.GENERATE:
-                inputs, outputs = _messages(span)
+            else:
                 op.read(f"context:{span.span_id}@1", Category.CONTEXT.value, inputs)
                 for search in searches:
                     if search.record.end_time_unix_nano <= span.start_time_unix_nano:
@@ -374,6 +390,9 @@ class _Adapter:
             if source:
                 for ref, (category, value, _) in source[-1].outputs.items():
                     op.read(ref, category, value)
+                    for out, (_, _, deleted) in op.outputs.items():
+                        if not deleted:
+                            op.derive(out, [ref])
                 op.infer(INFERRED_EXTRACTION_INPUT)
 
 
@@ -476,25 +495,49 @@ def _records(span: SpanRecord) -> list[_Record]:
     return records
 
 
-def _messages(span: SpanRecord) -> tuple[str | None, str | None]:
-    """The text a chat span read and wrote, when content was captured.
+def _messages(span: SpanRecord) -> tuple[str | None, str | None, str | None]:
+    """The instructions, the messages a chat span read, and what it wrote, when captured.
 
-    Read from ``gen_ai.input.messages`` / ``gen_ai.output.messages`` (span attributes, or the
-    attributes of an event carrying them), else the older per-message events
-    (``gen_ai.user.message``, ``gen_ai.choice``, ...).
+    Read from ``gen_ai.input.messages`` / ``gen_ai.output.messages`` (and
+    ``gen_ai.system_instructions``), as span attributes or on an event carrying them, else the
+    older per-message events (``gen_ai.system.message``, ``gen_ai.user.message``,
+    ``gen_ai.choice``, ...). System and developer messages are the instructions: a prompt, not
+    what the user said.
     """
     attributes: dict[str, Any] = dict(span.attributes)
     for event in span.events:
-        for key in (A.GEN_AI_INPUT_MESSAGES, A.GEN_AI_OUTPUT_MESSAGES):
+        for key in (A.GEN_AI_INPUT_MESSAGES, A.GEN_AI_OUTPUT_MESSAGES, _SYSTEM_INSTRUCTIONS):
             if key in event.attributes and key not in attributes:
                 attributes[key] = event.attributes[key]
-    inputs = _message_text(attributes.get(A.GEN_AI_INPUT_MESSAGES))
+    system: list[str] = []
+    inputs: list[str] = []
+    raw = attributes.get(A.GEN_AI_INPUT_MESSAGES)
+    if raw is not None:
+        decoded = _json(raw)
+        for message in decoded if isinstance(decoded, list) else [decoded]:
+            texts: list[str] = []
+            _collect_text(message, texts)
+            role = message.get("role") if isinstance(message, dict) else None
+            (system if role in _INSTRUCTION_ROLES else inputs).extend(texts)
+        if not system and not inputs and isinstance(raw, str):
+            inputs.append(raw)
+    if _SYSTEM_INSTRUCTIONS in attributes:
+        texts = []
+        _collect_text(_json(attributes[_SYSTEM_INSTRUCTIONS]), texts)
+        system[:0] = texts
     outputs = _message_text(attributes.get(A.GEN_AI_OUTPUT_MESSAGES))
-    if inputs is None or outputs is None:
-        old_in, old_out = _legacy_events(span.events)
-        inputs = inputs if inputs is not None else old_in
+    if raw is None or outputs is None:
+        old_system, old_in, old_out = _legacy_events(span.events)
+        if raw is None:
+            system = system or old_system
+            inputs = old_in
         outputs = outputs if outputs is not None else old_out
-    return inputs, outputs
+    return ("\n".join(system) or None), ("\n".join(inputs) or None), outputs
+
+
+def _prompt_ref(text: str) -> str:
+    """One variable per distinct instruction text: the call's prompt template."""
+    return "prompt:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16] + "@1"
 
 
 def _message_text(value: Any) -> str | None:
@@ -519,7 +562,8 @@ def _collect_text(value: Any, texts: list[str]) -> None:
                 _collect_text(value[key], texts)
 
 
-def _legacy_events(events: Sequence[EventRecord]) -> tuple[str | None, str | None]:
+def _legacy_events(events: Sequence[EventRecord]) -> tuple[list[str], list[str], str | None]:
+    system: list[str] = []
     inputs: list[str] = []
     outputs: list[str] = []
     for event in events:
@@ -529,9 +573,11 @@ def _legacy_events(events: Sequence[EventRecord]) -> tuple[str | None, str | Non
         _collect_text(_json(dict(event.attributes)), texts)
         if event.name == "gen_ai.choice":
             outputs.extend(texts)
+        elif event.name == "gen_ai.system.message":
+            system.extend(texts)
         elif event.name.endswith(".message"):
             inputs.extend(texts)
-    return ("\n".join(inputs) or None), ("\n".join(outputs) or None)
+    return system, inputs, ("\n".join(outputs) or None)
 
 
 def _to_record(op: _Op) -> SpanRecord:
@@ -562,14 +608,26 @@ def _to_record(op: _Op) -> SpanRecord:
     for ref, (category, value, deleted) in op.outputs.items():
         events.append(
             _variable_event(
-                ref, Role.OUTPUT.value, category, value, deleted, span.end_time_unix_nano
+                ref,
+                Role.OUTPUT.value,
+                category,
+                value,
+                deleted,
+                span.end_time_unix_nano,
+                op.sources.get(ref),
             )
         )
     return replace(span, attributes=frozen_attributes(attributes), events=tuple(events))
 
 
 def _variable_event(
-    ref: str, role: str, category: str, value: str | None, deleted: bool, time: int
+    ref: str,
+    role: str,
+    category: str,
+    value: str | None,
+    deleted: bool,
+    time: int,
+    sources: list[str] | None = None,
 ) -> EventRecord:
     attributes: dict[str, Any] = {
         A.MEMTRACE_VARIABLE_REF: ref,
@@ -583,4 +641,6 @@ def _variable_event(
         )
     if deleted:
         attributes[A.MEMTRACE_VARIABLE_DELETED] = True
+    if sources:
+        attributes[A.MEMTRACE_VARIABLE_META] = json.dumps({"source_refs": sources})
     return EventRecord(A.MEMTRACE_VARIABLE_EVENT, time, frozen_attributes(attributes))
