@@ -304,29 +304,6 @@ def test_adaptation_does_not_depend_on_record_order(tmp_path: Path, seed: int) -
     assert first == second
 
 
-def test_chat_spans_inside_contract_ops_are_not_ops() -> None:
-    """Beside our instrumentors (issue 21): the upstream chat span of a memory system's own LLM
-    call, under its phase op, stays a plain span; the app's own chat call is still an op."""
-    phase = span(
-        TRACE_A,
-        1,
-        "memtrace.extract",
-        10,
-        40,
-        memtrace__op__kind="extract",
-        memtrace__op__name="mem0.fact_extraction",
-        **STORE,
-    )
-    internal = span(TRACE_A, 2, "chat", 20, 30, parent=1, gen_ai__provider__name="openai")
-    deeper = span(TRACE_A, 3, "chat", 21, 29, parent=2, gen_ai__provider__name="openai")
-    search = span(TRACE_A, 5, "search_memory", 45, 46, **STORE)
-    answer = span(TRACE_A, 4, "chat", 50, 60, gen_ai__provider__name="openai")
-    adapted = by_id(adapt_upstream([phase, internal, deeper, search, answer]))
-    assert A.MEMTRACE_OP_KIND not in adapted[internal.span_id]
-    assert A.MEMTRACE_OP_KIND not in adapted[deeper.span_id]
-    assert adapted[answer.span_id][A.MEMTRACE_OP_KIND] == "generate"
-
-
 def test_instructions_are_a_prompt_and_outputs_name_their_sources() -> None:
     system_and_user = json.dumps(
         [
@@ -362,3 +339,26 @@ def test_instructions_are_a_prompt_and_outputs_name_their_sources() -> None:
     assert G.nodes[f"messages:{extract}@1"]["value"] == "We got a dog, Rex!"
     assert G.nodes[f"llm:{extract}@1"]["meta"] == {"source_refs": [f"messages:{extract}@1"]}
     assert G.nodes["m1@1"]["meta"] == {"source_refs": [f"llm:{extract}@1"]}
+
+
+def test_chat_spans_inside_contract_ops_are_not_ops() -> None:
+    """Beside our instrumentors (issue 21): the upstream chat span of a memory system's own LLM
+    call, under its phase op, stays a plain span; the app's own chat call is still an op."""
+    phase = span(
+        TRACE_A,
+        1,
+        "memtrace.extract",
+        10,
+        40,
+        memtrace__op__kind="extract",
+        memtrace__op__name="mem0.fact_extraction",
+        **STORE,
+    )
+    internal = span(TRACE_A, 2, "chat", 20, 30, parent=1, gen_ai__provider__name="openai")
+    deeper = span(TRACE_A, 3, "chat", 21, 29, parent=2, gen_ai__provider__name="openai")
+    search = span(TRACE_A, 5, "search_memory", 45, 46, **STORE)
+    answer = span(TRACE_A, 4, "chat", 50, 60, gen_ai__provider__name="openai")
+    adapted = by_id(adapt_upstream([phase, internal, deeper, search, answer]))
+    assert A.MEMTRACE_OP_KIND not in adapted[internal.span_id]
+    assert A.MEMTRACE_OP_KIND not in adapted[deeper.span_id]
+    assert adapted[answer.span_id][A.MEMTRACE_OP_KIND] == "generate"

@@ -13,7 +13,6 @@ import sys
 from typing import Any
 
 from memtrace_otel.errors import DecodeError
-from memtrace_otel.semconv import Category
 
 DEFAULT_SERVICE = "memtrace-feedback"
 _CAPTURE_HINT = (
