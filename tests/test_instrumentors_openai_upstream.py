@@ -39,6 +39,20 @@ def server() -> Iterator[ScriptedOpenAI]:
         yield srv
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_semconv_mode() -> Iterator[None]:
+    """The upstream instrumentor caches, process-wide, the GenAI conventions mode it reads from
+    ``OTEL_SEMCONV_STABILITY_OPT_IN`` on first use: forget it around this module, so that neither
+    an earlier test's environment leaks in here nor ours into a later test's."""
+    from opentelemetry.instrumentation._semconv import (
+        _OpenTelemetrySemanticConventionStability as Stability,
+    )
+
+    Stability._initialized = False
+    yield
+    Stability._initialized = False
+
+
 @pytest.fixture(autouse=True)
 def _clean() -> Iterator[None]:
     yield

@@ -208,7 +208,7 @@ def _emit(
     if comment:
         event[A.GEN_AI_EVALUATION_EXPLANATION] = comment
     if expected is not None:
-        value, _ = capture.record(expected, Category.GOLD)
+        value, _ = capture.record(expected, Category.GOLD)  # the one place deciding what leaves
         if value is not None:
             event[A.MEMTRACE_FEEDBACK_EXPECTED] = value
     attributes: dict[str, AttributeValue] = {}
