@@ -9,6 +9,7 @@ and tombstone the others in one ``update`` op.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -52,7 +53,7 @@ def execute(sc: Scenario, mode: Mode | None = None, only: str | None = None) -> 
     return run
 
 
-class Pipeline:
+class Pipeline(ABC):
     """What the four systems share: sessions, questions, the question-time op chain."""
 
     name = ""
@@ -72,8 +73,9 @@ class Pipeline:
         self.on_session_end(session)
         run.close()
 
+    @abstractmethod
     def on_turn(self, turn: HTurn, message: Rec) -> None:
-        raise NotImplementedError
+        """Ingest one turn (the system's own construction ops)."""
 
     def on_session_end(self, session: HSession) -> None:
         return None
@@ -95,8 +97,9 @@ class Pipeline:
         run.predictions[case.qid] = str(prediction.raw)
         run.close()
 
+    @abstractmethod
     def answer(self, case: HCase, case_id: str, query: Rec) -> tuple[Rec, list[Line]]:
-        raise NotImplementedError
+        """Retrieve and assemble: the answer's context and its lines."""
 
     def retrieve(
         self, name: str, key: str, case: HCase, case_id: str, query: Rec, k: int,
