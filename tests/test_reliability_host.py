@@ -436,8 +436,12 @@ def test_production_capture_keeps_the_memory_verdicts_right(
         [str(traces)], EvidenceMethod(), cases_file=str(cases) if with_cases else None
     )
     got = {v.case_id: (v.error_type, v.op_name) for v in verdicts}
-    # Every fault decided by memory content or structure is named exactly; the evidence left
-    # out of an assembled context needs the context's text, which this setting keeps home.
+    # Right, or honestly unsure: never a wrong verdict. Faults that memory content or structure
+    # decide are named exactly; those whose deciding value is the assembled context (an LLM
+    # prompt, kept home by this setting) may abstain.
     for fault, expected in EXPECTED.items():
-        if fault != "assemble":
-            assert got[f"case-{fault}"] == expected, fault
+        verdict = got[f"case-{fault}"]
+        if fault in ("extraction", "update", "deletion", "filter"):
+            assert verdict == expected, fault
+        else:
+            assert verdict in (expected, (None, None)), fault
