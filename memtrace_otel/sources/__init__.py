@@ -65,6 +65,7 @@ from memtrace_otel.sources._memtracebench import (
     load_memtracebench,
 )
 from memtrace_otel.sources._otlp_proto import decode_otlp_proto
+from memtrace_otel.sources._progress import Progress
 from memtrace_otel.sources._source import FileSource, Source, iter_records
 
 BACKEND_SCHEMES = ("jaeger+http://", "jaeger+https://", "tempo+http://", "tempo+https://")
@@ -128,6 +129,7 @@ __all__ = [
     "HttpOptions",
     "JaegerSource",
     "LineReader",
+    "Progress",
     "ReadLimits",
     "RecordCapper",
     "Source",
