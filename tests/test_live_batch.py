@@ -197,3 +197,69 @@ def test_a_jaeger_source_with_the_default_page_exhausts_the_window(
     )
     assert len({r.trace_id for r in small.records()}) == 120
     assert "max_traces=120" in small.stats.capped and "--max-traces" in small.stats.capped
+
+
+# --- without a backend: messages, --out safety, duplicates, progress ---------------------------
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("small")
+    generate_benchmark(out, workload=generate_workload(2, 5), systems=["rag"], seed=5,
+                       faults="all=0.1")  # fmt: skip
+    return out
+
+
+def test_unknown_case_lists_the_nearest_ids(
+    small: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    traces = str(small / "traces.jsonl")
+    assert main(["graph", traces, "--case", "rag:user-01:q99", "--format", "json"]) == 2
+    err = capsys.readouterr().err
+    assert "nearest of the" in err and "rag:user-01:q" in err
+
+
+def test_out_refuses_a_foreign_file_unchanged_and_a_second_run(
+    small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    traces, cases = str(small / "traces.jsonl"), str(small / "cases.jsonl")
+    foreign = tmp_path / "cases-copy.jsonl"
+    foreign.write_bytes((small / "cases.jsonl").read_bytes()[:-5])  # no final newline either
+    before = foreign.read_bytes()
+    assert main(["attribute", traces, "--cases", cases, "--out", str(foreign), "--quiet"]) == 2
+    assert "not a verdict line" in capsys.readouterr().err
+    assert foreign.read_bytes() == before
+    from memtrace_otel.attribution._verdict_log import VerdictLog
+
+    out = tmp_path / "v.jsonl"
+    with VerdictLog(out):  # another run holds the lock
+        assert main(["attribute", traces, "--cases", cases, "--out", str(out), "--quiet"]) == 2
+        assert "another memtrace attribute run is writing it" in capsys.readouterr().err
+    assert main(["attribute", traces, "--cases", cases, "--out", str(out), "--quiet"]) == 0
+
+
+def test_exact_duplicates_pass_and_conflicts_fail(
+    small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = (small / "traces.jsonl").read_text().splitlines(keepends=True)
+    retried = tmp_path / "retried.jsonl"
+    retried.write_text("".join(lines + lines[:3]))  # a Collector retry: at-least-once delivery
+    cases = str(small / "cases.jsonl")
+    assert main(["attribute", str(retried), "--cases", cases, "--quiet"]) == 0
+    assert "exact duplicate spans dropped" in capsys.readouterr().err
+    changed = json.loads(lines[0])
+    span = changed["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    span["name"] = span["name"] + "-rewritten"
+    conflict = tmp_path / "conflict.jsonl"
+    conflict.write_text("".join(lines) + json.dumps(changed) + "\n")
+    assert main(["attribute", str(conflict), "--cases", cases, "--quiet"]) == 1
+
+
+def test_progress_in_a_log_is_plain_lines(small: Path, tmp_path: Path) -> None:
+    import io
+
+    from memtrace_otel.attribution import get_method, run_batch
+
+    log = io.StringIO()
+    run_batch([str(small / "traces.jsonl")], get_method("evidence"), progress=log)
+    text = log.getvalue()
+    assert "\r" not in text
+    assert "loading" in text and "attributing: done" in text
