@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test demo install lint typecheck pytest bench clean browser backends mem0-legacy
+.PHONY: test demo install lint typecheck pytest bench clean browser backends mem0-legacy smartcomment
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +36,11 @@ backends:
 mem0-legacy: install
 	bash scripts/mem0_legacy_env.sh $(PY)
 
-pytest: install browser backends mem0-legacy
+# zjunlp's smartcomment recorder (Python 3.12) that writes MemTraceBench files, in ~/.cache/memtrace-otel.
+smartcomment:
+	bash scripts/smartcomment_env.sh
+
+pytest: install browser backends mem0-legacy smartcomment
 	$(VENV)/bin/pytest
 
 test: lint typecheck pytest
@@ -44,7 +48,7 @@ test: lint typecheck pytest
 demo: install
 	$(VENV)/bin/memtrace demo
 
-bench: install
+bench: install smartcomment
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:

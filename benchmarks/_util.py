@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import Link, Tracer
 
 
 def best_of(fn: Callable[[], None], *, number: int, repeat: int = 7) -> float:
@@ -38,3 +41,25 @@ def verdict(value: float, goal: float, *, higher_is_better: bool = False) -> str
     """'meets goal' or 'MISSES goal' for a printed figure."""
     ok = value >= goal if higher_is_better else value <= goal
     return "meets goal" if ok else "MISSES goal"
+
+
+def by_hand(tracer: Tracer, span: ReadableSpan, late: Iterable[str] = ()) -> Callable[[], None]:
+    """A function writing, with the SDK alone, the payload of ``span`` (one recorded span): its
+    name, kind, attributes and links at start, its events, then the ``late`` attributes (those an
+    instrumentation can only know at the end, e.g. the outputs)."""
+    attributes = dict(span.attributes or {})
+    at_end = {key: attributes.pop(key) for key in late if key in attributes}
+    links = [Link(link.context, dict(link.attributes or {})) for link in span.links]
+    events = [(event.name, dict(event.attributes or {})) for event in span.events]
+    name, kind = span.name, span.kind
+
+    def write() -> None:
+        with tracer.start_as_current_span(
+            name, kind=kind, attributes=attributes, links=links
+        ) as hand:
+            for event_name, event_attributes in events:
+                hand.add_event(event_name, event_attributes)
+            if at_end:
+                hand.set_attributes(at_end)
+
+    return write

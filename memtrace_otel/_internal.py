@@ -1,10 +1,16 @@
-"""Internal-error policy for code that runs inside the user's app.
+"""Internal-error policy for code that runs inside the user's app, and its fork safety.
 
 Inside an instrumented app nothing of ours may raise or hang. :func:`internal_error` is called
-from an ``except`` block: in production it logs one warning per distinct fault (with the
-traceback, "your code is fine, telemetry is reduced") and returns, so the caller can degrade;
-under pytest, or with ``MEMTRACE_INTERNAL_ERRORS=raise``, it re-raises so bugs cannot hide.
-Fault-injection tests turn the loud mode off with :func:`quiet_internal_errors`.
+from an ``except`` block: it logs one warning (with the traceback, "your code is fine, telemetry
+is reduced") per place and exception type, counts every occurrence, and returns, so the caller can
+degrade. Only with ``MEMTRACE_INTERNAL_ERRORS=raise`` does it re-raise, so bugs cannot hide: the
+project's own test suite sets it (``tests/conftest.py``); a user's test suite running an
+instrumented app does not, and gets the production behaviour. Fault-injection tests turn the
+loud mode off with :func:`quiet_internal_errors`.
+
+:func:`reinit_after_fork` lets an object holding a lock replace it in a forked child (as the
+OpenTelemetry SDK does with ``os.register_at_fork``): a lock held by another thread at ``fork()``
+would otherwise stay held forever in the child, which has only the forking thread.
 """
 
 from __future__ import annotations
@@ -14,33 +20,54 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from typing import Protocol
 
 logger = logging.getLogger("memtrace_otel")
 
-_ENV = "MEMTRACE_INTERNAL_ERRORS"
+ENV_INTERNAL_ERRORS = "MEMTRACE_INTERNAL_ERRORS"
 _MAX_REMEMBERED = 1024
-_seen: set[tuple[str, str, str]] = set()
+_seen: set[tuple[str, str]] = set()
 _seen_lock = threading.Lock()
 _counts: dict[str, int] = {}
+_overflow_logged = False
 _force_quiet: ContextVar[bool] = ContextVar("memtrace_force_quiet", default=False)
 
 
 def _loud() -> bool:
     if _force_quiet.get():
         return False
-    mode = os.environ.get(_ENV, "").strip().lower()
-    if mode == "raise":
-        return True
-    if mode == "log":
-        return False
-    # pytest >= 8.2 sets PYTEST_VERSION for the whole session.
-    return "PYTEST_VERSION" in os.environ
+    return os.environ.get(ENV_INTERNAL_ERRORS, "").strip().lower() == "raise"
+
+
+def _first(key: tuple[str, str], where: str) -> bool:
+    """Count one occurrence at ``where``; whether ``key`` is new (and may be logged)."""
+    global _overflow_logged
+    with _seen_lock:
+        _counts[where] = _counts.get(where, 0) + 1
+        if key in _seen:
+            return False
+        if len(_seen) < _MAX_REMEMBERED:
+            _seen.add(key)
+            return True
+        overflow, _overflow_logged = not _overflow_logged, True
+    if overflow:
+        logger.warning(
+            "memtrace-otel: more than %d distinct internal problems; further ones are only "
+            "counted (memtrace_otel._internal.internal_error_counts())",
+            _MAX_REMEMBERED,
+        )
+    return False
 
 
 def internal_error(where: str) -> None:
-    """Handle the exception being handled now: re-raise in tests, else log it once and return.
+    """Handle the exception being handled now: log it once per place and type, count it, return.
+
+    With ``MEMTRACE_INTERNAL_ERRORS=raise`` (the project's own tests) it re-raises instead. The
+    message of the exception is not part of the key: a value that fails a thousand times, each
+    time with its own message, is one warning and a count of a thousand.
 
     Args:
         where: a short name of the place that failed (``"capture"``, ``"processor.on_end"``).
@@ -48,29 +75,25 @@ def internal_error(where: str) -> None:
     if _loud():
         raise
     exc = sys.exc_info()[1]
-    key = (where, type(exc).__name__, str(exc)[:200])
-    with _seen_lock:
-        _counts[where] = _counts.get(where, 0) + 1
-        first = key not in _seen
-        if first and len(_seen) < _MAX_REMEMBERED:
-            _seen.add(key)
-    if first:
+    if _first((where, type(exc).__name__), where):
         logger.warning(
-            "memtrace-otel internal error in %s; your code is fine, telemetry is reduced",
+            "memtrace-otel internal error in %s; your code is fine, telemetry is reduced "
+            "(further %s errors here are counted, not logged)",
             where,
+            type(exc).__name__,
             exc_info=True,
         )
 
 
 def internal_error_counts() -> dict[str, int]:
-    """How many internal errors each place has swallowed in this process."""
+    """How many internal errors (and data warnings) each place has had in this process."""
     with _seen_lock:
         return dict(_counts)
 
 
 @contextlib.contextmanager
 def quiet_internal_errors() -> Iterator[None]:
-    """Log instead of raising within this block, even under pytest (for fault-injection tests)."""
+    """Log instead of raising within this block, even when loud (for fault-injection tests)."""
     token = _force_quiet.set(True)
     try:
         yield
@@ -80,10 +103,42 @@ def quiet_internal_errors() -> Iterator[None]:
 
 def data_warning(key: str, message: str, *args: object) -> None:
     """Log a problem with the user's *data* (not our bug) once per ``key``; never raises."""
-    with _seen_lock:
-        _counts[key] = _counts.get(key, 0) + 1
-        first = ("data", key, "") not in _seen
-        if first and len(_seen) < _MAX_REMEMBERED:
-            _seen.add(("data", key, ""))
-    if first:
+    if _first(("data", key), key):
         logger.warning(message, *args)
+
+
+class _ForkReinit(Protocol):
+    def _reinit_after_fork(self) -> None: ...
+
+
+_after_fork: weakref.WeakSet[_ForkReinit] = weakref.WeakSet()
+_after_fork_functions: list[Callable[[], None]] = []
+
+
+def reinit_after_fork(obj: _ForkReinit) -> None:
+    """Call ``obj._reinit_after_fork()`` in every forked child while ``obj`` lives."""
+    _after_fork.add(obj)
+
+
+def on_fork_in_child(function: Callable[[], None]) -> None:
+    """Call ``function`` (a module's lock reset) in every forked child."""
+    _after_fork_functions.append(function)
+
+
+def _reset_locks() -> None:
+    global _seen_lock
+    _seen_lock = threading.Lock()
+
+
+def _in_child() -> None:
+    # Only the forking thread exists here: nothing else can touch these while we reset them.
+    for function in (_reset_locks, *_after_fork_functions):
+        with contextlib.suppress(Exception):
+            function()
+    for obj in list(_after_fork):
+        with contextlib.suppress(Exception):
+            obj._reinit_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_child)

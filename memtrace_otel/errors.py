@@ -49,6 +49,12 @@ class SourceError(MemtraceError):
     """A trace source (file set or backend) could not be read at all."""
 
 
+class SourceSpecError(SourceError, ValueError):
+    """A source spec (URL, scheme, parameter) or its options are malformed: a usage error.
+
+    Also a ``ValueError``, as these were before it existed."""
+
+
 class BackendError(SourceError):
     """A live backend (Jaeger, Tempo) answered with an error or could not be reached."""
 
@@ -89,5 +95,6 @@ __all__ = [
     "MemtraceError",
     "ModelError",
     "SourceError",
+    "SourceSpecError",
     "UnsupportedFormatError",
 ]

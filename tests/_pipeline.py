@@ -14,11 +14,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Tracer
 
 from memtrace_otel.instrumentation import (
+    AnswerRef,
     CaptureConfig,
     MemTracer,
     OtlpJsonLinesExporter,
     Variable,
     WriterRegistry,
+    last_answer,
 )
 
 FAULTS = ("extraction", "update", "deletion", "retrieval", "filter", "assemble", "response", "none")
@@ -33,7 +35,9 @@ EXPECTED = {
 }
 
 
-def run_case(mt: MemTracer, tracer: Tracer, case_id: str, fault: str) -> dict[str, object]:
+def run_case(
+    mt: MemTracer, tracer: Tracer, case_id: str, fault: str, *, judge: bool = True
+) -> dict[str, object]:
     """Run one user's pipeline; returns the case's cases-file entry."""
     evidence = mt.variable(
         f"msg:{case_id}:1", "My sister Ana moved to Porto last May.", category="message"
@@ -112,6 +116,12 @@ def run_case(mt: MemTracer, tracer: Tracer, case_id: str, fault: str) -> dict[st
                 else ("Lisbon" if fault == "response" else "I don't know")
             )
             pred = op.output(mt.variable(f"pred:{case_id}", answer, category="prediction"))
+        if not judge:  # production: no judge, failures come from feedback
+            return {
+                "case_id": case_id,
+                "question": "Where does Ana live?",
+                "gold_answers": ["Porto"],
+            }
         with mt.judge("test.judge", inputs=[pred, gold], case_id=case_id) as op:
             ok = answer == "Porto"
             op.set_verdict(ok)
@@ -125,9 +135,18 @@ def run_case(mt: MemTracer, tracer: Tracer, case_id: str, fault: str) -> dict[st
 
 
 def write_workload(
-    folder: Path, *, capture: str = "SPAN_AND_EVENT", faults: tuple[str, ...] = FAULTS
+    folder: Path,
+    *,
+    capture: str | CaptureConfig = "SPAN_AND_EVENT",
+    faults: tuple[str, ...] = FAULTS,
+    judge: bool = True,
+    answers: dict[str, AnswerRef] | None = None,
 ) -> tuple[Path, Path]:
-    """Traces and a cases file: one store (user) per fault."""
+    """Traces and a cases file: one store (user) per fault (``capture``: a mode or a config).
+
+    ``judge=False`` leaves out the judge ops (as in production); ``answers`` collects each
+    fault's answer (case id and traceparent, from :func:`last_answer`).
+    """
     traces, cases = folder / "traces.jsonl", folder / "cases.jsonl"
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(OtlpJsonLinesExporter(traces)))
@@ -137,10 +156,15 @@ def write_workload(
             tracer_provider=provider,
             system="test",
             store_id=f"user-{fault}",
-            capture=CaptureConfig(mode=capture),
+            capture=capture if isinstance(capture, CaptureConfig) else CaptureConfig(mode=capture),
             registry=WriterRegistry(),
         )
-        entries.append(run_case(mt, provider.get_tracer("test"), f"case-{fault}", fault))
+        entries.append(
+            run_case(mt, provider.get_tracer("test"), f"case-{fault}", fault, judge=judge)
+        )
+        found = last_answer()
+        if answers is not None and found is not None:
+            answers[fault] = found
     provider.shutdown()
     cases.write_text("".join(json.dumps(e) + "\n" for e in entries))
     return traces, cases

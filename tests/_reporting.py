@@ -26,6 +26,13 @@ INJECTION = (
     "<img src=x onerror=\"window.__pwned = 'img'; alert(2)\">"
     "\u2028<!-- & -->"
 )
+# Would break the page if a value were ever read as template text: the old page template's
+# markers (substituted one after another, so a marker inside data was replaced too) and Jinja2's
+# own syntax.
+MARKERS = (
+    "%%SCRIPTS%% %%DATA%% %%STYLE%% %%TITLE%% %%CSP%% "
+    "{{ 7 * 7 }} {% raw %}{# comment #}{%- if true -%}"
+)
 
 
 def _tracer(store: str, provider: TracerProvider) -> MemTracer:
@@ -46,12 +53,13 @@ def _ask(
     keep: int,
     answer: str,
     question: str = "Where does Ana live?",
+    tag: str = "",
 ) -> None:
     """The question's pipeline: retrieve (keeps ``keep`` memories from the end), filter,
     assemble, generate, judge (always wrong)."""
     query = mt.variable(f"query:{case_id}", question, category="query")
     gold = mt.variable(f"gold:{case_id}", ["Porto"], category="gold")
-    with mt.retrieve("test.search", inputs=[query, *memories], case_id=case_id) as op:
+    with mt.retrieve("test.search" + tag, inputs=[query, *memories], case_id=case_id) as op:
         hits = memories[-keep:]
         cands = op.output(
             mt.variable(
@@ -60,49 +68,53 @@ def _ask(
                 category="candidates",
             )
         )
-    with mt.filter("test.rerank", inputs=[cands], case_id=case_id) as op:
+    with mt.filter("test.rerank" + tag, inputs=[cands], case_id=case_id) as op:
         kept = op.output(mt.variable(f"kept:{case_id}", cands.value, category="candidates"))
-    with mt.assemble("test.build_context", inputs=[kept], case_id=case_id) as op:
+    with mt.assemble("test.build_context" + tag, inputs=[kept], case_id=case_id) as op:
         ctx = op.output(
             mt.variable(
                 f"ctx:{case_id}", "\n".join(c["text"] for c in kept.value), category="context"
             )
         )
-    with mt.generate("test.answer", inputs=[ctx, query], case_id=case_id) as op:
+    with mt.generate("test.answer" + tag, inputs=[ctx, query], case_id=case_id) as op:
         pred = op.output(mt.variable(f"pred:{case_id}", answer, category="prediction"))
-    with mt.judge("test.judge", inputs=[pred, gold], case_id=case_id) as op:
+    with mt.judge("test.judge" + tag, inputs=[pred, gold], case_id=case_id) as op:
         op.set_verdict(False)
         op.output(mt.variable(f"score:{case_id}", 0, category="score"))
 
 
-def _remember(mt: MemTracer, msg: Variable, text: str) -> Variable:
-    with mt.extract("test.extract_facts", inputs=[msg]) as op:
+def _remember(mt: MemTracer, msg: Variable, text: str, tag: str = "") -> Variable:
+    with mt.extract("test.extract_facts" + tag, inputs=[msg]) as op:
         fact = op.output(
             mt.variable(f"fact:{msg.id}", text, category="memory", meta={"source_refs": [msg.ref]})
         )
-    with mt.create("test.add", inputs=[fact]) as op:
+    with mt.create("test.add" + tag, inputs=[fact]) as op:
         return op.output(
             mt.variable(f"mem:{msg.id}", text, category="memory", meta={"source_refs": [msg.ref]})
         )
 
 
-def write_hostile_workload(folder: Path) -> tuple[Path, Path]:
-    """One failed case whose memories, answer and case id hold script-injection payloads."""
+def write_hostile_workload(
+    folder: Path, payload: str = INJECTION, *, in_op_names: bool = False
+) -> tuple[Path, Path]:
+    """One failed case whose memories, answer and case id (and, with ``in_op_names``, every op
+    name) hold ``payload``, by default script-injection payloads."""
     traces, cases = folder / "traces.jsonl", folder / "cases.jsonl"
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(OtlpJsonLinesExporter(traces)))
     mt = _tracer("user-hostile", provider)
-    case_id = "case-" + INJECTION
+    case_id = "case-" + payload
+    tag = " " + payload if in_op_names else ""
     evidence = mt.variable(
-        "msg:h:1", "My sister Ana moved to Porto. " + INJECTION, category="message"
+        "msg:h:1", "My sister Ana moved to Porto. " + payload, category="message"
     )
-    other = mt.variable("msg:h:2", "I like hiking. " + INJECTION, category="message")
+    other = mt.variable("msg:h:2", "I like hiking. " + payload, category="message")
     stored = [
-        _remember(mt, evidence, "Ana lives in Porto " + INJECTION),
-        _remember(mt, other, "User likes hiking " + INJECTION),
+        _remember(mt, evidence, "Ana lives in Porto " + payload, tag),
+        _remember(mt, other, "User likes hiking " + payload, tag),
     ]
     # The retrieval keeps only the hiking memory.
-    _ask(mt, case_id, stored, keep=1, answer="I don't know " + INJECTION)
+    _ask(mt, case_id, stored, keep=1, answer="I don't know " + payload, tag=tag)
     provider.shutdown()
     entry = {
         "case_id": case_id,

@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+# The project's own tests want our internal errors raised, not logged (memtrace_otel/_internal.py):
+# users' test suites do not set this and get the production behaviour. Subprocesses inherit it.
+os.environ.setdefault("MEMTRACE_INTERNAL_ERRORS", "raise")
+
 # Fixtures that start the real backends (jaeger, collector, ...) for any test module.
 pytest_plugins = ["tests._backends"]
 

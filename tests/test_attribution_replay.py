@@ -72,3 +72,27 @@ def test_bench_evaluate_scores_methods_per_source(
         >= scores["blame-generate"]["injected"]["overall"]["error_type_accuracy"]
     )
     assert "injected failures" in capsys.readouterr().out
+
+
+def test_bench_evaluate_production_mode_hides_gold_and_values(
+    bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "scores.json"
+    argv = ["bench", "evaluate", str(bench), "--mode", "production", "--baselines"]
+    assert main([*argv, "--json", str(out)]) == 0
+    scores = json.loads(out.read_text())
+    assert set(scores) == {"evidence", "blame-generate", "blame-retrieve"}
+    prod = scores["evidence"]["production"]
+    assert prod["total"] == prod["right"] + prod["wrong"] + prod["abstained"] > 0
+    assert sum(b["total"] for b in prod["calibration"]) == prod["right"] + prod["wrong"]
+    assert scores["evidence"]["correct_cases_blamed"] == 0
+    text = capsys.readouterr().out
+    assert "label \\ verdict" in text and "methods side by side" in text
+    assert "confidence >= 0.8" in text
+
+    # Capture off: no value to read, so every named culprit must rest on structure; a wrong
+    # verdict above confidence 0.3 is a defect.
+    assert main([*argv, "--capture", "off", "--json", str(out)]) == 0
+    off = json.loads(out.read_text())["evidence"]["production"]
+    assert off["wrong_confidence_above_0.3"] == 0
+    assert off["wrong_rate"] <= 0.05

@@ -19,7 +19,7 @@ import pytest
 
 from memtrace_otel.cli import main
 from tests._pipeline import EXPECTED, write_workload
-from tests._reporting import INJECTION, write_big_workload, write_hostile_workload
+from tests._reporting import INJECTION, MARKERS, write_big_workload, write_hostile_workload
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -254,6 +254,90 @@ def test_hostile_memory_is_shown_as_text_and_never_runs(browser: Any, tmp_path: 
             page.page.wait_for_timeout(200)  # an injected onerror would have fired by now
             assert page.js("() => window.__pwned === undefined")
             assert page.dialogs == [], page.dialogs
+            assert page.errors == [], page.errors
+            page.shot(name)
+        finally:
+            page.close()
+
+
+def test_case_page_leads_with_question_answers_and_hostile_feedback_as_text(
+    browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memtrace_otel.instrumentation import AnswerRef
+
+    answers: dict[str, AnswerRef] = {}
+    traces, _ = write_workload(tmp_path, judge=False, answers=answers, faults=("response",))
+    monkeypatch.setenv("MEMTRACE_CAPTURE_CONTENT", "SPAN_AND_EVENT")
+    feedback = tmp_path / "feedback.jsonl"
+    sent = main(
+        [
+            *("feedback", "--traceparent", answers["response"].traceparent, "--wrong"),
+            *("--expected", "Porto", "--comment", INJECTION, "--traces-file", str(feedback)),
+        ]
+    )
+    assert sent == 0
+    report = tmp_path / "report"
+    assert main(["attribute", str(traces), str(feedback), "--report", str(report), "--quiet"]) == 0
+    page = Page(browser)
+    try:
+        page.open(report / "index.html")
+        page.open_case("case-response")
+        shown = page.page.locator("#verdict").inner_text()
+        lines = shown.split("\n")
+        # the question, the expected and the given answer, the feedback, then the verdict
+        assert lines[0].split("\t") == ["question", "Where does Ana live?"]
+        assert lines[1].split("\t") == ["expected", "Porto"]
+        assert lines[2].split("\t") == ["answer given", "Lisbon"]
+        assert lines[3].startswith("flagged by") and INJECTION in shown
+        assert shown.index(INJECTION) < shown.index("ResponseError")  # the verdict comes after
+        assert page.page.locator("#verdict img").count() == 0
+        page.page.wait_for_timeout(200)
+        assert page.js("() => window.__pwned === undefined")
+        assert page.dialogs == [] and page.errors == []
+        page.shot("feedback-case")
+    finally:
+        page.close()
+
+
+def test_template_markers_in_every_field_stay_text(browser: Any, tmp_path: Path) -> None:
+    """Issue 23: ``%%SCRIPTS%%`` in a value, the case id or an op name was substituted inside
+    the data (a one-case page grew from 550 KB to 30 MB, index.html listed 0 cases)."""
+    traces, cases = write_hostile_workload(tmp_path, MARKERS, in_op_names=True)
+    report = _report(tmp_path, traces, cases)
+    single = tmp_path / "case.html"
+    assert main(["graph", str(traces), "--case", "case-" + MARKERS, "-o", str(single)]) == 0
+    # the page is the shipped scripts plus the data, not the scripts again inside the data
+    assert single.stat().st_size < 2_000_000
+    for name, path in (("markers-report", report / "index.html"), ("markers-single", single)):
+        page = Page(browser)
+        try:
+            page.open(path)
+            if name == "markers-report":
+                rows = page.page.locator("#cases tbody tr")
+                assert rows.count() == 1 and MARKERS in rows.first.inner_text()
+                page.open_case("case-")
+            else:
+                page.page.wait_for_selector("html[data-case]", state="attached")
+                assert page.js("() => document.title") == "memtrace case case-" + MARKERS
+            assert page.page.locator("#case-title").inner_text().endswith("case-" + MARKERS)
+            page.page.locator("#expand-all").click()
+            page.js(FRAME)
+            page.js(TAP, "msg:h:1@1")
+            value = page.page.locator("#detail pre.value").inner_text()
+            assert value == "My sister Ana moved to Porto. " + MARKERS
+            ops = page.js(
+                "() => window.memtraceReport.cy.nodes('[type = \"op\"]').map(n => n.id())"
+            )
+            assert len(ops) == 9  # 2 x (extract, add) + search, rerank, build, answer, judge
+            names = []
+            for op in ops:
+                page.js(TAP, op)
+                names.append(page.page.locator("#detail h3").inner_text())
+            assert all(n.endswith(" " + MARKERS) for n in names), names
+            blocks = page.js(
+                "() => document.querySelectorAll('script[type=\"application/json\"]').length"
+            )
+            assert blocks == (1 if name == "markers-report" else 2)
             assert page.errors == [], page.errors
             page.shot(name)
         finally:

@@ -101,7 +101,7 @@ def test_graphml_keeps_nodes_edges_and_values(tmp_path: Path) -> None:
     assert H.nodes["e" * 16]["start"] == 1_700_000_000_123_456_789
     assert json.loads(H.nodes["e" * 16]["inputs"]) == ["U1:D1:3@1", "user@example.com@2"]
     assert json.loads(H.graph["anomalies"]) == G.graph["anomalies"]
-    assert "case" not in H.nodes["e" * 16]  # None values are left out
+    assert "prompt_ref" not in H.nodes["e" * 16]  # None values are left out
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pydot's use of pyparsing

@@ -114,7 +114,7 @@ def _start(
             "OTEL_METRICS_EXPORTER": "none",
             "OTEL_LOGS_EXPORTER": "none",
             "MEMTRACE_TRACES_FILE": str(folder / "traces.jsonl"),
-            "MEMTRACE_CAPTURE_CONTENT": "SPAN_AND_EVENT",
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_AND_EVENT",
             "MEMTRACE_INTERNAL_ERRORS": "raise",  # our bugs must not hide in the subprocess
             "MEM0_TELEMETRY": "false",
             "APP_PLAN": json.dumps({"user": USER, "steps": plan}),

@@ -217,3 +217,32 @@ def test_uninstrument_and_lazy_import(memtrace_provider: TracerProvider) -> None
     assert isinstance(Completions.__dict__["create"], wrapt.FunctionWrapper)
     OpenAIInstrumentor().uninstrument()
     assert not isinstance(Completions.__dict__["create"], wrapt.FunctionWrapper)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_app_reads_the_answers_case_id_and_traceparent(
+    server: ScriptedOpenAI,
+    instrumented: None,
+    store: InMemoryStore,
+    memtrace_exporter: InMemorySpanExporter,
+    stream: bool,
+) -> None:
+    from memtrace_otel.instrumentation import format_traceparent, last_answer
+    from memtrace_otel.instrumentation._feedback import forget_answers
+
+    forget_answers()
+    client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+    result = client.chat.completions.create(
+        model="gpt-4.1-mini", messages=_messages(store, ["ana"]), stream=stream
+    )
+    if stream:
+        "".join(c.choices[0].delta.content or "" for c in result if c.choices)
+    # No case id was set by the app: the case is the search's trace, named without user code.
+    answer = last_answer()
+    assert answer is not None
+    op = _generate(memtrace_exporter)
+    [span] = [
+        s for s in memtrace_exporter.get_finished_spans() if s.context.span_id == op["span_id"]
+    ]
+    assert answer.case_id == op["case"] and len(answer.case_id) == 32
+    assert answer.traceparent == format_traceparent(span.context)

@@ -32,7 +32,7 @@ from memtrace_otel.reporting import (
     write_report,
 )
 from tests._pipeline import EXPECTED, write_workload
-from tests._reporting import INJECTION, write_hostile_workload
+from tests._reporting import INJECTION, MARKERS, write_hostile_workload
 
 JAEGER = "http://localhost:16686"
 GRAFANA = "http://localhost:3000"
@@ -276,6 +276,31 @@ def test_hostile_values_are_kept_as_data_and_never_as_markup(tmp_path: Path) -> 
     assert [n["id"] for n in view["nodes"] if n["culprit"]] == [view["verdict"]["op_id"]]
 
 
+def test_template_markers_in_data_are_never_substituted(tmp_path: Path) -> None:
+    """Issue 23: a value, case id or op name holding ``%%SCRIPTS%%`` (or Jinja2 syntax) is data,
+    rendered once and escaped, in the report and in the one-case page."""
+    traces, cases = write_hostile_workload(tmp_path, MARKERS, in_op_names=True)
+    report = tmp_path / "report"
+    args = ["attribute", str(traces), "--cases", str(cases), "--report", str(report), "--quiet"]
+    assert main(args) in (0, 1)
+    index = report / "index.html"
+    # the data and three shipped scripts, each on its own line
+    assert len(re.findall("^<script", index.read_text(), re.M)) == 4
+    data = page_data(index)
+    assert [row["case_id"] for row in data["cases"]] == ["case-" + MARKERS]
+    view = case_file(next((report / "cases").glob("*.js")))
+    assert "My sister Ana moved to Porto. " + MARKERS in [n.get("value") for n in view["nodes"]]
+    names = [n["name"] for n in view["nodes"] if n["type"] == "op"]
+    assert len(names) == 9 and all(name.endswith(" " + MARKERS) for name in names)
+    single = tmp_path / "case.html"
+    assert main(["graph", str(traces), "--case", "case-" + MARKERS, "-o", str(single)]) == 0
+    html = single.read_text()
+    assert len(re.findall("^<script", html, re.M)) == 5  # two data blocks, three scripts
+    assert "<title>memtrace case case-%%SCRIPTS%%" in html
+    assert inline_case(single)["case_id"] == "case-" + MARKERS
+    assert page_data(single)["cases"][0]["case_id"] == "case-" + MARKERS
+
+
 def test_rewriting_a_report_drops_stale_cases(
     batch: tuple[list[Verdict], dict[str, nx.MultiDiGraph], Any], tmp_path: Path
 ) -> None:
@@ -381,4 +406,5 @@ def test_graph_command_unknown_case_is_a_one_line_error(
 ) -> None:
     assert main(["graph", str(workload[0]), "--case", "nope", "--format", "dot"]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == "memtrace: error: no op belongs to case 'nope' in the sources"
+    assert err.strip().startswith("memtrace: error: no op belongs to case 'nope' in the sources")
+    assert "nearest of the 8 case ids: " in err and len(err.strip().splitlines()) == 1

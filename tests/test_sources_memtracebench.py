@@ -8,10 +8,7 @@ invented annotation values); the last test records a tiny pipeline with the real
 from __future__ import annotations
 
 import copy
-import glob
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -30,6 +27,7 @@ from memtrace_otel.sources import (
     open_source,
 )
 from memtrace_otel.sources._memtracebench import decode_value, op_kind, stable_id
+from tests._smartcomment import smartcomment_python
 from tests.conftest import shared_path
 
 QA_OP = "op-dd1fe34e10924d6192f711d387a52408"
@@ -76,6 +74,7 @@ def test_contract_attributes(sample: dict[str, Any]) -> None:
         attr.MEMTRACE_SYSTEM: "rag",
         attr.GEN_AI_MEMORY_STORE_ID: "locomo-1",
         attr.GEN_AI_OPERATION_NAME: "create_memory",
+        attr.MEMTRACE_SOURCE_OP_ID: "op-edd8b74881b643e284f61dd7b544b393",
     }
     retrieve = ops["memory_system.retrieve"]
     assert retrieve.attributes[attr.MEMTRACE_OP_INPUTS] == (QUERY, "mem-0@1")
@@ -95,8 +94,11 @@ def test_contract_attributes(sample: dict[str, Any]) -> None:
     judge = ops["llm-judge"]
     assert judge.attributes[attr.MEMTRACE_STAGE] == "evaluation"
     assert judge.attributes[attr.MEMTRACE_JUDGE_VERDICT] == "incorrect"
-    # The judge's intermediate response is written by it, so it is an output too.
-    assert len(judge.attributes[attr.MEMTRACE_OP_OUTPUTS]) == 2  # type: ignore[arg-type]
+    # The judge's response feeds its score inside the op: a chain step, not an output.
+    [score] = judge.attributes[attr.MEMTRACE_OP_OUTPUTS]  # type: ignore[misc]
+    assert str(score).startswith("judge_score:float:")
+    [step] = json.loads(str(judge.attributes[attr.MEMTRACE_SOURCE_CHAIN]))
+    assert step["ref"].startswith("judge_response:str:") and len(step["from"]) == 3
     assert attr.MEMTRACE_CASE_ID not in ops["memory_system.add"].attributes
 
 
@@ -280,7 +282,6 @@ def test_sources_detect_the_format_and_collect_cases(
 
 
 # --- the real smartcomment package ---------------------------------------------------------
-CACHE = Path.home() / ".cache" / "memtrace-otel" / "smartcomment-py312"
 RECORDER = r"""
 import json, sys
 from smartcomment import comment_graph, comment_session, comment_op, comment_variable
@@ -329,57 +330,8 @@ json.dump(data, sys.stdout, default=str)
 """
 
 
-def _python312() -> str | None:
-    """A working Python 3.12: $MEMTRACE_PYTHON312, python3.12 on PATH, or a pyenv install."""
-    candidates = [os.environ.get("MEMTRACE_PYTHON312"), shutil.which("python3.12")]
-    candidates += sorted(
-        glob.glob(str(Path.home() / ".pyenv" / "versions" / "3.12*" / "bin" / "python3.12"))
-    )
-    for candidate in candidates:
-        if not candidate:
-            continue
-        try:
-            out = subprocess.run(
-                [candidate, "--version"], capture_output=True, text=True, timeout=30
-            )
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if out.returncode == 0 and out.stdout.startswith("Python 3.12"):
-            return candidate
-    return None
-
-
-def _smartcomment_python() -> str:
-    """The cached venv's interpreter, created once; skips when the package cannot be had."""
-    python = CACHE / "bin" / "python"
-    if python.exists():
-        check = subprocess.run([str(python), "-c", "import smartcomment"], capture_output=True)
-        if check.returncode == 0:
-            return str(python)
-    base = _python312()
-    if base is None:
-        message = "python3.12 not found (smartcomment needs Python >= 3.12); set MEMTRACE_PYTHON312"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    shutil.rmtree(CACHE, ignore_errors=True)
-    made = subprocess.run([base, "-m", "venv", str(CACHE)], capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot create a Python 3.12 venv: {made.stderr.strip()[-300:]}")
-    installed = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "smartcomment==0.1.2"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if installed.returncode != 0:
-        shutil.rmtree(CACHE, ignore_errors=True)
-        pytest.skip(f"cannot install smartcomment==0.1.2: {installed.stderr.strip()[-300:]}")
-    return str(python)
-
-
 def test_real_smartcomment_export_imports(tmp_path: Path) -> None:
-    python = _smartcomment_python()
+    python = smartcomment_python()
     script = tmp_path / "record.py"
     script.write_text(RECORDER)
     run = subprocess.run([python, str(script)], capture_output=True, text=True, timeout=300)

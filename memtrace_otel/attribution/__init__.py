@@ -23,6 +23,8 @@ from memtrace_otel.attribution._batch import (
     write_summary,
 )
 from memtrace_otel.attribution._evidence import EvidenceMethod
+from memtrace_otel.attribution._feedback import FeedbackStats, feedback_cases
+from memtrace_otel.attribution._fidelity import FidelityReport, compare_recordings
 from memtrace_otel.attribution._index import GraphIndex, graph_index
 from memtrace_otel.attribution._literature import AllAtOnce, BinarySearch, StepByStep
 from memtrace_otel.attribution._llm import LLMMethod, ModelMethod
@@ -76,6 +78,8 @@ __all__ = [
     "Case",
     "ChatModel",
     "EvidenceMethod",
+    "FeedbackStats",
+    "FidelityReport",
     "GraphIndex",
     "LLMMethod",
     "Method",
@@ -86,8 +90,10 @@ __all__ = [
     "StepByStep",
     "Verdict",
     "blame",
+    "compare_recordings",
     "completed_case_ids",
     "failed_cases",
+    "feedback_cases",
     "get_method",
     "graph_index",
     "load_cases",

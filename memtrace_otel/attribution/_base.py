@@ -10,6 +10,7 @@ import networkx as nx
 from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case, Verdict
 from memtrace_otel.semconv import ERROR_TYPE_BY_KIND, OpKind
+from memtrace_otel.semconv.attributes import MEMTRACE_SOURCE_OP_ID
 
 
 @runtime_checkable
@@ -60,7 +61,14 @@ def blame(
         unchecked=tuple(unchecked),
         missing_traces=tuple(missing_traces),
         trace_id=data.get("trace_id"),
+        source_op_id=_source_op_id(data),
     )
+
+
+def _source_op_id(data: dict[str, object]) -> str | None:
+    attrs = data.get("attributes")
+    value = attrs.get(MEMTRACE_SOURCE_OP_ID) if isinstance(attrs, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def no_verdict(

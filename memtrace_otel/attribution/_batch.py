@@ -9,6 +9,7 @@ it wrote; a rerun skips the cases already in ``--out`` (after repairing a torn l
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import json
 import os
@@ -24,6 +25,7 @@ from typing import Any, TextIO
 import networkx as nx
 
 from memtrace_otel.attribution._base import Method
+from memtrace_otel.attribution._feedback import feedback_cases
 from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case, Verdict, load_cases
 from memtrace_otel.attribution._verdict_log import (
@@ -38,14 +40,21 @@ from memtrace_otel.semconv import JudgeVerdict, SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (
     BACKEND_SCHEMES,
+    DEFAULT_RULE,
     FileSource,
+    Outcome,
+    OutcomeRule,
     Progress,
     Source,
     SourceStats,
+    adapt_upstream,
     expand_paths,
     open_source,
+    outcomes_of,
 )
 
+_SHOWN_ERRORS = 5
+"""Skip messages the summary table shows (``summary.json`` keeps 20)."""
 NO_STORE = ""
 """Partition key of ops that name no memory store."""
 
@@ -57,6 +66,7 @@ class BatchSummary:
     ``truncated_values`` (attribute values the loaders cut to their size cap) and
     ``truncated_captured`` (variable versions whose value was already cut at capture time,
     ``memtrace.variable.truncated``) are reported but do not fail the run: the records are kept.
+    So are ``replaced_surrogates`` (lone surrogates in JSON input, replaced by U+FFFD).
     """
 
     cases: int = 0
@@ -70,6 +80,7 @@ class BatchSummary:
     duplicates: int = 0
     truncated_values: int = 0
     truncated_captured: int = 0
+    replaced_surrogates: int = 0
     source_errors: list[str] = field(default_factory=list)
     skipped_cases: int = 0
     cases_not_in_traces: list[str] = field(default_factory=list)
@@ -96,6 +107,10 @@ class BatchSummary:
     written_back: int = 0
     write_back_failed: int = 0
     write_back_error: str = ""
+    feedback: dict[str, Any] = field(default_factory=dict)
+    """What feedback said (:class:`~memtrace_otel.attribution.FeedbackStats` as data)."""
+    cases_by_source: dict[str, int] = field(default_factory=dict)
+    """Failed cases by where they were found: ``cases-file``, ``judge``, ``feedback``."""
 
     @property
     def ok(self) -> bool:
@@ -140,6 +155,7 @@ class BatchSummary:
         self.records += loaded.records
         self.skipped_records += loaded.skipped_records
         self.truncated_values += loaded.truncated_values
+        self.replaced_surrogates += loaded.replaced_surrogates
         self.duplicates += loaded.duplicates
         self.pages += loaded.pages
         self.traces_fetched += loaded.traces_fetched
@@ -153,6 +169,7 @@ class BatchSummary:
         self.records += stats.records
         self.skipped_records += stats.skipped
         self.truncated_values += stats.truncated_values
+        self.replaced_surrogates += stats.replaced_surrogates
         self.duplicates += stats.duplicates
         self.pages += stats.pages
         self.traces_fetched += stats.traces_fetched
@@ -196,6 +213,7 @@ def load_store_graphs(
     *,
     strict: bool = False,
     summary: BatchSummary | None = None,
+    outcomes: list[Outcome] | None = None,
     progress: TextIO | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> dict[str, nx.MultiDiGraph]:
@@ -203,30 +221,50 @@ def load_store_graphs(
 
     Records of ops of shared partitions (no store id, or a store with no case: prompt loads,
     templates) also join every store whose ops read what they wrote (see :class:`LineageJoin`).
+    Spans written under the upstream GenAI conventions only are read as contract ops first
+    (:func:`adapt_upstream`).
 
     Args:
-        sources: file specs or backend URLs.
-        strict: raise at the first bad record.
+        sources: file paths, directories, globs or backend URLs.
+        strict: stop at the first bad record.
         summary: counts what the sources read, skipped, dropped and whether one was capped.
+        outcomes: when given, collects every evaluation found (feedback spans, evaluation
+            events, OTLP log records), judged by the default rule; ``memtrace.feedback`` spans
+            then stay out of the graphs.
         progress: where to show the loading progress (see :class:`~memtrace_otel.sources.Progress`).
         options: backend source options (``max_traces``, ``limit``), ignored for files.
     """
-    by_store: dict[str, list[SpanRecord]] = defaultdict(list)
-    case_stores: set[str] = set()
+    records: list[SpanRecord] = []
     for spec in sources:
         source = open_source(spec, strict=strict, **(options or {} if is_backend(spec) else {}))
         for record in load_with_progress(source, spec, progress):
-            store = store_of(record)
-            by_store[store].append(record)
-            if A.MEMTRACE_CASE_ID in record.attributes:
-                case_stores.add(store)
+            if outcomes is not None and record.events:
+                found = outcomes_of(record)
+                if found:
+                    outcomes.extend(found)
+                    if record.name == A.MEMTRACE_FEEDBACK_SPAN:
+                        continue
+            records.append(record)
+        if outcomes is not None:
+            outcomes.extend(source.outcomes)
         if summary is not None:
             summary.add_source_stats(source.stats)
+    by_store: dict[str, list[SpanRecord]] = defaultdict(list)
+    case_stores: set[str] = set()
+    for record in adapt_upstream(records):
+        store = store_of(record)
+        by_store[store].append(record)
+        if A.MEMTRACE_CASE_ID in record.attributes:
+            case_stores.add(store)
+    loose = by_store.get(NO_STORE)
+    if loose is not None and not any(A.MEMTRACE_OP_KIND in r.attributes for r in loose):
+        # Only other instrumentations' spans (HTTP, embeddings) name no store: no graph of theirs.
+        del by_store[NO_STORE]
     if len(by_store) > 1:
         join = LineageJoin({s: r for s, r in by_store.items() if s not in case_stores})
         extra = {store: join.records_for(store, records) for store, records in by_store.items()}
-        for store, records in extra.items():
-            by_store[store] += records
+        for store, more in extra.items():
+            by_store[store] += more
     return {store: build_graph(records) for store, records in by_store.items()}
 
 
@@ -340,6 +378,27 @@ def op_refs(record: SpanRecord, key: str) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else ()
 
 
+def note_inferred(G: nx.MultiDiGraph, verdict: Verdict) -> Verdict:
+    """``verdict`` with what its case's ops rest on by inference listed under ``unchecked``.
+
+    Ops rebuilt from upstream GenAI spans (:func:`~memtrace_otel.sources.adapt_upstream`) say in
+    ``memtrace.op.inferred`` which of their facts were inferred (kind, lineage by record id and
+    time); a verdict resting on them says so.
+    """
+    ops = list(graph_index(G).ops_of(verdict.case_id))
+    if verdict.op_id is not None and verdict.op_id in G:
+        ops.append(verdict.op_id)
+    inferred: set[str] = set()
+    for op in ops:
+        items = G.nodes[op].get("attributes", {}).get(A.MEMTRACE_OP_INFERRED)
+        if isinstance(items, list | tuple):
+            inferred.update(str(item) for item in items)
+    if not inferred:
+        return verdict
+    note = "inferred from upstream GenAI spans: " + "; ".join(sorted(inferred))
+    return dataclasses.replace(verdict, unchecked=(*verdict.unchecked, note))
+
+
 def completed_case_ids(out: Path) -> tuple[set[str], bool]:
     """Case ids with a final verdict in ``out``; a torn last line (a killed run) is cut off.
 
@@ -356,12 +415,18 @@ def completed_case_ids(out: Path) -> tuple[set[str], bool]:
 
 
 def failed_cases(
-    graphs: dict[str, nx.MultiDiGraph], cases_file: str | None, summary: BatchSummary
+    graphs: dict[str, nx.MultiDiGraph],
+    cases_file: str | None,
+    summary: BatchSummary,
+    outcomes: Sequence[Outcome] = (),
+    rule: OutcomeRule = DEFAULT_RULE,
 ) -> list[tuple[str, Case]]:
     """``(store, case)`` of every failed case, in a stable order.
 
-    With a cases file: its cases, except those marked (there or by a judge op) ``correct``.
-    Without: every case a judge op marked ``incorrect``.
+    With a cases file: its cases, except those marked (there or by a judge op) ``correct``; the
+    cases file wins over feedback. Without: every case whose latest feedback (``outcomes``,
+    judged by ``rule``) is a failure, and every case a judge op marked ``incorrect`` unless a
+    later feedback says the answer was right (docs/feedback.md).
     """
     where: dict[str, str] = {}
     for store, G in sorted(graphs.items()):
@@ -382,14 +447,23 @@ def failed_cases(
             chosen.append((found if found is not None else NO_STORE, case))
         summary.skipped_cases += len(skipped)
         summary.source_errors.extend(skipped[:5])
+        summary.cases_by_source["cases-file"] = len(chosen)
         return chosen
+    judged = [r for r in (rule.apply(o) for o in outcomes) if r is not None]
+    decided, stats = feedback_cases(graphs, judged)
+    summary.feedback = stats.to_json()
     for store, G in sorted(graphs.items()):
         index = graph_index(G)
         for case_id in sorted(index.failed):
-            if where.get(case_id) == store:
+            if where.get(case_id) == store and case_id not in decided:
                 chosen.append(
                     (store, Case(case_id=case_id, verdict=JudgeVerdict.INCORRECT, source="trace"))
                 )
+    summary.cases_by_source["judge"] = len(chosen)
+    flagged = [(store, case) for store, case in decided.values() if case is not None]
+    summary.cases_by_source["feedback"] = len(flagged)
+    chosen.extend(flagged)
+    chosen.sort(key=lambda item: (item[0], item[1].case_id))
     return chosen
 
 
@@ -448,6 +522,8 @@ def run_batch(
     redo_stale: bool = False,
     source_options: Mapping[str, Any] | None = None,
     loaded: BatchSummary | None = None,
+    outcomes: Sequence[Outcome] | None = None,
+    rule: OutcomeRule = DEFAULT_RULE,
 ) -> tuple[list[Verdict], BatchSummary]:
     """Attribute every failed case of ``sources``.
 
@@ -471,6 +547,10 @@ def run_batch(
         source_options: options for backend sources (``max_traces``, ``limit``).
         loaded: what loading ``graphs`` counted (records, skips, a capped source), when the
             caller loaded them: merged into the summary.
+        outcomes: evaluations already read with ``graphs`` (see :func:`load_store_graphs`);
+            without ``graphs`` they are read from ``sources``. Not read by scaled runs, which
+            take failed cases from judge ops or ``cases_file`` only.
+        rule: which evaluations count as failures (default: ``incorrect`` or score 0).
 
     Returns:
         The verdicts of this run (resumed cases excluded) and the summary.
@@ -505,6 +585,8 @@ def run_batch(
             redo_stale,
             source_options or {},
             loaded,
+            outcomes,
+            rule,
         )
 
 
@@ -521,17 +603,26 @@ def _run_in_process(
     redo_stale: bool,
     source_options: Mapping[str, Any],
     loaded: BatchSummary | None,
+    outcomes: Sequence[Outcome] | None,
+    rule: OutcomeRule,
 ) -> tuple[list[Verdict], BatchSummary]:
     started = time.perf_counter()
     summary = BatchSummary(method=method.name)
     if loaded is not None:
         summary.add_loading(loaded)
     if graphs is None:
+        read: list[Outcome] = []
         graphs = load_store_graphs(
-            sources, strict=strict, summary=summary, progress=progress, options=source_options
+            sources,
+            strict=strict,
+            summary=summary,
+            outcomes=read,
+            progress=progress,
+            options=source_options,
         )
+        outcomes = read
     heap.loaded()
-    work = failed_cases(graphs, cases_file, summary)
+    work = failed_cases(graphs, cases_file, summary, outcomes or (), rule)
     summary.cases = len(work)
     summary.truncated_captured += sum(count_truncated_captured(G) for G in graphs.values())
     with contextlib.ExitStack() as stack:
@@ -555,7 +646,7 @@ def _run_in_process(
                 continue
             G = graphs.get(store, empty)
             try:
-                verdict = method.attribute(G, case)
+                verdict = note_inferred(G, method.attribute(G, case))
             except (MemtraceError, ValueError, KeyError, TypeError, RuntimeError) as exc:
                 summary.failed.append(
                     {"case_id": case.case_id, "error": f"{type(exc).__name__}: {exc}"}
@@ -672,6 +763,10 @@ def summary_table(summary: BatchSummary) -> str:
             "skipped records: "
             + ", ".join(f"{k}: {v}" for k, v in sorted(summary.skipped_by_kind.items()))
         )
+        # Say which: the first few messages name the file, line and field (all in summary.json).
+        lines.extend(f"  {message}" for message in summary.source_errors[:_SHOWN_ERRORS])
+        if len(summary.source_errors) > _SHOWN_ERRORS:
+            lines.append("  ... (the first 20 are in summary.json source_errors)")
     if summary.duplicates:
         lines.append(
             f"exact duplicate spans dropped (at-least-once delivery, nothing lost): "
@@ -681,6 +776,20 @@ def summary_table(summary: BatchSummary) -> str:
         lines.append(
             f"truncated values (kept, cut): {summary.truncated_values} by the loaders' size cap, "
             f"{summary.truncated_captured} at capture time"
+        )
+    feedback = summary.feedback
+    if feedback.get("read"):
+        unknown = len(feedback.get("unknown", ()))
+        lines.append(
+            f"feedback: {feedback['read']} read, {feedback['failures']} cases flagged wrong, "
+            f"{feedback['successes']} right, {feedback['undecided']} undecided by the rule, "
+            f"{unknown} for cases not in these traces"
+            + (" (not marked done: a later run picks them up)" if unknown else "")
+        )
+    if summary.replaced_surrogates:
+        lines.append(
+            f"lone surrogates replaced by U+FFFD (kept, invalid Unicode): "
+            f"{summary.replaced_surrogates}"
         )
     if summary.skipped_cases:
         lines.append(f"skipped cases-file lines: {summary.skipped_cases}")

@@ -56,6 +56,7 @@ from memtrace_otel.attribution._batch import (
     pending_reason,
     store_of,
 )
+from memtrace_otel.attribution._feedback import FeedbackStats
 from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case, Verdict, load_cases
 from memtrace_otel.attribution._partitions import (
@@ -82,6 +83,7 @@ from memtrace_otel.graph import build_graph
 from memtrace_otel.semconv import JudgeVerdict, SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import Progress, SourceStats, expand_paths, open_source
+from memtrace_otel.sources._common import NOT_A_REGULAR_FILE, make_error
 
 __all__ = [
     "ExecutorSpec",
@@ -251,11 +253,12 @@ def _forget(G: nx.MultiDiGraph, *, tokens: bool) -> None:
     otherwise live as long as the process; the evidence method's token cache holds the texts
     of the last store's records (they never recur in another store).
     """
-    from memtrace_otel.attribution import _evidence, _index
+    from memtrace_otel.attribution import _index, _text
 
     _index._cache.pop(G, None)
     if tokens:
-        _evidence._segment_words.cache_clear()
+        _text.segment_words.cache_clear()
+        _text.entity_tokens.cache_clear()
 
 
 @dataclass(frozen=True)
@@ -538,6 +541,12 @@ def _run_scaled(
                 for case_id in results[store].failed:
                     if where.get(case_id) == store:
                         chosen.append((store, case_id))
+        # As the single-process run counts them (scaled runs read no feedback).
+        if cases is not None:
+            summary.cases_by_source["cases-file"] = len(chosen)
+        else:
+            summary.feedback = FeedbackStats().to_json()
+            summary.cases_by_source.update(judge=len(chosen), feedback=0)
 
         # Cases found in no store run against the store-less graph, or an empty one.
         extra: StoreResult | None = None
@@ -653,6 +662,12 @@ class _Counts:
     def add(self, tally: Tally) -> None:
         tally.add_to(self.stats, self.keys)
 
+    def skip_path(self, path: str, reason: str) -> None:
+        """Count a path a walk or glob left out (not a regular file)."""
+        tally = Tally()
+        tally.on_error(NOT_A_REGULAR_FILE, make_error(reason, path=path, line=None))
+        self.add(tally)
+
     def report(self, summary: BatchSummary, files: Sequence[str]) -> None:
         stats = self.stats
         stats.errors = first_messages(stats.errors, self.keys, files, self.spec_of)
@@ -673,7 +688,7 @@ def _plan(
     scanned: list[str] = []
     for number, spec in enumerate(sources):
         check_file_spec(spec)
-        for path in expand_paths(spec):
+        for path in expand_paths(spec, counts.skip_path):
             plan.add_file(path)
             counts.spec_of.setdefault(path, number)
             if is_json_lines(path):

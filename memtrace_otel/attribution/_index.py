@@ -18,6 +18,11 @@ from memtrace_otel.attribution._model import Case
 from memtrace_otel.graph import READ, VERSION, WRITE, linked_trace_ids
 from memtrace_otel.semconv import Category, JudgeVerdict, OpKind
 
+_RECORD_WRITERS = frozenset({OpKind.CREATE.value, OpKind.UPDATE.value, OpKind.DELETE.value})
+_NOT_RECORDS = frozenset(
+    {Category.OTHER.value, Category.QUERY.value, Category.PROMPT.value, Category.SCORE.value}
+)
+
 
 def order_key(data: dict[str, Any]) -> tuple[int, int, str, str]:
     """Execution order of an op node: ``(start, end, trace_id, span_id)``."""
@@ -39,6 +44,9 @@ class GraphIndex:
     failed: set[str] = field(default_factory=set)
     judged: set[str] = field(default_factory=set)
     missing_traces: frozenset[str] = frozenset()
+    _records: dict[str | None, list[tuple[int, str, str]]] | None = None
+    memo: dict[Any, Any] = field(default_factory=dict)
+    """Per-graph results the methods compute once (e.g. a store's message texts)."""
 
     @property
     def G(self) -> nx.MultiDiGraph:
@@ -77,6 +85,39 @@ class GraphIndex:
             if WRITE in keyed:
                 return str(pred)
         return None
+
+    def live_records(self, store: str | None, before: int) -> dict[str, str]:
+        """The records searchable in ``store`` just before time ``before`` (contract 4b).
+
+        A record is a variable some ``create``/``update``/``delete`` op wrote; it is live when
+        its latest version written by ``before`` (its writer ended at or before that time) is not
+        a tombstone. A write that ended at the very time the search started counts as before it:
+        recorders stamp in milliseconds, and ops tie. Returns record id -> the live version's ref.
+        """
+        if self._records is None:
+            self._records = self._record_timeline()
+        live: dict[str, str] = {}
+        for time, ident, ref in self._records.get(store, ()):
+            if time > before:
+                break
+            live[ident] = ref
+        G = self.G
+        return {i: r for i, r in live.items() if not G._node[r].get("deleted")}
+
+    def _record_timeline(self) -> dict[str | None, list[tuple[int, str, str]]]:
+        G = self.G
+        out: dict[str | None, list[tuple[int, str, str]]] = defaultdict(list)
+        for node, data in G._node.items():
+            if data.get("type") != "op" or data.get("kind") not in _RECORD_WRITERS:
+                continue
+            for var in self.outputs(node):
+                vd = G._node[var]
+                if vd.get("category") in _NOT_RECORDS or vd.get("id") is None:
+                    continue
+                out[data.get("store")].append((data["end"], str(vd["id"]), var))
+        for items in out.values():
+            items.sort(key=lambda t: (t[0], G._node[t[2]].get("version") or 0))
+        return out
 
     def case_from_graph(self, case_id: str) -> Case:
         """What the traces say about a case: question, gold answers, prediction, verdict."""

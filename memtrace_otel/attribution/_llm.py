@@ -569,9 +569,7 @@ def _minor_note(minor: list[str]) -> str:
 
 def _start_evidence(index: GraphIndex, scope: CaseScope) -> tuple[list[str], bool]:
     """The case's evidence messages: given, else found by the ``evidence`` method's search."""
-    G = index.G
-    store = next((G.nodes[op]["store"] for op in scope.ops if G.nodes[op].get("store")), None)
-    found, searched = EvidenceMethod()._evidence(index, scope.case, store)
+    found, searched = EvidenceMethod().locate(index.G, scope.case)
     return list(found), bool(found) and searched
 
 

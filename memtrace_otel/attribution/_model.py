@@ -11,7 +11,7 @@ from typing import Any
 from memtrace_otel.errors import DecodeError
 from memtrace_otel.semconv import ErrorType, JudgeVerdict
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.sources import DEFAULT_MAX_LINE_BYTES, LineReader
+from memtrace_otel.sources import DEFAULT_MAX_LINE_BYTES, LineReader, Outcome, replace_surrogates
 from memtrace_otel.sources._limits import resolve_cap
 
 
@@ -26,7 +26,10 @@ class Case:
         evidence_refs: refs of the source messages holding the answer (``msg:...@1``), if known.
         verdict: ``correct``/``incorrect`` when known (from the cases file or a judge op).
         prediction: the system's answer, when known.
-        source: where the case came from (``cases.jsonl:12`` or ``trace``).
+        feedback: the evaluations that flagged it (``memtrace.feedback`` spans, evaluation events
+            or log records), oldest first; the last one decided. An expected answer given with
+            that one is also in ``gold_answers``.
+        source: where the case came from (``cases.jsonl:12``, ``trace`` or ``feedback``).
     """
 
     case_id: str
@@ -35,6 +38,7 @@ class Case:
     evidence_refs: tuple[str, ...] = ()
     verdict: str | None = None
     prediction: str | None = None
+    feedback: tuple[Outcome, ...] = ()
     source: str = field(default="", compare=False)
 
 
@@ -60,6 +64,8 @@ class Verdict:
     unchecked: tuple[str, ...] = ()
     missing_traces: tuple[str, ...] = ()
     trace_id: str | None = None
+    source_op_id: str | None = None
+    """The culprit's op id in the file it was imported from (MemTraceBench ``op-...``), if any."""
 
     def to_json(self) -> str:
         """One JSON Lines line (without the newline)."""
@@ -182,7 +188,8 @@ def load_cases(
                     raise DecodeError(
                         f"invalid JSON: {type(exc).__name__}", path=name, line=number
                     ) from None
-                yield parse_case(obj, path=name, line=number)
+                # Lone surrogates as in the trace files (U+FFFD), so the case ids still match.
+                yield parse_case(replace_surrogates(obj)[0], path=name, line=number)
             except DecodeError as exc:
                 if strict:
                     raise

@@ -41,16 +41,30 @@ from memtrace_otel.sources import (
     iter_records,
     open_source,
 )
-from memtrace_otel.sources._common import DUPLICATE_SPAN, MAX_ERROR_MESSAGES, GcPaused
+from memtrace_otel.sources._common import (
+    DUPLICATE_SPAN,
+    MAX_ERROR_MESSAGES,
+    SURROGATE_HINT,
+    GcPaused,
+)
 from memtrace_otel.sources._files import FileReader, open_binary
 from memtrace_otel.sources._limits import LineReader, ReadLimits
 from memtrace_otel.sources._source import content_digest, duplicate_span_error
+
+
+def _stdlib_loads(raw: bytes) -> Any:
+    """``json.loads``, refusing (like orjson) what may hold lone surrogates: the reader's
+    parser then replaces and counts them."""
+    if SURROGATE_HINT.search(raw):
+        raise ValueError("may hold lone surrogates")
+    return json.loads(raw)
+
 
 _loads: Callable[[bytes], Any]
 try:  # the loaders' optional accelerator
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - the standard parser does the work
-    _loads = json.loads
+    _loads = _stdlib_loads
 
 _GZIP_OR_ZSTD = (b"\x1f\x8b", b"\x28\xb5\x2f\xfd")
 _BLOCK = 1 << 20
@@ -85,6 +99,7 @@ class Tally:
         total.records += self.stats.records
         total.skipped += self.stats.skipped
         total.truncated_values += self.stats.truncated_values
+        total.replaced_surrogates += self.stats.replaced_surrogates
         total.duplicates += self.stats.duplicates
         for kind, count in self.stats.skipped_by_kind.items():
             total.skipped_by_kind[kind] = total.skipped_by_kind.get(kind, 0) + count

@@ -1,202 +1,73 @@
-"""Text matching for evidence: normalisation, answer-bearing tokens, BM25 and rank fusion.
+"""Text matching for evidence: which tokens bear the answer, and whether a value still holds them.
 
-Deliberately simple and deterministic: attribution must run with no network and give the same
-verdict twice.
+Deliberately deterministic and offline: attribution must give the same verdict twice with no
+network. Tokens, stop words and stemming are the package's one tokenizer
+(:mod:`memtrace_otel.systems._text`), so ``lives``/``living``/``lived`` meet; ranking is
+``rank_bm25`` (through :class:`memtrace_otel.systems.Bm25Index`, the package's one BM25).
+
+What this module adds is the notion of *key* tokens: the tokens a value must keep to still hold
+a fact. Word overlap alone is not enough: a rewrite that swaps the city, or a summary that drops
+the date, keeps most of the words and loses the fact. Key tokens are the answer's tokens when
+they are known, else the names, numbers and dates of the evidence that the question does not
+already name.
 """
 
 from __future__ import annotations
 
-import math
+import functools
 import re
-from collections import Counter
 from collections.abc import Iterable, Sequence
 
-_TOKEN = re.compile(r"[a-z0-9]+")
-STOPWORDS = frozenset(
+from memtrace_otel.systems import Bm25Index
+from memtrace_otel.systems._text import STOPWORDS, content_tokens, stem
+
+__all__ = [
+    "Corpus",
+    "asks_for_time",
+    "bm25_ranking",
+    "content_tokens",
+    "entity_tokens",
+    "has_tokens",
+    "is_non_answer",
+    "recall",
+    "segment_words",
+]
+
+_WORD = re.compile(r"[A-Za-z0-9]+")
+_INITIAL = re.compile(r"(?:^|[.!?:;\n\]\[\"(]\s*)$")
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+")
+_MONTHS = frozenset(
     [
-        "a",
-        "an",
-        "the",
-        "and",
-        "or",
-        "but",
-        "if",
-        "of",
-        "at",
-        "by",
-        "for",
-        "with",
-        "about",
-        "against",
-        "between",
-        "into",
-        "through",
-        "during",
-        "before",
-        "after",
-        "above",
-        "below",
-        "to",
-        "from",
-        "up",
-        "down",
-        "in",
-        "out",
-        "on",
-        "off",
-        "over",
-        "under",
-        "again",
-        "further",
-        "then",
-        "once",
-        "here",
-        "there",
-        "when",
-        "where",
-        "why",
-        "how",
-        "all",
-        "any",
-        "both",
-        "each",
-        "few",
-        "more",
-        "most",
-        "other",
-        "some",
-        "such",
-        "no",
-        "nor",
-        "not",
-        "only",
-        "own",
-        "same",
-        "so",
-        "than",
-        "too",
-        "very",
-        "can",
-        "will",
-        "just",
-        "don",
-        "should",
-        "now",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "been",
-        "being",
-        "have",
-        "has",
-        "had",
-        "having",
-        "do",
-        "does",
-        "did",
-        "doing",
-        "i",
-        "me",
-        "my",
-        "myself",
-        "we",
-        "our",
-        "ours",
-        "you",
-        "your",
-        "yours",
-        "he",
-        "him",
-        "his",
-        "she",
-        "her",
-        "hers",
-        "it",
-        "its",
-        "they",
-        "them",
-        "their",
-        "theirs",
-        "what",
-        "which",
-        "who",
-        "whom",
-        "this",
-        "that",
-        "these",
-        "those",
-        "am",
-        "would",
-        "could",
-        "also",
-        "as",
-        "s",
-        "t",
-        "d",
-        "ll",
-        "m",
-        "o",
-        "re",
-        "ve",
-        "y",
-        "said",
-        "says",
-        "tell",
-        "told",
-        "like",
-        "really",
-        "yes",
-        "oh",
-        "well",
+        "january",
+        "february",
+        "march",
+        "april",
+        "may",
+        "june",
+        "july",
+        "august",
+        "september",
+        "october",
+        "november",
+        "december",
     ]
 )
-_MONTHS = {
-    "jan": "january",
-    "feb": "february",
-    "mar": "march",
-    "apr": "april",
-    "jun": "june",
-    "jul": "july",
-    "aug": "august",
-    "sep": "september",
-    "sept": "september",
-    "oct": "october",
-    "nov": "november",
-    "dec": "december",
-}
-
-
-def tokens(text: str) -> list[str]:
-    """Lowercase alphanumeric tokens, month abbreviations expanded.
-
-    >>> tokens("Ana moved to PORTO on 7 May, 2023")
-    ['ana', 'moved', 'to', 'porto', 'on', '7', 'may', '2023']
-    """
-    return [_MONTHS.get(t, t) for t in _TOKEN.findall(text.lower())]
-
-
-def content_tokens(text: str) -> list[str]:
-    """Tokens without stopwords, light plural stripping (``nurses`` -> ``nurse``).
-
-    >>> content_tokens("She is working as the nurses")
-    ['working', 'nurse']
-    """
-    out = []
-    for t in tokens(text):
-        if t in STOPWORDS:
-            continue
-        if len(t) > 4 and t.endswith("s") and not t.endswith("ss"):
-            t = t[:-1]
-        out.append(t)
-    return out
+_TIME_QUESTION = re.compile(
+    r"\b(when|what (?:date|day|month|year|time)|which (?:date|day|month|year)|how long ago)\b",
+    re.IGNORECASE,
+)
+_NON_ANSWER = re.compile(
+    r"\b(i (?:do not|don'?t|cannot|can'?t) (?:know|tell|say|answer|recall|remember)|"
+    r"not (?:mentioned|specified|stated|known|sure|available|provided)|no (?:information|record|"
+    r"mention|answer)|unknown|unanswerable|cannot be determined|none given)\b",
+    re.IGNORECASE,
+)
 
 
 def recall(needle: Iterable[str], haystack: Iterable[str]) -> float:
     """Share of the distinct ``needle`` tokens found in ``haystack`` (1.0 for an empty needle).
 
-    >>> recall(["porto", "ana"], ["ana", "lives", "porto"])
+    >>> recall(["porto", "ana"], ["ana", "live", "porto"])
     1.0
     """
     wanted = set(needle)
@@ -205,72 +76,122 @@ def recall(needle: Iterable[str], haystack: Iterable[str]) -> float:
     return len(wanted & set(haystack)) / len(wanted)
 
 
-def token_f1(prediction: str, gold: str) -> float:
-    """SQuAD-style token F1 over content tokens.
+@functools.lru_cache(maxsize=1 << 16)
+def entity_tokens(text: str, *, anywhere: bool = False) -> frozenset[str]:
+    """Stemmed tokens of the names, numbers and months in ``text``.
 
-    >>> round(token_f1("she lives in Porto", "Porto"), 2)
-    0.67
+    A name is a capitalised word that does not open a sentence (there capitals say nothing;
+    ``anywhere``: they do, as in a short answer like "Vienna") and is not a stop word.
+
+    >>> sorted(entity_tokens("Big news: I moved to Porto on 7 May 2023 with my sister."))
+    ['2023', '7', 'may', 'porto']
     """
-    p, g = content_tokens(prediction), content_tokens(gold)
-    if not p or not g:
-        return float(p == g)
-    common = sum((Counter(p) & Counter(g)).values())
-    if common == 0:
-        return 0.0
-    precision, rec = common / len(p), common / len(g)
-    return 2 * precision * rec / (precision + rec)
-
-
-class BM25:
-    """Okapi BM25 over a small in-memory corpus (k1=1.5, b=0.75).
-
-    >>> index = BM25([["ana", "porto"], ["bob", "lisbon"]])
-    >>> index.ranking(["porto"])
-    [0]
-    """
-
-    def __init__(
-        self, corpus: Sequence[Sequence[str]], *, k1: float = 1.5, b: float = 0.75
-    ) -> None:
-        self._docs = [Counter(doc) for doc in corpus]
-        self._lengths = [len(doc) for doc in corpus]
-        self._avg = (sum(self._lengths) / len(corpus)) if corpus else 0.0
-        df: Counter[str] = Counter()
-        for doc in self._docs:
-            df.update(doc.keys())
-        n = len(corpus)
-        self._idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
-        self._k1, self._b = k1, b
-
-    def scores(self, query: Sequence[str]) -> list[float]:
-        """The BM25 score of every document for ``query``."""
-        out = []
-        for doc, length in zip(self._docs, self._lengths, strict=True):
-            norm = (
-                self._k1 * (1 - self._b + self._b * length / self._avg) if self._avg else self._k1
+    out = set()
+    for match in _WORD.finditer(text):
+        word = match.group()
+        low = word.lower()
+        if (
+            low in _MONTHS
+            or word[0].isdigit()
+            or (
+                word[0].isupper()
+                and low not in STOPWORDS
+                and (
+                    anywhere or not _INITIAL.search(text, max(0, match.start() - 3), match.start())
+                )
             )
-            score = 0.0
-            for term in query:
-                tf = doc.get(term, 0)
-                if tf:
-                    score += self._idf[term] * tf * (self._k1 + 1) / (tf + norm)
-            out.append(score)
-        return out
-
-    def ranking(self, query: Sequence[str]) -> list[int]:
-        """Indexes of the documents with a positive score, best first (ties by index)."""
-        scores = self.scores(query)
-        return sorted((i for i, s in enumerate(scores) if s > 0), key=lambda i: (-scores[i], i))
+        ):
+            out.add(stem(low))
+    return frozenset(out)
 
 
-def reciprocal_rank_fusion(rankings: Iterable[Sequence[int]], *, k: int = 60) -> list[int]:
-    """Fuse rankings by reciprocal rank (ties broken by index).
+def has_tokens(key: frozenset[str], strict: frozenset[str], words: frozenset[str]) -> bool:
+    """Whether ``words`` holds the ``key`` tokens: every ``strict`` one (names, numbers, dates:
+    a swapped city or a shifted day is a different fact), and most of the rest.
 
-    >>> reciprocal_rank_fusion([[2, 0], [0, 1]])
-    [0, 2, 1]
+    >>> key = frozenset({"4", "february", "2023"})
+    >>> has_tokens(key, key, frozenset({"move", "4", "march", "2023"}))
+    False
+    >>> has_tokens(frozenset({"software", "engineer"}), frozenset(), frozenset({"engineer"}))
+    False
     """
-    score: dict[int, float] = {}
-    for ranking in rankings:
-        for rank, item in enumerate(ranking):
-            score[item] = score.get(item, 0.0) + 1.0 / (k + rank + 1)
-    return sorted(score, key=lambda i: (-score[i], i))
+    if not key:
+        return False
+    if strict - words:
+        return False
+    loose = key - strict
+    if not loose:
+        return True
+    found = len(loose & words)
+    return found == len(loose) if len(loose) <= 2 else found / len(loose) >= 0.6
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def segment_words(text: str) -> tuple[frozenset[str], ...]:
+    """Content tokens of each line and sentence of a value (cached: the same records are tested
+    for every case of their store).
+
+    >>> [sorted(s) for s in segment_words("Ana lives in Porto. Bob has a cat.")]
+    [['ana', 'live', 'porto'], ['bob', 'cat']]
+    """
+    parts = (part for line in text.splitlines() for part in _SENTENCE.split(line))
+    return tuple(words for words in (frozenset(content_tokens(p)) for p in parts) if words)
+
+
+def asks_for_time(question: str) -> bool:
+    """Whether the question asks when something happened (then the date is the answer).
+
+    >>> asks_for_time("When did Ana move to Porto?"), asks_for_time("Where does Ana live?")
+    (True, False)
+    """
+    return bool(_TIME_QUESTION.search(question))
+
+
+def is_non_answer(text: str) -> bool:
+    """Whether an answer declines to answer ("I don't know", "not mentioned").
+
+    >>> is_non_answer("I don't know."), is_non_answer("Porto")
+    (True, False)
+    """
+    return bool(_NON_ANSWER.search(text)) or not content_tokens(text)
+
+
+class Corpus:
+    """Texts with their content tokens and a BM25+ index, built once and searched many times.
+
+    >>> Corpus(["Ana lives in Porto", "Bob has a cat"]).ranking("Where does Ana live?")
+    [(0, ...)]
+    """
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.texts = list(texts)
+        self.words = [frozenset(content_tokens(t)) for t in self.texts]
+        self._index = Bm25Index([(str(i), text) for i, text in enumerate(self.texts)])
+
+    def ranking(self, query: str) -> list[tuple[int, float]]:
+        """Indexes of the texts sharing a word with ``query``, best BM25+ score first."""
+        return [(int(k), score) for k, score in self._index.search(query, len(self.texts))]
+
+    def telling(self, query: str) -> set[str]:
+        """The query's words that tell the texts apart (in at most half of them): a user's
+        own name, in every message, says nothing about which one is meant. In a store of one
+        or two texts every shared word tells.
+
+        >>> sorted(Corpus(["Erin's dog is called Rex."]).telling("What is Erin's dog called?"))
+        ['call', 'dog', 'erin']
+        """
+        asked = set(content_tokens(query))
+        n = len(self.words)
+        found = {w: sum(w in d for d in self.words) for w in asked}
+        if n <= 2:
+            return {w for w, df in found.items() if df}
+        return {w for w, df in found.items() if 0 < df * 2 <= n}
+
+
+def bm25_ranking(docs: Sequence[str], query: str) -> list[tuple[int, float]]:
+    """Indexes of the documents sharing a word with ``query``, best BM25+ score first.
+
+    >>> bm25_ranking(["Ana lives in Porto", "Bob has a cat"], "Where does Ana live?")
+    [(0, ...)]
+    """
+    return Corpus(docs).ranking(query)

@@ -1,7 +1,8 @@
 """The ``memtrace`` command: ``main(argv) -> int``, one module per subcommand.
 
 Data goes to stdout, messages and progress to stderr. Typed errors from
-:mod:`memtrace_otel.errors` become one line on stderr and exit code 2; Ctrl-C exits 130.
+:mod:`memtrace_otel.errors` and operating-system errors (a path that cannot be read or written)
+become one line on stderr and exit code 2; Ctrl-C exits 130.
 Each subcommand module exposes ``register(subparsers)``, which adds its parser and sets
 ``func`` (a callable taking the parsed namespace and returning an exit code).
 """
@@ -17,11 +18,21 @@ from memtrace_otel import __version__
 from memtrace_otel.errors import MemtraceError
 
 # Subcommand modules, in the order ``--help`` lists them.
-_COMMAND_MODULES: tuple[str, ...] = ("demo", "attribute", "graph", "export", "bench", "optimize")
+_COMMAND_MODULES: tuple[str, ...] = (
+    "demo",
+    "feedback",
+    "attribute",
+    "graph",
+    "export",
+    "bench",
+    "optimize",
+)
 
 EXIT_OK = 0
 EXIT_FAILURES = 1
 EXIT_USAGE = 2
+EXIT_NOTHING_TO_ATTRIBUTE = 3
+"""``memtrace attribute`` found no failed case: no feedback, judge op or cases file marks one."""
 EXIT_INTERRUPTED = 130
 
 
@@ -57,6 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except MemtraceError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:  # a path that cannot be read or written: one line, no traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"memtrace: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
 
 

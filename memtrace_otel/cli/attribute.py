@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from memtrace_otel.attribution import (
     BatchSummary,
     Verdict,
+    failed_cases,
     get_method,
     load_store_graphs,
     method_names,
@@ -23,8 +24,18 @@ from memtrace_otel.attribution import (
 from memtrace_otel.attribution._executors import parse_executor, parse_size
 from memtrace_otel.attribution._verdict_log import VerdictLog
 from memtrace_otel.attribution._writeback import otlp_target, protocol_hint, send_verdicts
+from memtrace_otel.cli import EXIT_NOTHING_TO_ATTRIBUTE
 from memtrace_otel.instrumentation._configure import ENDPOINT_VARS, resolve_exporter
 from memtrace_otel.reporting import check_base_url, label_accuracy, load_labels, write_report
+from memtrace_otel.sources import Outcome, OutcomeRule
+
+NO_FAILURES_HINT = (
+    "memtrace: nothing to attribute: no answer in these traces is marked wrong. Mark one with\n"
+    "  memtrace feedback --traceparent <answer traceparent> --wrong [--expected TEXT]\n"
+    "(or memtrace_otel.instrumentation.send_feedback() in Python; the app gets the traceparent "
+    "from last_answer()), emit gen_ai.evaluation.result events, record judge ops, or pass "
+    "--cases FILE. See docs/feedback.md."
+)
 
 
 def register(subparsers: Any) -> None:
@@ -33,8 +44,11 @@ def register(subparsers: Any) -> None:
         "attribute",
         help="find each failed case's earliest decisive faulty operation",
         description=(
-            "Read exported traces, find the failed cases (from judge ops or --cases), and write "
-            "one verdict per case: the earliest decisive faulty operation and its error type."
+            "Read exported traces, find the failed cases (from feedback spans and "
+            "gen_ai.evaluation.result events or log records, judge ops, or --cases), and write "
+            "one verdict per case: the earliest decisive faulty operation and its error type. "
+            "Exit status: 0 all ran, 1 a case failed to run or records were skipped, 2 bad "
+            "usage, 3 no failed case found without --cases (nothing attributed)."
         ),
     )
     parser.add_argument(
@@ -46,6 +60,32 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--cases",
         help="cases file (JSON Lines: case_id, question, gold_answers, evidence_refs, verdict)",
+    )
+    parser.add_argument(
+        "--failure-labels",
+        default="incorrect",
+        metavar="LABELS",
+        help="comma-separated gen_ai.evaluation.score.label values that mark a failure "
+        "(default: incorrect)",
+    )
+    parser.add_argument(
+        "--success-labels",
+        default="correct",
+        metavar="LABELS",
+        help="labels that mark a success (default: correct)",
+    )
+    parser.add_argument(
+        "--score-threshold",
+        type=float,
+        metavar="X",
+        help="a score below X is a failure, at or above X a success (default: 0 fails, 1 "
+        "succeeds, other scores are undecided)",
+    )
+    parser.add_argument(
+        "--evaluation-name",
+        action="append",
+        metavar="NAME",
+        help="read only evaluations of this gen_ai.evaluation.name (repeatable; default: all)",
     )
     parser.add_argument(
         "--method",
@@ -145,9 +185,28 @@ def run(args: argparse.Namespace) -> int:
                 ) from None
         if bound is not None:
             parse_size(bound)
+        check_paths(args)
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return 2
+    scaled = executor is not None or bound is not None
+    try:
+        rule = OutcomeRule(
+            failure_labels=args.failure_labels,
+            success_labels=args.success_labels,
+            threshold=args.score_threshold,
+            names=args.evaluation_name,
+        )
+    except ValueError as exc:
+        print(f"memtrace: error: {exc}", file=sys.stderr)
+        return 2
+    if scaled and args.cases is None:
+        print(
+            "memtrace: note: scaled runs take failed cases from judge ops only; feedback is "
+            "read by runs without --executor/--memory-bound, or pass --cases",
+            file=sys.stderr,
+        )
+    labels = load_labels(args.labels) if args.labels else None
     if args.max_traces is not None and args.max_traces < 1:
         print("memtrace: error: --max-traces must be >= 1", file=sys.stderr)
         return 2
@@ -160,11 +219,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     exporter = resolve_exporter() if args.write_back else None  # a bad protocol fails here
     options = {"max_traces": args.max_traces} if args.max_traces is not None else {}
-    labels = load_labels(args.labels) if args.labels else None
     with contextlib.ExitStack() as stack:
         # The verdicts file is checked and locked before anything is loaded.
         log = stack.enter_context(VerdictLog(args.out)) if args.out else None
-        return _run(args, method, executor, bound, labels, log, exporter, options)
+        return _run(args, method, executor, bound, labels, log, exporter, options, rule)
 
 
 def _run(
@@ -176,6 +234,7 @@ def _run(
     log: VerdictLog | None,
     exporter: SpanExporter | None,
     options: dict[str, Any],
+    rule: OutcomeRule,
 ) -> int:
     scaled = executor is not None or bound is not None
     progress = None if args.quiet else sys.stderr
@@ -183,11 +242,17 @@ def _run(
     # (a scaled run never holds every graph: its report, if asked for, loads them afterwards).
     started = time.perf_counter()
     loading = BatchSummary()
+    outcomes: list[Outcome] = []
     graphs = (
         None
         if scaled
         else load_store_graphs(
-            args.sources, strict=args.strict, summary=loading, progress=progress, options=options
+            args.sources,
+            strict=args.strict,
+            summary=loading,
+            outcomes=outcomes,
+            progress=progress,
+            options=options,
         )
     )
     verdicts, summary = run_batch(
@@ -200,6 +265,8 @@ def _run(
         graphs=graphs,
         executor=executor,
         memory_bound=bound,
+        outcomes=outcomes,
+        rule=rule,
         redo_stale=args.redo_stale,
         source_options=options,
         loaded=loading,
@@ -218,6 +285,8 @@ def _run(
         for verdict in verdicts:
             print(verdict.to_json())
     print(summary_table(summary), file=sys.stderr)
+    if summary.cases == 0 and args.cases is None:
+        print(NO_FAILURES_HINT, file=sys.stderr)
     # With --out, the file also holds the verdicts of earlier (resumed) runs: list them all.
     listed: list[Verdict] = log.verdicts() if log is not None else verdicts
     if labels is not None:
@@ -225,7 +294,15 @@ def _run(
         print(_accuracy_line(accuracy), file=sys.stderr)
     if args.report:
         if graphs is None:
-            graphs = load_store_graphs(args.sources, strict=args.strict, options=options)
+            outcomes = []
+            graphs = load_store_graphs(
+                args.sources, strict=args.strict, outcomes=outcomes, options=options
+            )
+        # The failed cases again (cheap: the graphs are built), for what each page leads with.
+        cases = {
+            case.case_id: case
+            for _, case in failed_cases(graphs, args.cases, BatchSummary(), outcomes, rule)
+        }
         index = write_report(  # also writes summary.json and summary.md
             args.report,
             listed,
@@ -235,9 +312,47 @@ def _run(
             jaeger_url=args.jaeger_url,
             tempo_url=args.tempo_url,
             sources=args.sources,
+            cases=cases,
         )
         print(f"report: {index}", file=sys.stderr)
+    if summary.cases == 0 and args.cases is None:
+        return EXIT_NOTHING_TO_ATTRIBUTE
     return 0 if summary.ok else 1
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """Refuse, before any work, paths the run could not read or write at its end.
+
+    Raises:
+        ValueError: ``--cases`` or ``--labels`` is not a readable file; ``--out`` is a folder
+            or cannot be created; ``--report`` is a file or cannot be created.
+    """
+    for option, path in (("--cases", args.cases), ("--labels", args.labels)):
+        if path is not None and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+            what = "no such file" if not os.path.lexists(path) else "not a readable file"
+            raise ValueError(f"{option} {path}: {what}")
+    if args.out is not None:
+        if os.path.isdir(args.out):
+            raise ValueError(f"--out {args.out}: is a folder; name the verdicts file")
+        _check_creatable("--out", args.out, os.path.exists(args.out))
+    if args.report is not None:
+        if os.path.lexists(args.report) and not os.path.isdir(args.report):
+            raise ValueError(f"--report {args.report}: not a folder")
+        _check_creatable("--report", args.report, os.path.isdir(args.report))
+
+
+def _check_creatable(option: str, path: str, exists: bool) -> None:
+    """``path`` is writable if it exists, else its nearest existing parent is a writable folder
+    (the missing folders are made)."""
+    if exists:
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"{option} {path}: not writable")
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {path}: cannot be created ({parent} is not a writable folder)")
 
 
 def _write_back(

@@ -17,16 +17,18 @@ from typing import Any
 from memtrace_otel.systems import (
     ENGINES,
     FAULTS,
+    HARD_STORES,
     SYSTEMS,
     FaultSpec,
     generate_benchmark,
+    generate_hard_benchmark,
     generate_workload,
     load_locomo,
     make_engine,
     resolve_systems,
 )
 
-SUBCOMMAND_MODULES: tuple[str, ...] = ("bench_evaluate",)
+SUBCOMMAND_MODULES: tuple[str, ...] = ("bench_evaluate", "bench_memtracebench")
 """Modules in ``memtrace_otel.cli`` that add ``bench`` subcommands (e.g. ``"bench_evaluate"``)."""
 
 EXIT_OK = 0
@@ -125,6 +127,20 @@ def _register_generate(bench: Any) -> None:
     p.add_argument(
         "--locomo-path", default=None, help="locomo10.json (default ../shared/datasets/locomo)"
     )
+    p.add_argument(
+        "--difficulty",
+        default="easy",
+        choices=("easy", "hard"),
+        help="easy (default): the workload above through the systems; hard: LoCoMo "
+        "conversations with planted facts, realistic failure modes, noise and disorder "
+        "(see docs/systems.md)",
+    )
+    p.add_argument(
+        "--stores",
+        type=int,
+        default=None,
+        help=f"hard: stores per system (default {HARD_STORES}; one targeted failure each)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=cmd_generate)
 
@@ -147,6 +163,11 @@ def _parse_options(items: list[str]) -> dict[str, dict[str, Any]]:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """Run ``bench generate``."""
+    if args.difficulty == "hard":
+        return _generate_hard(args)
+    if args.stores is not None:
+        print("memtrace: error: --stores applies to --difficulty hard only", file=sys.stderr)
+        return EXIT_USAGE
     try:
         systems = resolve_systems(args.systems)
         faults = FaultSpec.parse(args.faults)
@@ -187,6 +208,44 @@ def cmd_generate(args: argparse.Namespace) -> int:
     except (ValueError, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"memtrace: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+    print(summary.table())
+    return EXIT_OK
+
+
+_EASY_ONLY: dict[str, object] = {
+    "faults": "none",
+    "engine": "offline",
+    "dataset": "synthetic",
+    "judge": "deterministic",
+    "options": [],
+    "questions": None,
+    "model": None,
+    "base_url": None,
+    "embeddings_model": None,
+}
+"""Options of the easy benchmark, with their defaults (the hard one plants its own faults)."""
+
+
+def _generate_hard(args: argparse.Namespace) -> int:
+    from memtrace_otel.errors import MemtraceError
+
+    given = [k for k, default in _EASY_ONLY.items() if getattr(args, k) != default]
+    if given:
+        names = ", ".join("--" + k.replace("_", "-").replace("options", "set") for k in given)
+        print(f"memtrace: error: {names} do(es) not apply to --difficulty hard", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        summary = generate_hard_benchmark(
+            args.out,
+            stores=args.stores if args.stores is not None else HARD_STORES,
+            seed=args.seed,
+            systems=resolve_systems(args.systems),
+            locomo_path=args.locomo_path,
+            progress=None if args.no_progress else sys.stderr,
+        )
+    except (ValueError, OSError, MemtraceError) as exc:
+        print(f"memtrace: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(summary.table())
     return EXIT_OK

@@ -66,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         str(verdicts_path),
         "--report",
         str(folder / "report"),
+        "--labels",  # the report's accuracy section
+        str(folder / "labels.jsonl"),
         "--quiet",
     ]
     status = main(argv)

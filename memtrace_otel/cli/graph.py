@@ -13,6 +13,7 @@ from typing import Any
 import networkx as nx
 
 from memtrace_otel.attribution import (
+    BatchSummary,
     Verdict,
     get_method,
     graph_index,
@@ -25,6 +26,7 @@ from memtrace_otel.errors import GraphError
 from memtrace_otel.graph import case_subgraph, to_dot, to_node_link_json, write_graphml
 from memtrace_otel.reporting import case_html, case_view, check_base_url
 from memtrace_otel.semconv import JudgeVerdict
+from memtrace_otel.sources import SourceStats
 
 FORMATS = ("html", "dot", "graphml", "json")
 NO_METHOD = "none"
@@ -119,7 +121,8 @@ def _verdict(args: argparse.Namespace, G: nx.MultiDiGraph) -> Verdict | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the case's subgraph; exit 0, or 2 when the case is not in the sources."""
+    """Write the case's subgraph; exit 0, 1 when records were skipped (the graph may miss
+    them: said on stderr), or 2 when the case is not in the sources."""
     try:
         jaeger = check_base_url(args.jaeger_url, "--jaeger-url") if args.jaeger_url else None
         tempo = check_base_url(args.tempo_url, "--tempo-url") if args.tempo_url else None
@@ -128,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return 2
-    graphs = load_store_graphs(args.sources, strict=args.strict)
+    loading = BatchSummary()
+    graphs = load_store_graphs(args.sources, strict=args.strict, summary=loading)
     G = find_case_graph(graphs, args.case)
     if args.format == "html":
         verdict = _verdict(args, G)
@@ -150,6 +154,26 @@ def run(args: argparse.Namespace) -> int:
                 sys.stdout.write(path.read_text(encoding="utf-8"))
     if args.output and args.output != "-":
         print(f"{args.format}: {os.fspath(args.output)}", file=sys.stderr)
+    return _report_loading(loading)
+
+
+def _report_loading(loading: BatchSummary) -> int:
+    """Say what reading the sources skipped or changed; 1 when a record was skipped."""
+    stats = SourceStats(
+        records=loading.records,
+        skipped=loading.skipped_records,
+        skipped_by_kind=loading.skipped_by_kind,
+        truncated_values=loading.truncated_values,
+        replaced_surrogates=loading.replaced_surrogates,
+        duplicates=loading.duplicates,
+    )
+    if stats.skipped or stats.truncated_values or stats.replaced_surrogates:
+        print(f"memtrace: read {stats.summary()}", file=sys.stderr)
+    for message in loading.source_errors[:5]:
+        print(f"memtrace:   {message}", file=sys.stderr)
+    if stats.skipped:
+        print("memtrace: the graph may lack the skipped records", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -23,6 +23,12 @@ from memtrace_otel.instrumentation._configure import (
     configure,
     resolve_exporter,
 )
+from memtrace_otel.instrumentation._feedback import (
+    AnswerRef,
+    last_answer,
+    note_answer,
+    send_feedback,
+)
 from memtrace_otel.instrumentation._otlp_json import (
     OtlpJsonLinesExporter,
     dumps_request,
@@ -41,6 +47,7 @@ from memtrace_otel.instrumentation._variables import Variable
 __all__ = [
     "DEFAULT_MAX_VALUE_LENGTH",
     "DEFAULT_TRACES_FILE",
+    "AnswerRef",
     "CaptureConfig",
     "CountingBatchSpanProcessor",
     "InputLike",
@@ -57,10 +64,13 @@ __all__ = [
     "encode_request",
     "format_traceparent",
     "is_tracing_suppressed",
+    "last_answer",
+    "note_answer",
     "parse_capture_mode",
     "parse_traceparent",
     "redact_pii",
     "resolve_exporter",
+    "send_feedback",
     "span_to_record",
     "suppress_tracing",
 ]

@@ -24,6 +24,14 @@ count in between.
 The SDK internals this relies on (the batch processor, its ``deque``, its ``emit`` and its
 logger) are checked at construction; when one is missing (another SDK version) the processor is
 the plain SDK one, and says so once.
+
+**Shutdown budget.** The SDK's ``shutdown()`` waits up to 30 s for its worker, which may be stuck
+in an export to a Collector that accepts and never answers. :meth:`CountingBatchSpanProcessor.shutdown`
+runs it on a helper thread and waits at most the budget: ``export_timeout_millis``, else
+``OTEL_BSP_EXPORT_TIMEOUT`` (the SDK's public knob, which its processor does not use yet), else
+5 s. Then it returns and logs one line counting every span that did not leave: dropped for a full
+queue, failed, still being exported, still queued. Those counts come from public hooks only: the
+processor's ``on_end`` and a wrapper around the exporter it was given.
 """
 
 from __future__ import annotations
@@ -32,17 +40,20 @@ import collections
 import inspect
 import itertools
 import logging
+import os
 import sys
 import threading
+import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from types import CodeType, FrameType
 from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation, get_meter_provider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from memtrace_otel._internal import internal_error
+from memtrace_otel._internal import internal_error, reinit_after_fork
 from memtrace_otel.semconv.attributes import METRIC_OTEL_COMPONENT_NAME, METRIC_SDK_SPANS_DROPPED
 
 __all__ = ["CountingBatchSpanProcessor"]
@@ -137,6 +148,10 @@ class _DropState:
         self._reported = 0
         self._read_lock = threading.Lock()
         self._first_gate = itertools.count()
+
+    def reinit_lock(self) -> None:
+        """A new read lock (in a forked child)."""
+        self._read_lock = threading.Lock()
 
     def dropped(self) -> int:
         """In - out - still queued, read in an order that can only undercount, never decreasing."""
@@ -234,6 +249,89 @@ def _remove_filter(sdk_logger: logging.Logger, log_filter: logging.Filter) -> No
     sdk_logger.removeFilter(log_filter)
 
 
+DEFAULT_SHUTDOWN_BUDGET_MILLIS = 5000.0
+"""How long ``shutdown()`` waits for the last exports when ``OTEL_BSP_EXPORT_TIMEOUT`` is unset."""
+_ENV_BSP_EXPORT_TIMEOUT = "OTEL_BSP_EXPORT_TIMEOUT"
+
+
+def shutdown_budget_millis(export_timeout_millis: float | None = None) -> float:
+    """The shutdown budget: the argument, else ``OTEL_BSP_EXPORT_TIMEOUT``, else 5000 ms.
+
+    Raises:
+        ValueError: a negative or non-numeric argument (a bad environment value is logged and
+            the default used, as the SDK does).
+    """
+    if export_timeout_millis is not None:
+        budget = float(export_timeout_millis)
+        if budget < 0:
+            raise ValueError(f"invalid export_timeout_millis {export_timeout_millis!r}")
+        return budget
+    raw = os.environ.get(_ENV_BSP_EXPORT_TIMEOUT, "").strip()
+    if not raw:
+        return DEFAULT_SHUTDOWN_BUDGET_MILLIS
+    try:
+        budget = float(raw)
+    except ValueError:
+        budget = -1.0
+    if budget < 0:
+        logger.warning(
+            "invalid %s %r; the shutdown budget is %d ms",
+            _ENV_BSP_EXPORT_TIMEOUT,
+            raw,
+            DEFAULT_SHUTDOWN_BUDGET_MILLIS,
+        )
+        return DEFAULT_SHUTDOWN_BUDGET_MILLIS
+    return budget
+
+
+class _CountingExporter(SpanExporter):
+    """The user's exporter, counting what it was given and what it answered (public API only)."""
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self.inner = inner
+        self.exported = 0
+        self.failed = 0
+        self.in_flight = 0
+        self._lock = threading.Lock()
+        reinit_after_fork(self)
+
+    def _reinit_after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self.in_flight = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        count = len(spans)
+        with self._lock:
+            self.in_flight += count
+        ok = False
+        try:
+            result = self.inner.export(spans)
+            ok = result is SpanExportResult.SUCCESS
+            return result
+        finally:
+            with self._lock:
+                self.in_flight -= count
+                if ok:
+                    self.exported += count
+                else:
+                    self.failed += count
+
+    def shutdown(self, timeout_millis: float | None = None) -> None:
+        takes_timeout = "timeout_millis" in inspect.signature(self.inner.shutdown).parameters
+        if takes_timeout and timeout_millis is not None:
+            self.inner.shutdown(timeout_millis=timeout_millis)  # type: ignore[call-arg]
+        else:
+            self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+    def counts(self) -> tuple[int, int, int]:
+        """``(exported, failed, in_flight)`` spans."""
+        with self._lock:
+            return self.exported, self.failed, self.in_flight
+
+
 class CountingBatchSpanProcessor(BatchSpanProcessor):
     """The SDK's ``BatchSpanProcessor``, counting the spans its full queue drops.
 
@@ -254,11 +352,15 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
         max_queue_size: spans kept while the exporter is busy; more are dropped and counted.
         schedule_delay_millis: the longest wait between two exports.
         max_export_batch_size: spans per export call.
-        export_timeout_millis: passed to the SDK (which does not use it yet).
+        export_timeout_millis: the shutdown budget (else ``OTEL_BSP_EXPORT_TIMEOUT``, else 5 s);
+            also passed to the SDK, which does not use it yet.
         meter_provider: where the drop counter is reported (also the SDK's own opt-in metrics).
 
+    ``shutdown()`` returns within the budget whatever the Collector does, and logs what did not
+    leave (see the module's docstring); :meth:`stats` has the same counts.
+
     Raises:
-        ValueError: invalid sizes or delays (the SDK's checks).
+        ValueError: invalid sizes or delays (the SDK's checks), a negative export timeout.
 
     Example:
         >>> from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
@@ -267,8 +369,8 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
         >>> processor = CountingBatchSpanProcessor(
         ...     InMemorySpanExporter(), max_queue_size=64, max_export_batch_size=32
         ... )
-        >>> processor.stats()
-        {'dropped_spans': 0, 'queued_spans': 0, 'max_queue_size': 64, 'counting': True}
+        >>> processor.stats()["dropped_spans"], processor.stats()["lost_spans"]
+        (0, 0)
         >>> processor.shutdown()
     """
 
@@ -283,8 +385,15 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
         meter_provider: MeterProvider | None = None,
     ) -> None:
         sdk_options = {"meter_provider": meter_provider} if _SDK_TAKES_METER_PROVIDER else {}
+        self._budget_millis = shutdown_budget_millis(export_timeout_millis)
+        self._exporter_counts = _CountingExporter(span_exporter)
+        self._ended = itertools.count()  # one tick per sampled span ended, plus one per read
+        self._ended_reads = 0
+        self._ended_lock = threading.Lock()
+        self._shutdown_started = False
+        reinit_after_fork(self)
         super().__init__(
-            span_exporter,
+            self._exporter_counts,
             max_queue_size,
             schedule_delay_millis,
             max_export_batch_size,
@@ -354,45 +463,108 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
         """Spans dropped so far because the queue was full (0 when not :attr:`counting`)."""
         return self._state.dropped() if self._state is not None else 0
 
-    def stats(self) -> dict[str, int | bool]:
-        """The counts: ``dropped_spans``, ``queued_spans``, ``max_queue_size`` and ``counting``.
+    def _reinit_after_fork(self) -> None:
+        # The SDK restarts its worker in the child; our read locks must not be inherited held.
+        self._ended_lock = threading.Lock()
+        if self._state is not None:
+            self._state.reinit_lock()
 
-        ``queued_spans`` after :meth:`shutdown` is what the exporter could not take before the
-        shutdown deadline (lost, but not dropped for a full queue). Counts are 0 when not
-        :attr:`counting`.
+    def on_end(self, span: ReadableSpan) -> None:
+        ctx = span.context
+        if ctx is not None and ctx.trace_flags.sampled:
+            next(self._ended)  # one C call, atomic under the GIL
+        super().on_end(span)
+
+    def _ended_spans(self) -> int:
+        with self._ended_lock:
+            ended = next(self._ended) - self._ended_reads
+            self._ended_reads += 1
+            return ended
+
+    def stats(self) -> dict[str, int | bool]:
+        """The counts of this processor's spans.
+
+        - ``ended_spans``: sampled spans handed to the processor;
+        - ``exported_spans`` / ``failed_spans`` / ``in_flight_spans``: given to the exporter and
+          accepted, refused (or raised), not answered yet;
+        - ``dropped_spans``: evicted by a full queue (0 when not :attr:`counting`);
+        - ``queued_spans``: in the queue now; after :meth:`shutdown` what the exporter could not
+          take within the budget (0 when not :attr:`counting`);
+        - ``lost_spans``: everything ended and not exported (after shutdown: the final loss);
+        - ``max_queue_size`` and ``counting``.
         """
+        ended = self._ended_spans()
+        exported, failed, in_flight = self._exporter_counts.counts()
         state = self._state
-        if state is None:
-            return {"dropped_spans": 0, "queued_spans": 0, "max_queue_size": 0, "counting": False}
         return {
-            "dropped_spans": state.dropped(),
-            "queued_spans": len(state.queue),
-            "max_queue_size": state.max_queue_size,
-            "counting": True,
+            "ended_spans": ended,
+            "exported_spans": exported,
+            "failed_spans": failed,
+            "in_flight_spans": in_flight,
+            "dropped_spans": state.dropped() if state is not None else 0,
+            "queued_spans": len(state.queue) if state is not None else 0,
+            "lost_spans": max(0, ended - exported),
+            "max_queue_size": state.max_queue_size if state is not None else 0,
+            "counting": state is not None,
         }
 
     def shutdown(self) -> None:
-        """Export what is queued (the SDK's shutdown), then log the total of dropped spans."""
-        try:
-            super().shutdown()  # type: ignore[no-untyped-call]  # the SDK leaves it unannotated
-        finally:
-            try:
-                self._summarise()
-            except Exception:
-                internal_error("batch.shutdown")
+        """Export what is queued within the shutdown budget, then log what did not leave.
 
-    def _summarise(self) -> None:
-        state = self._state
-        if state is None or self._summarised:
+        The SDK's own shutdown runs on a helper (daemon) thread; this returns when it is done or
+        when the budget is spent, whichever comes first, so a Collector that never answers
+        cannot hold the app's exit.
+        """
+        if self._shutdown_started:
+            return
+        self._shutdown_started = True
+        start = time.monotonic()
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                BatchSpanProcessor.shutdown(self)  # type: ignore[no-untyped-call]
+            except Exception:
+                try:
+                    internal_error("batch.shutdown")
+                except Exception:  # loud mode re-raises; a helper thread has nobody to tell
+                    logger.exception("memtrace-otel: the SDK's shutdown failed")
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="memtrace-otel-shutdown", daemon=True).start()
+        finished = done.wait(self._budget_millis / 1000)
+        try:
+            self._summarise(finished, time.monotonic() - start)
+        except Exception:
+            internal_error("batch.shutdown")
+
+    def _summarise(self, finished: bool, seconds: float) -> None:
+        if self._summarised:
             return
         self._summarised = True
         if self._unfilter is not None:
             self._unfilter()
-        dropped = state.dropped()
-        if dropped:
-            logger.warning(
-                "memtrace-otel: %d spans dropped in total because the span queue was full "
-                "(max_queue_size=%d)",
-                dropped,
-                state.max_queue_size,
-            )
+        stats = self.stats()
+        lost = int(stats["lost_spans"])
+        if not lost:
+            return
+        dropped, failed = int(stats["dropped_spans"]), int(stats["failed_spans"])
+        in_flight = int(stats["in_flight_spans"])
+        queued = max(0, lost - dropped - failed - in_flight)
+        logger.warning(
+            "memtrace-otel: %d of %d spans were not exported: %d dropped because the span queue "
+            "was full (max_queue_size=%d), %d refused by the exporter, %d still being exported "
+            "and %d still queued when shutdown %s after %.1f s (budget %.1f s: "
+            "export_timeout_millis or OTEL_BSP_EXPORT_TIMEOUT)",
+            lost,
+            stats["ended_spans"],
+            dropped,
+            stats["max_queue_size"],
+            failed,
+            in_flight,
+            queued,
+            "finished" if finished else "gave up",
+            seconds,
+            self._budget_millis / 1000,
+        )

@@ -1,8 +1,21 @@
-"""Content capture: what of a variable's value leaves the process, resolved once.
+"""Content capture: the one place that decides what of the app's data leaves the process.
 
-Every value gets a ``sha256`` digest of its canonical form, whatever the settings, so the graph
-and attribution work without content. The value itself is recorded only when capture is on; it
-passes the redaction hook first and is cut to the size limit.
+:meth:`CaptureConfig.record` decides for every piece of app text: a variable's value, each
+content field of ``memtrace.variable.meta``, and the message of an exception the app raised
+through an op. Nothing else in the package writes app text into a span. Every value also gets a
+``sha256`` digest of its canonical form, whatever the settings, so the graph and attribution work
+without content. Text is recorded only when capture is on for its category; it passes the
+redaction hook first and is cut to the size limit.
+
+Two settings, two scopes:
+
+- ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (upstream, its meaning kept): whether
+  GenAI content is captured at all: every category, LLM prompts and completions included.
+- ``MEMTRACE_CAPTURE_CONTENT`` (ours, narrower): overrides it for the memory pipeline's own
+  categories only (``message``, ``memory``, ``query``, ``candidates``, and ``gold``, the expected
+  answer). Its extra value ``PRODUCTION`` captures those with the built-in redaction (unless a
+  hook is given), while LLM prompts, context, answers, other values and exception messages keep
+  following the upstream variable, whose default ``NO_CONTENT`` keeps them out.
 """
 
 from __future__ import annotations
@@ -11,12 +24,17 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
+
+from opentelemetry.util.types import AttributeValue
 
 from memtrace_otel._internal import data_warning, internal_error
-from memtrace_otel.semconv import CaptureMode
+from memtrace_otel.instrumentation._variables import Variable
+from memtrace_otel.semconv import CaptureMode, Category, Role, is_ref
+from memtrace_otel.semconv import attributes as A
 from memtrace_otel.semconv.attributes import (
     ENV_CAPTURE_MESSAGE_CONTENT,
     ENV_MEMTRACE_CAPTURE_CONTENT,
@@ -91,6 +109,24 @@ def redact_pii(text: str) -> str:
 
 _LEGACY = {"true": CaptureMode.SPAN_AND_EVENT, "false": CaptureMode.NO_CONTENT}
 
+PRODUCTION: Final = "PRODUCTION"
+"""``MEMTRACE_CAPTURE_CONTENT=PRODUCTION``: memory records and messages captured, redacted and cut;
+LLM prompts and completions left to the upstream variable (default: not captured)."""
+
+MEMORY_CATEGORIES: Final = frozenset(
+    [Category.MESSAGE, Category.MEMORY, Category.QUERY, Category.CANDIDATES, Category.GOLD]
+)
+"""The memory pipeline's categories (and the expected answer, which people give, not an LLM):
+``MEMTRACE_CAPTURE_CONTENT`` decides for these; the upstream variable for the rest (``prompt``,
+``context``, ``prediction``, ``score``, ``other``) and for exception messages."""
+
+STRUCTURAL_META_KEYS: Final = frozenset(["source_refs", "role"])
+"""``memtrace.variable.meta`` fields that are structure, recorded whatever the capture setting:
+``source_refs`` (its ``<id>@<version>`` refs) and ``role`` (a short identifier such as
+``user``). Numbers and booleans are structure too. Every other field is content."""
+
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_.:-]{1,32}")
+
 
 def parse_capture_mode(value: str | CaptureMode, *, source: str = "capture mode") -> CaptureMode:
     """Parse one of the four upstream values or legacy ``true``/``false`` (any case).
@@ -120,9 +156,14 @@ class CaptureConfig:
     """Content-capture settings, resolved at construction: argument > environment > default.
 
     Args:
-        mode: a :class:`CaptureMode` or its name; ``None`` reads ``MEMTRACE_CAPTURE_CONTENT``,
-            then ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``, else ``NO_CONTENT``.
-            Our values live in span events, so every mode but ``NO_CONTENT`` records them.
+        mode: the GenAI content mode for every category (a :class:`CaptureMode` or its name);
+            ``None`` reads ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``, else
+            ``NO_CONTENT``. Our values live in span events, so every mode but ``NO_CONTENT``
+            records them.
+        memory_mode: the narrower override for the memory pipeline's categories
+            (:data:`MEMORY_CATEGORIES`): a mode, or ``"PRODUCTION"`` (capture them, with the
+            built-in redaction unless ``redact`` is given); ``None`` reads
+            ``MEMTRACE_CAPTURE_CONTENT`` (only when ``mode`` is not given), else follows ``mode``.
         max_value_length: characters kept of a value; ``None`` reads
             ``MEMTRACE_MAX_VALUE_LENGTH``, else 4096.
         redact: a hook every value passes before it is recorded, or ``"builtin"`` for
@@ -136,19 +177,20 @@ class CaptureConfig:
 
     >>> CaptureConfig(mode="SPAN_ONLY", redact="builtin").mask("ana@example.com")
     ('<email>', False)
+    >>> production = CaptureConfig(memory_mode="PRODUCTION")
+    >>> production.record("ana@example.com", Category.MEMORY), production.record("hi", Category.PREDICTION)
+    (('<email>', False), (None, False))
     """
 
     mode: CaptureMode | str | None = None
     max_value_length: int | None = None
     redact: Redactor | Literal["builtin"] | None = field(default=None, compare=False)
+    memory_mode: CaptureMode | str | None = None
 
     def __post_init__(self) -> None:
-        if self.mode is not None:
-            mode = parse_capture_mode(self.mode)
-        elif os.environ.get(ENV_MEMTRACE_CAPTURE_CONTENT):
-            mode = parse_capture_mode(
-                os.environ[ENV_MEMTRACE_CAPTURE_CONTENT], source=ENV_MEMTRACE_CAPTURE_CONTENT
-            )
+        explicit = self.mode is not None
+        if explicit:
+            mode = parse_capture_mode(self.mode)  # type: ignore[arg-type]
         elif os.environ.get(ENV_CAPTURE_MESSAGE_CONTENT):
             mode = parse_capture_mode(
                 os.environ[ENV_CAPTURE_MESSAGE_CONTENT], source=ENV_CAPTURE_MESSAGE_CONTENT
@@ -156,6 +198,28 @@ class CaptureConfig:
         else:
             mode = CaptureMode.NO_CONTENT
         object.__setattr__(self, "mode", mode)
+        memory: Any = self.memory_mode
+        source = "memory_mode"
+        if memory is None and not explicit and os.environ.get(ENV_MEMTRACE_CAPTURE_CONTENT):
+            memory, source = os.environ[ENV_MEMTRACE_CAPTURE_CONTENT], ENV_MEMTRACE_CAPTURE_CONTENT
+        production = isinstance(memory, str) and memory.strip().upper() == PRODUCTION
+        if production:
+            memory = CaptureMode.SPAN_AND_EVENT
+        elif memory is None:
+            memory = mode
+        else:
+            memory = _parse_memory_mode(memory, source)
+        object.__setattr__(self, "memory_mode", memory)
+        object.__setattr__(self, "production", production)
+        object.__setattr__(
+            self,
+            "_captured",
+            frozenset(
+                c
+                for c in Category
+                if (memory if c in MEMORY_CATEGORIES else mode) is not CaptureMode.NO_CONTENT
+            ),
+        )
 
         length: Any = self.max_value_length
         where = "max_value_length"
@@ -170,24 +234,56 @@ class CaptureConfig:
         if length < 1:
             raise ValueError(f"invalid {where} {length!r}: expected a positive integer")
         object.__setattr__(self, "max_value_length", length)
-        if self.redact == BUILTIN_REDACTOR:
+        if self.redact == BUILTIN_REDACTOR or (self.redact is None and production):
             object.__setattr__(self, "redact", redact_pii)
         elif self.redact is not None and not callable(self.redact):
             raise ValueError(f"redact must be callable or 'builtin', got {self.redact!r}")
 
+    production: bool = field(default=False, init=False, compare=False)
+    """Whether ``memory_mode`` is ``PRODUCTION``."""
+    _captured: frozenset[Category] = field(default=frozenset(), init=False, repr=False)
+
+    @classmethod
+    def for_production(cls, redact: Redactor | Literal["builtin"] | None = None) -> CaptureConfig:
+        """The production setting: memory records, messages, queries, candidates and expected
+        answers captured, redacted (built-in hook unless ``redact``) and cut; LLM prompts,
+        context, answers and exception messages follow the upstream variable (default: not
+        captured)."""
+        return cls(memory_mode=PRODUCTION, redact=redact)
+
     @property
     def captures_values(self) -> bool:
-        """Whether values (not only digests) are recorded."""
-        return self.mode is not CaptureMode.NO_CONTENT
+        """Whether values (not only digests) of any category are recorded."""
+        return bool(self._captured)
 
-    def mask(self, text: str) -> tuple[str | None, bool]:
-        """Apply the redaction hook and the size limit to one value.
+    def captures(self, category: Category) -> bool:
+        """Whether values of ``category`` are recorded (else digests only)."""
+        return category in self._captured
+
+    def record(self, text: str, category: Category) -> tuple[str | None, bool]:
+        """What of one piece of app text of ``category`` leaves the process.
+
+        Every value, every content field of ``memtrace.variable.meta`` and every exception
+        message passes here: nothing when capture is off for the category, else the text after
+        the redaction hook, cut to the size limit.
 
         Returns:
-            ``(value, truncated)``; ``value`` is ``None`` when capture is off or the hook failed.
+            ``(text, truncated)``; ``text`` is ``None`` when capture is off or the hook failed.
         """
-        if not self.captures_values:
+        if category not in self._captured:
             return None, False
+        return self._redact_and_cut(text)
+
+    def mask(self, text: str) -> tuple[str | None, bool]:
+        """Apply the redaction hook and the size limit to one value (``None`` if nothing is captured).
+
+        Prefer :meth:`record`, which also applies the category's setting.
+        """
+        if not self._captured:
+            return None, False
+        return self._redact_and_cut(text)
+
+    def _redact_and_cut(self, text: str) -> tuple[str | None, bool]:
         hook = self.redact
         if callable(hook):
             try:
@@ -231,3 +327,112 @@ def digest(text: str) -> str:
     'sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad'
     """
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _parse_memory_mode(value: Any, source: str) -> CaptureMode:
+    if not isinstance(value, str | CaptureMode):
+        raise ValueError(f"invalid {source} {value!r}: expected a capture mode or {PRODUCTION!r}")
+    try:
+        return parse_capture_mode(value, source=source)
+    except ValueError:
+        raise ValueError(
+            f"invalid {source} {value!r}: expected one of "
+            f"{', '.join(m.value for m in CaptureMode)}, true, false, {PRODUCTION}"
+        ) from None
+
+
+def meta_json(capture: CaptureConfig, meta: Mapping[str, Any], category: Category) -> str | None:
+    """``memtrace.variable.meta``: structure always, each content field as :meth:`CaptureConfig.record` says.
+
+    Structure: ``source_refs`` (its refs), ``role`` (a short identifier), numbers and booleans.
+    Every other field is content of the variable's category: recorded redacted and cut when its
+    category is captured (a structured field stays structured unless redaction or the cut changed
+    it, then it is the redacted JSON text), else left out. ``None`` when nothing is left.
+
+    >>> meta_json(CaptureConfig(mode="NO_CONTENT"), {"source_refs": ["m:1@1"], "note": "x"}, Category.MEMORY)
+    '{"source_refs":["m:1@1"]}'
+    """
+    out: dict[str, Any] = {}
+    for key, value in meta.items():
+        key = str(key)
+        if value is None or isinstance(value, bool | int | float):
+            out[key] = value
+            continue
+        if key == "source_refs" and isinstance(value, list | tuple):
+            refs = [r for r in value if isinstance(r, str) and is_ref(r)]
+            if len(refs) == len(value):
+                out[key] = refs
+                continue
+        if key == "role" and isinstance(value, str) and _IDENTIFIER.fullmatch(value):
+            out[key] = value
+            continue
+        text = canonical_value(value)
+        kept, truncated = capture.record(text, category)
+        if kept is None:
+            continue
+        out[key] = value if kept == text and not truncated else kept
+    if not out:
+        return None
+    return json.dumps(out, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+_CATEGORY_VALUES = {c: c.value for c in Category}  # enum .value is a descriptor call: hot path
+
+
+def event_attributes(
+    capture: CaptureConfig, var: Variable, ref: str, role: Role | str
+) -> dict[str, AttributeValue]:
+    """The attributes of one ``memtrace.variable`` event: ref, role, category, digest, and what
+    :meth:`CaptureConfig.record` and :func:`meta_json` let leave of the value and its meta.
+
+    ``ref`` is ``var.ref`` (the caller often has it already); ``role`` a :class:`Role` or its value.
+    """
+    value = var.value
+    text = value if isinstance(value, str) else canonical_value(value)
+    category = var.category
+    attrs: dict[str, AttributeValue] = {
+        A.MEMTRACE_VARIABLE_REF: ref,
+        A.MEMTRACE_VARIABLE_ROLE: str(role),
+        A.MEMTRACE_VARIABLE_CATEGORY: _CATEGORY_VALUES[category],
+        A.MEMTRACE_VARIABLE_DIGEST: digest(text),
+    }
+    if var.deleted:
+        attrs[A.MEMTRACE_VARIABLE_DELETED] = True
+    else:
+        value, truncated = capture.record(text, category)
+        if value is not None:
+            attrs[A.MEMTRACE_VARIABLE_VALUE] = value
+            if truncated:
+                attrs[A.MEMTRACE_VARIABLE_TRUNCATED] = True
+    if var.meta:
+        meta = meta_json(capture, var.meta, category)
+        if meta is not None:
+            attrs[A.MEMTRACE_VARIABLE_META] = meta
+    return attrs
+
+
+def exception_attributes(
+    capture: CaptureConfig, exc: BaseException
+) -> tuple[dict[str, AttributeValue], str]:
+    """The ``exception`` event's attributes and the span status description for ``exc``.
+
+    The type and the stack frames (code locations, never values) always leave; the message
+    follows :meth:`CaptureConfig.record` as category ``other`` (the upstream variable: off by
+    default), redacted and cut. Chained exceptions' messages are left out with the same rule.
+    """
+    module = type(exc).__module__
+    qualname = type(exc).__qualname__
+    name = f"{module}.{qualname}" if module and module != "builtins" else qualname
+    message, _ = capture.record(str(exc), Category.OTHER)
+    frames = "".join(traceback.format_tb(exc.__traceback__)) if exc.__traceback__ else ""
+    last = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    attrs: dict[str, AttributeValue] = {
+        A.EXCEPTION_TYPE: name,
+        A.EXCEPTION_STACKTRACE: f"Traceback (most recent call last):\n{frames}{last}\n"
+        if frames
+        else f"{last}\n",
+        A.EXCEPTION_ESCAPED: "True",
+    }
+    if message:
+        attrs[A.EXCEPTION_MESSAGE] = message
+    return attrs, last

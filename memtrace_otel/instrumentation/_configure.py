@@ -88,7 +88,9 @@ def configure(
         resource_attributes: more resource attributes (``OTEL_RESOURCE_ATTRIBUTES`` also applies).
         batch: export in the background (:class:`CountingBatchSpanProcessor`: the SDK's
             ``BatchSpanProcessor``, ``OTEL_BSP_*`` variables included, counting the spans a full
-            queue drops); ``False`` exports each span as it ends (scripts, tests).
+            queue drops; its ``shutdown()`` waits at most ``OTEL_BSP_EXPORT_TIMEOUT``, default
+            5 s, and counts what did not leave); ``False`` exports each span as it ends
+            (scripts, tests).
         set_global: install the provider as the global one.
         extra_processors: more span processors (e.g. an ``EvolutionGraphProcessor``).
         meter_provider: where the batch processor reports its dropped-span counter

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any
@@ -18,7 +19,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from memtrace_otel._internal import internal_error
+from memtrace_otel._internal import data_warning, internal_error, reinit_after_fork
 from memtrace_otel.semconv import (
     SPAN_KINDS,
     STATUS_CODES,
@@ -193,8 +194,51 @@ def dumps_request(records: Iterable[SpanRecord]) -> str:
     return json.dumps(encode_request(records), separators=(",", ":"), ensure_ascii=False)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+REPLACEMENT_CHARACTER = "\ufffd"
+
+
+def scrub_surrogates(data: Any) -> tuple[Any, int]:
+    """``data`` (JSON-like) with lone surrogates replaced by U+FFFD, and how many strings changed.
+
+    A lone surrogate (``"\\ud800"``, from ``surrogateescape`` decoding or a cut emoji) cannot be
+    written as UTF-8; only the strings holding one change, keys included.
+
+    >>> scrub_surrogates({"k": ["ok", "bad\\ud800"]})
+    ({'k': ['ok', 'bad\ufffd']}, 1)
+    """
+    if isinstance(data, str):
+        if _SURROGATE.search(data) is None:
+            return data, 0
+        return _SURROGATE.sub(REPLACEMENT_CHARACTER, data), 1
+    if isinstance(data, dict):
+        out: dict[Any, Any] = {}
+        total = 0
+        for key, value in data.items():
+            new_key, n_key = scrub_surrogates(key)
+            new_value, n_value = scrub_surrogates(value)
+            out[new_key] = new_value
+            total += n_key + n_value
+        return out, total
+    if isinstance(data, list | tuple):
+        items = []
+        total = 0
+        for item in data:
+            new_item, n = scrub_surrogates(item)
+            items.append(new_item)
+            total += n
+        return items, total
+    return data, 0
+
+
 class OtlpJsonLinesExporter(SpanExporter):
     """Appends each exported batch to a file as one OTLP/JSON line (the Collector's file format).
+
+    A string UTF-8 cannot encode (a lone surrogate) in any field of a span never costs the batch:
+    that string alone has the character replaced by U+FFFD, counted in
+    ``stats()["replaced_values"]`` and warned about once. A batch that fails for another reason is
+    counted in ``failed_spans``. In a forked child the lock is replaced (see
+    :func:`memtrace_otel._internal.reinit_after_fork`).
 
     Args:
         path: the file to append to; its directory is created.
@@ -207,32 +251,81 @@ class OtlpJsonLinesExporter(SpanExporter):
         if (path is None) == (stream is None):
             raise ValueError("give exactly one of path or stream")
         self._lock = threading.Lock()
-        self._owns = stream is None
-        if stream is None:
-            assert path is not None
+        self._fd: int | None = None
+        self._stream: IO[str] | None = stream
+        if path is not None:
             directory = os.path.dirname(os.fspath(path))
             if directory:
                 os.makedirs(directory, exist_ok=True)
-            stream = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in shutdown()
-        self._stream: IO[str] = stream
+            # A raw O_APPEND descriptor, no Python buffer: each line goes out in whole write()
+            # calls, so forked workers appending to one file never interleave half lines, and
+            # no buffer lock held by a parent thread at fork() can hang the child.
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._closed = False
+        self._exported = 0
+        self._failed = 0
+        self._replaced = 0
+        reinit_after_fork(self)
+
+    def _reinit_after_fork(self) -> None:
+        # A parent thread may have held the lock at fork(): without a new one the child's
+        # export() and shutdown() would wait forever.
+        self._lock = threading.Lock()
+
+    def _write(self, line: str) -> None:
+        """Write one line; raises ``UnicodeEncodeError`` before writing anything of it."""
+        if self._fd is None:
+            assert self._stream is not None
+            self._stream.write(line)  # a text stream encodes the whole line before writing
+            self._stream.flush()
+            return
+        data = memoryview(line.encode("utf-8"))
+        while data:
+            data = data[os.write(self._fd, data) :]
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._closed:
+            with self._lock:
+                self._failed += len(spans)
             return SpanExportResult.FAILURE
         try:
-            line = dumps_request(span_to_record(s) for s in spans)
+            request = encode_request(span_to_record(s) for s in spans)
+            line = json.dumps(request, separators=(",", ":"), ensure_ascii=False) + "\n"
             with self._lock:
-                self._stream.write(line + "\n")
-                self._stream.flush()
+                try:
+                    self._write(line)
+                except UnicodeEncodeError:
+                    request, replaced = scrub_surrogates(request)
+                    self._write(
+                        json.dumps(request, separators=(",", ":"), ensure_ascii=False) + "\n"
+                    )
+                    self._replaced += replaced
+                    data_warning(
+                        "otlp_json.surrogate",
+                        "memtrace-otel: a span value held a lone surrogate (not valid UTF-8); "
+                        "the character was replaced by U+FFFD and counted "
+                        "(OtlpJsonLinesExporter.stats()['replaced_values'])",
+                    )
+                self._exported += len(spans)
         except Exception:
+            with self._lock:
+                self._failed += len(spans)
             internal_error("otlp_json_exporter.export")
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
 
+    def stats(self) -> dict[str, int]:
+        """``exported_spans``, ``failed_spans`` (lost: written nowhere) and ``replaced_values``."""
+        with self._lock:
+            return {
+                "exported_spans": self._exported,
+                "failed_spans": self._failed,
+                "replaced_values": self._replaced,
+            }
+
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         with self._lock:
-            if not self._closed:
+            if not self._closed and self._stream is not None:
                 self._stream.flush()
         return True
 
@@ -241,7 +334,7 @@ class OtlpJsonLinesExporter(SpanExporter):
             if self._closed:
                 return
             self._closed = True
-            if self._owns:
-                self._stream.close()
-            else:
+            if self._fd is not None:
+                os.close(self._fd)
+            elif self._stream is not None:
                 self._stream.flush()

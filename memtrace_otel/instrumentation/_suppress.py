@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import TracebackType
 
 from opentelemetry import context as otel_context
+from opentelemetry.context import Context
 
 # The key the OpenTelemetry SDK, its exporters and every contrib instrumentation check.
 _SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY
@@ -13,6 +14,11 @@ _SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY
 def is_tracing_suppressed() -> bool:
     """Whether the current context suppresses instrumentation."""
     return bool(otel_context.get_value(_SUPPRESS_KEY))
+
+
+def is_suppressed_in(context: Context) -> bool:
+    """Whether ``context`` suppresses instrumentation (for callers that hold it already)."""
+    return bool(otel_context.get_value(_SUPPRESS_KEY, context))
 
 
 class suppress_tracing:

@@ -11,10 +11,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
-import json
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
 from types import TracebackType
@@ -22,17 +20,30 @@ from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, TracerProvider
+from opentelemetry.trace import (
+    Link,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TracerProvider,
+)
 from opentelemetry.util.types import AttributeValue
 
 from memtrace_otel._internal import data_warning, internal_error
-from memtrace_otel.instrumentation._capture import CaptureConfig, canonical_value, digest
+from memtrace_otel.instrumentation._capture import (
+    CaptureConfig,
+    event_attributes,
+    exception_attributes,
+)
+from memtrace_otel.instrumentation._feedback import note_answer
 from memtrace_otel.instrumentation._registry import (
     WriterRegistry,
     format_traceparent,
     parse_traceparent,
 )
-from memtrace_otel.instrumentation._suppress import is_tracing_suppressed
+from memtrace_otel.instrumentation._suppress import is_suppressed_in
 from memtrace_otel.instrumentation._variables import Variable
 from memtrace_otel.semconv import (
     DEFAULT_STAGE_BY_KIND,
@@ -52,6 +63,10 @@ R = TypeVar("R")
 _DEFAULT_REGISTRY = WriterRegistry()
 _current_op: ContextVar[Op | None] = ContextVar("memtrace_current_op", default=None)
 _RECORD_ID_KINDS = frozenset([OpKind.CREATE, OpKind.UPDATE, OpKind.DELETE])
+_INPUT, _OUTPUT = Role.INPUT.value, Role.OUTPUT.value
+_MAX_STATIC = 1024
+_MAX_LINKS = 4096
+"""Distinct (kind, name, stage, system, store, operation) combinations whose attributes are cached."""
 
 InputLike = Variable | str
 """An op input: a :class:`Variable`, or the ref string of a variable a traced op wrote."""
@@ -72,6 +87,7 @@ class Op:
     """
 
     __slots__ = (
+        "_adopted",
         "_attributes",
         "_case_id",
         "_ctx_token",
@@ -83,7 +99,6 @@ class Op:
         "_mt",
         "_name",
         "_op_token",
-        "_output_ids",
         "_outputs",
         "_pending_inputs",
         "_prompt",
@@ -107,8 +122,10 @@ class Op:
         system: str | None,
         attributes: Mapping[str, AttributeValue] | None,
         gen_ai_operation: str | None,
+        adopted: Span | None = None,
     ) -> None:
         self._mt = mt
+        self._adopted = adopted
         self._kind = kind
         self._name = name
         self._pending_inputs = inputs
@@ -122,7 +139,6 @@ class Op:
         self._span: Span | None = None
         self._inputs: list[str] = []
         self._outputs: list[str] = []
-        self._output_ids: list[str] = []
         self._inputs_changed = False
         self._ended = False
         self._traceparent: str | None = None
@@ -152,7 +168,7 @@ class Op:
             internal_error("op.end")
         finally:
             self._ended = True
-            if span is not None:
+            if span is not None and self._adopted is None:
                 try:
                     span.end()
                 except Exception:
@@ -172,7 +188,8 @@ class Op:
         self.__exit__(exc_type, exc, tb)
 
     def _start(self) -> None:
-        if is_tracing_suppressed():
+        parent = otel_context.get_current()  # read once: also the new span's parent context
+        if is_suppressed_in(parent):
             return
         mt = self._mt
         links: list[Link] = []
@@ -182,40 +199,43 @@ class Op:
             self._add_input(self._prompt, inputs, links, external)
         for item in self._pending_inputs:
             self._add_input(item, inputs, links, external)
-        kind = self._kind
-        attributes: dict[str, AttributeValue] = {
-            A.MEMTRACE_OP_KIND: kind.value,
-            A.MEMTRACE_OP_NAME: self._name,
-            A.MEMTRACE_STAGE: (self._stage or DEFAULT_STAGE_BY_KIND[kind]).value,
-            A.MEMTRACE_OP_INPUTS: inputs,
-        }
-        system = self._system or mt.system
-        if system:
-            attributes[A.MEMTRACE_SYSTEM] = system
-        store_id = self._store_id or mt.store_id
-        if store_id:
-            attributes[A.GEN_AI_MEMORY_STORE_ID] = store_id
+        span_name, static = mt._static_attributes(
+            self._kind,
+            self._name,
+            self._stage,
+            self._system or mt.system,
+            self._store_id or mt.store_id,
+            self._gen_ai_operation,
+        )
+        attributes: dict[str, AttributeValue] = {**static, A.MEMTRACE_OP_INPUTS: inputs}
         if self._case_id:
             attributes[A.MEMTRACE_CASE_ID] = self._case_id
         if self._prompt is not None and inputs:
             attributes[A.MEMTRACE_PROMPT_REF] = inputs[0]
-        operation = self._gen_ai_operation or GEN_AI_OPERATION_BY_KIND.get(kind)
-        if operation:
-            attributes[A.GEN_AI_OPERATION_NAME] = operation
-            span_name = operation
-        else:
-            span_name = f"{A.OP_SPAN_NAME_PREFIX}{kind.value} {self._name}"
         if self._attributes:
             attributes.update(self._attributes)
-        span = mt._otel_tracer.start_span(
-            span_name, kind=SpanKind.INTERNAL, attributes=attributes, links=links
-        )
-        self._span = span
-        self._ctx_token = otel_context.attach(trace.set_span_in_context(span))
+        span = self._adopted
+        if span is not None:
+            # Enrich a span someone else started (and will end): ours are its attributes,
+            # links and events; it already is the current span.
+            span.set_attributes(attributes)
+            for link in links:
+                span.add_link(link.context, link.attributes)
+            self._span = span
+        else:
+            span = mt._otel_tracer.start_span(
+                span_name, parent, kind=SpanKind.INTERNAL, attributes=attributes, links=links
+            )
+            self._span = span
+            self._ctx_token = otel_context.attach(trace.set_span_in_context(span, parent))
+        if self._case_id and self._kind is OpKind.GENERATE:
+            note_answer(self._case_id, span.get_span_context())
         self._op_token = _current_op.set(self)
         if external and span.is_recording():
             for var in external:
-                span.add_event(A.MEMTRACE_VARIABLE_EVENT, mt._event_attributes(var, Role.INPUT))
+                span.add_event(
+                    A.MEMTRACE_VARIABLE_EVENT, mt._event_attributes(var, var.ref, _INPUT)
+                )
 
     def _add_input(
         self, item: InputLike, inputs: list[str], links: list[Link], external: list[Variable]
@@ -226,9 +246,9 @@ class Op:
             writer = registry.lookup(ref) or parse_traceparent(item.traceparent)
             if writer is None:
                 external.append(item)
-        elif isinstance(item, str) and is_ref(item):
+        elif isinstance(item, str) and ((writer := registry.lookup(item)) or is_ref(item)):
+            # A ref the registry knows was written by a traced op: it is well formed.
             ref = item
-            writer = registry.lookup(ref)
         else:
             data_warning(
                 "op.input.invalid",
@@ -238,23 +258,40 @@ class Op:
             return
         inputs.append(ref)
         if writer is not None:
-            links.append(Link(writer, {A.MEMTRACE_VARIABLE_REF: ref}))
+            links.append(self._mt._link(ref, writer))
 
     def _finish(self, span: Span, exc: BaseException | None) -> None:
+        final: dict[str, AttributeValue] = {A.MEMTRACE_OP_OUTPUTS: self._outputs}
         if self._inputs_changed:
-            span.set_attribute(A.MEMTRACE_OP_INPUTS, self._inputs)
-        span.set_attribute(A.MEMTRACE_OP_OUTPUTS, self._outputs)
-        if self._kind in _RECORD_ID_KINDS and len(self._output_ids) == 1:
-            span.set_attribute(A.GEN_AI_MEMORY_RECORD_ID, self._output_ids[0])
-        if exc is not None:
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            final[A.MEMTRACE_OP_INPUTS] = self._inputs
+        if self._kind in _RECORD_ID_KINDS and len(self._outputs) == 1:
+            final[A.GEN_AI_MEMORY_RECORD_ID] = self._outputs[0].rpartition("@")[0]
+        span.set_attributes(final)
+        if exc is not None and self._adopted is None:  # an adopted span's owner records it
+            self._record_error(span, exc)
+
+    def _record_error(self, span: Span, exc: BaseException) -> None:
+        attrs, description = exception_attributes(self._mt.capture, exc)
+        span.add_event(A.EXCEPTION_EVENT, attrs)
+        span.set_status(Status(StatusCode.ERROR, description))
+
+    def record_error(self, exc: BaseException) -> None:
+        """Mark the op failed with ``exc`` without raising it (its message follows capture)."""
+        span = self._span
+        if span is None or self._ended or not span.is_recording():
+            return
+        try:
+            self._record_error(span, exc)
+        except Exception:
+            internal_error("op.record_error")
 
     def _detach(self) -> None:
         if self._op_token is not None:
-            # ValueError: exited in another context than entered (e.g. a different task).
-            with contextlib.suppress(ValueError):
+            # Not contextlib.suppress: this runs once per op and try/except costs nothing.
+            try:  # noqa: SIM105
                 _current_op.reset(self._op_token)
+            except ValueError:
+                pass  # exited in another context than entered (e.g. a different task)
             self._op_token = None
         if self._ctx_token is not None:
             otel_context.detach(self._ctx_token)  # type: ignore[arg-type]
@@ -263,7 +300,7 @@ class Op:
     def _abandon(self) -> None:
         span, self._span = self._span, None
         self._detach()
-        if span is not None:
+        if span is not None and self._adopted is None:
             try:
                 span.end()
             except Exception:
@@ -279,6 +316,11 @@ class Op:
     def is_traced(self) -> bool:
         """Whether this op records a span (false when suppressed or degraded)."""
         return self._span is not None
+
+    @property
+    def max_value_length(self) -> int:
+        """The most characters of a value this op's capture setting lets leave the process."""
+        return self._mt.capture.max_value_length  # type: ignore[return-value]
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -309,36 +351,42 @@ class Op:
         try:
             ref = var.ref
             self._outputs.append(ref)
-            self._output_ids.append(var.id)
             ctx = span.get_span_context()
             self._mt.registry.record(ref, ctx)
             if span.is_recording():
                 span.add_event(
-                    A.MEMTRACE_VARIABLE_EVENT, self._mt._event_attributes(var, Role.OUTPUT)
+                    A.MEMTRACE_VARIABLE_EVENT, self._mt._event_attributes(var, ref, _OUTPUT)
                 )
-            if self._traceparent is None:
-                self._traceparent = format_traceparent(ctx)
-            return var.with_traceparent(self._traceparent)
+            traceparent = self._traceparent
+            if traceparent is None:
+                traceparent = self._traceparent = format_traceparent(ctx)
+            return var.with_traceparent(traceparent)
         except Exception:
             internal_error("op.output")
             return var
 
     def input(self, item: InputLike) -> None:
         """Record one more input after the op started (e.g. a record read mid-way)."""
+        self.add_inputs((item,))
+
+    def add_inputs(self, items: Iterable[InputLike]) -> None:
+        """Record more inputs after the op started, in one pass (e.g. the hits of a search)."""
         span = self._span
         if span is None or self._ended:
             return
         try:
             links: list[Link] = []
             external: list[Variable] = []
-            self._add_input(item, self._inputs, links, external)
+            inputs = self._inputs
+            for item in items:
+                self._add_input(item, inputs, links, external)
             self._inputs_changed = True
             for link in links:
                 span.add_link(link.context, link.attributes)
             if external and span.is_recording():
                 for var in external:
                     span.add_event(
-                        A.MEMTRACE_VARIABLE_EVENT, self._mt._event_attributes(var, Role.INPUT)
+                        A.MEMTRACE_VARIABLE_EVENT, self._mt._event_attributes(var, var.ref, _INPUT)
                     )
         except Exception:
             internal_error("op.input")
@@ -364,7 +412,45 @@ class Op:
         """This op's span context as a W3C ``traceparent`` (``None`` when untraced)."""
         if self._span is None:
             return None
-        return format_traceparent(self._span.get_span_context())
+        if self._traceparent is None:
+            self._traceparent = format_traceparent(self._span.get_span_context())
+        return self._traceparent
+
+
+def _kind_factory(kind: OpKind, doc: str) -> Callable[..., Op]:
+    """``MemTracer.<kind>(name, **options)``: :meth:`MemTracer.op` with the kind fixed."""
+
+    def make(
+        self: MemTracer,
+        name: str,
+        *,
+        inputs: Iterable[InputLike] = (),
+        stage: Stage | str | None = None,
+        case_id: str | None = None,
+        prompt: InputLike | None = None,
+        store_id: str | None = None,
+        system: str | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
+        gen_ai_operation: str | None = None,
+        span: Span | None = None,
+    ) -> Op:
+        return self._new_op(
+            kind,
+            name,
+            inputs,
+            stage,
+            case_id,
+            prompt,
+            store_id,
+            system,
+            attributes,
+            gen_ai_operation,
+            span,
+        )
+
+    make.__name__ = make.__qualname__ = kind.value
+    make.__doc__ = doc
+    return make
 
 
 class MemTracer:
@@ -405,6 +491,53 @@ class MemTracer:
         self.capture = capture if capture is not None else CaptureConfig()
         self.registry = registry if registry is not None else _DEFAULT_REGISTRY
         self._otel_tracer = trace.get_tracer("memtrace_otel", __version__, tracer_provider)
+        self._static: dict[tuple[Any, ...], tuple[str, dict[str, AttributeValue]]] = {}
+        self._links: dict[str, Link] = {}
+
+    def _link(self, ref: str, writer: SpanContext) -> Link:
+        """The link to the writer of ``ref`` (cached while the writer stays the same: hot records
+        are read by many ops; the SDK copies a link's attributes into each span)."""
+        link = self._links.get(ref)
+        if link is None or (link.context is not writer and link.context != writer):
+            if len(self._links) >= _MAX_LINKS:
+                self._links.clear()
+            link = self._links[ref] = Link(writer, {A.MEMTRACE_VARIABLE_REF: ref})
+        return link
+
+    def _static_attributes(
+        self,
+        kind: OpKind,
+        name: str,
+        stage: Stage | None,
+        system: str | None,
+        store_id: str | None,
+        gen_ai_operation: str | None,
+    ) -> tuple[str, dict[str, AttributeValue]]:
+        """The span name and the attributes an op of this shape always has (cached: most ops
+        of an application repeat a few shapes)."""
+        key = (kind, name, stage, system, store_id, gen_ai_operation)
+        found = self._static.get(key)
+        if found is not None:
+            return found
+        attributes: dict[str, AttributeValue] = {
+            A.MEMTRACE_OP_KIND: kind.value,
+            A.MEMTRACE_OP_NAME: name,
+            A.MEMTRACE_STAGE: (stage or DEFAULT_STAGE_BY_KIND[kind]).value,
+        }
+        if system:
+            attributes[A.MEMTRACE_SYSTEM] = system
+        if store_id:
+            attributes[A.GEN_AI_MEMORY_STORE_ID] = store_id
+        operation = gen_ai_operation or GEN_AI_OPERATION_BY_KIND.get(kind)
+        if operation:
+            attributes[A.GEN_AI_OPERATION_NAME] = operation
+            span_name = operation
+        else:
+            span_name = f"{A.OP_SPAN_NAME_PREFIX}{kind.value} {name}"
+        if len(self._static) >= _MAX_STATIC:
+            self._static.clear()  # e.g. a store id per user: the cache stays bounded
+        found = self._static[key] = (span_name, attributes)
+        return found
 
     # -- variables -------------------------------------------------------------------------
     def variable(
@@ -430,27 +563,8 @@ class MemTracer:
         ctx = self.registry.lookup(ref)
         return format_traceparent(ctx) if ctx is not None else None
 
-    def _event_attributes(self, var: Variable, role: Role) -> dict[str, AttributeValue]:
-        text = canonical_value(var.value)
-        attrs: dict[str, AttributeValue] = {
-            A.MEMTRACE_VARIABLE_REF: var.ref,
-            A.MEMTRACE_VARIABLE_ROLE: role.value,
-            A.MEMTRACE_VARIABLE_CATEGORY: var.category.value,
-            A.MEMTRACE_VARIABLE_DIGEST: digest(text),
-        }
-        if var.deleted:
-            attrs[A.MEMTRACE_VARIABLE_DELETED] = True
-        elif self.capture.captures_values:
-            value, truncated = self.capture.mask(text)
-            if value is not None:
-                attrs[A.MEMTRACE_VARIABLE_VALUE] = value
-                if truncated:
-                    attrs[A.MEMTRACE_VARIABLE_TRUNCATED] = True
-        if var.meta:
-            attrs[A.MEMTRACE_VARIABLE_META] = json.dumps(
-                var.meta, sort_keys=True, ensure_ascii=False, default=str
-            )
-        return attrs
+    def _event_attributes(self, var: Variable, ref: str, role: str) -> dict[str, AttributeValue]:
+        return event_attributes(self.capture, var, ref, role)
 
     # -- ops -------------------------------------------------------------------------------
     def op(
@@ -466,6 +580,7 @@ class MemTracer:
         system: str | None = None,
         attributes: Mapping[str, AttributeValue] | None = None,
         gen_ai_operation: str | None = None,
+        span: Span | None = None,
     ) -> Op:
         """An op of any kind, as a context manager (``with`` or ``async with``).
 
@@ -480,21 +595,53 @@ class MemTracer:
             system: overrides the tracer's system.
             attributes: extra span attributes.
             gen_ai_operation: the upstream ``gen_ai.operation.name`` (e.g. ``upsert_memory``).
+            span: an already started, current span to enrich instead of starting one (e.g. the
+                chat span of an upstream GenAI instrumentor): the op writes its attributes,
+                links and events there, and leaves ending it, its status and any exception to
+                its owner.
 
         Raises:
             ValueError: an unknown kind or stage, or an empty name (checked when the op is made).
         """
         try:
-            op_kind = OpKind(kind)
+            op_kind = kind if type(kind) is OpKind else OpKind(kind)
         except ValueError:
             allowed = ", ".join(k.value for k in OpKind)
             raise ValueError(f"unknown op kind {kind!r}: expected one of {allowed}") from None
+        return self._new_op(
+            op_kind,
+            name,
+            inputs,
+            stage,
+            case_id,
+            prompt,
+            store_id,
+            system,
+            attributes,
+            gen_ai_operation,
+            span,
+        )
+
+    def _new_op(
+        self,
+        kind: OpKind,
+        name: str,
+        inputs: Iterable[InputLike],
+        stage: Stage | str | None,
+        case_id: str | None,
+        prompt: InputLike | None,
+        store_id: str | None,
+        system: str | None,
+        attributes: Mapping[str, AttributeValue] | None,
+        gen_ai_operation: str | None,
+        span: Span | None,
+    ) -> Op:
         if not isinstance(name, str) or not name:
             raise ValueError(f"op name must be a non-empty string, got {name!r}")
         op_stage = None
         if stage is not None:
             try:
-                op_stage = Stage(stage)
+                op_stage = stage if type(stage) is Stage else Stage(stage)
             except ValueError:
                 allowed = ", ".join(s.value for s in Stage)
                 raise ValueError(f"unknown stage {stage!r}: expected one of {allowed}") from None
@@ -502,7 +649,7 @@ class MemTracer:
             inputs = (inputs,)
         return Op(
             self,
-            op_kind,
+            kind,
             name,
             inputs,
             op_stage,
@@ -512,47 +659,31 @@ class MemTracer:
             system,
             attributes,
             gen_ai_operation,
+            span,
         )
 
-    def ingest(self, name: str, **kwargs: Any) -> Op:
-        """A raw input (message, document) enters the memory system."""
-        return self.op(OpKind.INGEST, name, **kwargs)
-
-    def extract(self, name: str, **kwargs: Any) -> Op:
-        """Memory content derived from inputs: fact extraction, chunking, segmentation."""
-        return self.op(OpKind.EXTRACT, name, **kwargs)
-
-    def create(self, name: str, **kwargs: Any) -> Op:
-        """A new record written to the store."""
-        return self.op(OpKind.CREATE, name, **kwargs)
-
-    def update(self, name: str, **kwargs: Any) -> Op:
-        """A record rewritten: merge, overwrite, summarise, trim a window."""
-        return self.op(OpKind.UPDATE, name, **kwargs)
-
-    def delete(self, name: str, **kwargs: Any) -> Op:
-        """A record removed (its output is a tombstone: ``var.tombstone()``)."""
-        return self.op(OpKind.DELETE, name, **kwargs)
-
-    def retrieve(self, name: str, **kwargs: Any) -> Op:
-        """A query turned into candidate records."""
-        return self.op(OpKind.RETRIEVE, name, **kwargs)
-
-    def filter(self, name: str, **kwargs: Any) -> Op:
-        """Candidates reranked, thresholded, deduplicated or cut."""
-        return self.op(OpKind.FILTER, name, **kwargs)
-
-    def assemble(self, name: str, **kwargs: Any) -> Op:
-        """The answer prompt or context built from records."""
-        return self.op(OpKind.ASSEMBLE, name, **kwargs)
-
-    def generate(self, name: str, **kwargs: Any) -> Op:
-        """The answer produced."""
-        return self.op(OpKind.GENERATE, name, **kwargs)
-
-    def judge(self, name: str, **kwargs: Any) -> Op:
-        """The answer scored against the gold answer (use ``op.set_verdict``)."""
-        return self.op(OpKind.JUDGE, name, **kwargs)
+    # One per kind, with :meth:`op`'s keyword arguments (no re-packing: they run per op).
+    ingest = _kind_factory(
+        OpKind.INGEST, "A raw input (message, document) enters the memory system."
+    )
+    extract = _kind_factory(
+        OpKind.EXTRACT,
+        "Memory content derived from inputs: fact extraction, chunking, segmentation.",
+    )
+    create = _kind_factory(OpKind.CREATE, "A new record written to the store.")
+    update = _kind_factory(
+        OpKind.UPDATE, "A record rewritten: merge, overwrite, summarise, trim a window."
+    )
+    delete = _kind_factory(
+        OpKind.DELETE, "A record removed (its output is a tombstone: ``var.tombstone()``)."
+    )
+    retrieve = _kind_factory(OpKind.RETRIEVE, "A query turned into candidate records.")
+    filter = _kind_factory(OpKind.FILTER, "Candidates reranked, thresholded, deduplicated or cut.")
+    assemble = _kind_factory(OpKind.ASSEMBLE, "The answer prompt or context built from records.")
+    generate = _kind_factory(OpKind.GENERATE, "The answer produced.")
+    judge = _kind_factory(
+        OpKind.JUDGE, "The answer scored against the gold answer (use ``op.set_verdict``)."
+    )
 
     # -- decorators ------------------------------------------------------------------------
     def trace_op(

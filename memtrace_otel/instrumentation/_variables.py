@@ -90,9 +90,32 @@ class Variable:
 
     def with_traceparent(self, traceparent: str | None) -> Variable:
         """A copy carrying its writer's ``traceparent``."""
-        # Hot path (every op output): copy the already validated fields without re-validating.
-        copy = object.__new__(Variable)
-        for name in ("id", "version", "value", "category", "meta", "deleted"):
-            object.__setattr__(copy, name, getattr(self, name))
-        object.__setattr__(copy, "traceparent", traceparent)
-        return copy
+        # Hot path (every op output): the fields are validated already.
+        return unchecked_variable(
+            self.id, self.version, self.value, self.category, self.meta, self.deleted, traceparent
+        )
+
+
+def unchecked_variable(
+    id: str,
+    version: int,
+    value: Any,
+    category: Category,
+    meta: Mapping[str, Any] | None,
+    deleted: bool,
+    traceparent: str | None,
+) -> Variable:
+    """A :class:`Variable` from fields the caller guarantees valid (no ``__post_init__``).
+
+    For hot paths only: a non-empty ``id``, an ``int`` ``version`` >= 1, a :class:`Category`.
+    """
+    var = object.__new__(Variable)
+    set_field = object.__setattr__
+    set_field(var, "id", id)
+    set_field(var, "version", version)
+    set_field(var, "value", value)
+    set_field(var, "category", category)
+    set_field(var, "meta", meta)
+    set_field(var, "deleted", deleted)
+    set_field(var, "traceparent", traceparent)
+    return var

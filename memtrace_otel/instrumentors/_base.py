@@ -15,7 +15,12 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
     BaseInstrumentor,
 )
 
-from memtrace_otel.instrumentors._common import Patcher, Target, supported_version
+from memtrace_otel.instrumentors._common import (
+    Patcher,
+    Target,
+    forget_retrievals,
+    supported_version,
+)
 
 
 class PatchingInstrumentor(BaseInstrumentor):  # type: ignore[misc]
@@ -56,3 +61,4 @@ class PatchingInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             patcher.undo()
         if telemetry is not None:
             telemetry.close()
+        forget_retrievals()  # what was kept for linking goes with the instrumentation

@@ -21,30 +21,32 @@ import hashlib
 import importlib.metadata
 import inspect
 import logging
+import os
 import re
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import wrapt
 from opentelemetry import baggage, trace
 from packaging.requirements import InvalidRequirement, Requirement
 
-from memtrace_otel._internal import internal_error
+from memtrace_otel._internal import internal_error, on_fork_in_child, reinit_after_fork
 from memtrace_otel.instrumentation import (
-    CaptureConfig,
     MemTracer,
     Op,
     Variable,
-    WriterRegistry,
     canonical_value,
     is_tracing_suppressed,
+    note_answer,
 )
 from memtrace_otel.semconv import Category
 from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv.attributes import ENV_MEMTRACE_RETRIEVAL_MEMORY_BYTES
 
 logger = logging.getLogger("memtrace_otel.instrumentors")
 
@@ -58,14 +60,16 @@ def make_tracer(system: str | None, kwargs: dict[str, Any]) -> MemTracer:
 
     Options: ``tracer_provider``, ``capture`` (a :class:`CaptureConfig`; default: resolved from
     the environment, content off), ``registry`` (a :class:`WriterRegistry`).
+
+    Raises:
+        ValueError: an option of the wrong type (a configuration error, raised at once rather
+            than silently falling back to the defaults).
     """
-    capture = kwargs.get("capture")
-    registry = kwargs.get("registry")
     return MemTracer(
         tracer_provider=kwargs.get("tracer_provider"),
         system=system,
-        capture=capture if isinstance(capture, CaptureConfig) else None,
-        registry=registry if isinstance(registry, WriterRegistry) else None,
+        capture=kwargs.get("capture"),
+        registry=kwargs.get("registry"),
     )
 
 
@@ -141,7 +145,7 @@ class Patcher:
         self._factory = factory
         self._module_hooks = dict(module_hooks or {})
         self._active = False
-        self._patched: list[tuple[object, str]] = []
+        self._patched: list[tuple[object, str, Any]] = []
         self._undos: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
@@ -184,28 +188,63 @@ class Patcher:
             if isinstance(owner, type)
             else getattr(owner, attribute, None)
         )
-        if original is None or isinstance(original, wrapt.FunctionWrapper):
+        if original is None or _find_ours(original) is not None:
             return  # absent here, or already ours
-        wrapt.wrap_function_wrapper(owner, attribute, self._factory(target))
+        if isinstance(original, wrapt.FunctionWrapper):
+            # Another instrumentation (e.g. the upstream OpenAI one) wrapped it first: go
+            # beneath it, next to the library, so its span is open while ours runs, whatever
+            # the order the instrumentors were enabled in.
+            parent: Any = original
+            while isinstance(parent.__wrapped__, wrapt.FunctionWrapper):
+                parent = parent.__wrapped__
+            wrapper: Any = wrapt.FunctionWrapper(parent.__wrapped__, self._factory(target))
+            parent.__wrapped__ = wrapper
+        else:
+            wrapper = wrapt.FunctionWrapper(original, self._factory(target))
+            setattr(owner, attribute, wrapper)
+        _ours[id(wrapper)] = wrapper
         with self._lock:
-            self._patched.append((owner, attribute))
+            self._patched.append((owner, attribute, wrapper))
 
     def undo(self) -> None:
-        """Restore every patched attribute."""
+        """Restore every patched attribute (taking our wrapper out from under others' too)."""
         self._active = False
         with self._lock:
             patched, self._patched = self._patched, []
             undos, self._undos = self._undos, []
         for undo in reversed(undos):
             undo()
-        for owner, attribute in reversed(patched):
-            current = (
+        for owner, attribute, wrapper in reversed(patched):
+            _ours.pop(id(wrapper), None)
+            current: Any = (
                 owner.__dict__.get(attribute)
                 if isinstance(owner, type)
                 else getattr(owner, attribute, None)
             )
-            if isinstance(current, wrapt.FunctionWrapper):
-                setattr(owner, attribute, current.__wrapped__)
+            if current is wrapper:
+                setattr(owner, attribute, wrapper.__wrapped__)
+                continue
+            parent = current  # ours is beneath other wrappers: take it out of the chain
+            while isinstance(parent, wrapt.FunctionWrapper):
+                inner: Any = getattr(parent, "__wrapped__", None)
+                if inner is wrapper:
+                    parent.__wrapped__ = wrapper.__wrapped__
+                    break
+                parent = inner
+
+
+_ours: dict[int, Any] = {}
+"""Our live wrappers by id (they stay referenced here, so an id is never reused meanwhile)."""
+
+
+def _find_ours(attribute: Any) -> Any:
+    """Our wrapper in the chain of wrappers at ``attribute``, if any."""
+    node = attribute
+    while isinstance(node, wrapt.FunctionWrapper):
+        if _ours.get(id(node)) is node:
+            return node
+        node = node.__wrapped__
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -506,8 +545,10 @@ def set_case_id(op: Op, case_id: str | None = None) -> str | None:
     """Give a question-serving op its case id: ``case_id``, else the baggage entry, else its trace id."""
     if not op.is_traced:
         return None
-    chosen = case_id or baggage_case_id() or f"{op.span.get_span_context().trace_id:032x}"
+    ctx = op.span.get_span_context()
+    chosen = case_id or baggage_case_id() or f"{ctx.trace_id:032x}"
     op.set_attribute(A.MEMTRACE_CASE_ID, chosen)
+    note_answer(chosen, ctx)  # the last one of a request is its answer: for last_answer()
     return chosen
 
 
@@ -516,9 +557,8 @@ def set_case_id(op: Op, case_id: str | None = None) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Retrieved:
-    """One record a retrieve op returned."""
+class Retrieved(NamedTuple):
+    """One record a retrieve op returned (a tuple: made once per hit)."""
 
     ref: str
     text: str
@@ -541,10 +581,103 @@ class Retrieval:
     records: tuple[Retrieved, ...]
 
 
-_MAX_TRACES = 1024
+DEFAULT_RETRIEVAL_MEMORY_BYTES = 16 * 1024 * 1024
+"""Bytes of retrieved-record text kept for linking by default (``MEMTRACE_RETRIEVAL_MEMORY_BYTES``)."""
 _MAX_PER_TRACE = 32
-_by_trace: OrderedDict[int, list[Retrieval]] = OrderedDict()
-_by_trace_lock = threading.Lock()
+_RECORD_OVERHEAD = 200  # bytes of a Retrieved and its slot besides the two strings
+
+
+def _retrieval_budget() -> int:
+    raw = os.environ.get(ENV_MEMTRACE_RETRIEVAL_MEMORY_BYTES)
+    if not raw:
+        return DEFAULT_RETRIEVAL_MEMORY_BYTES
+    try:
+        budget = int(raw)
+    except ValueError:
+        budget = 0
+    if budget < 0:
+        budget = 0
+    if budget == 0 and raw.strip() != "0":
+        logger.warning(
+            "invalid %s %r: expected a number of bytes; using %d",
+            ENV_MEMTRACE_RETRIEVAL_MEMORY_BYTES,
+            raw,
+            DEFAULT_RETRIEVAL_MEMORY_BYTES,
+        )
+        return DEFAULT_RETRIEVAL_MEMORY_BYTES
+    return budget
+
+
+class RetrievalMemory:
+    """What retrieve ops returned, by trace, bounded by bytes (oldest traces evicted first).
+
+    Kept only so that a later LLM call can name the records its prompt used. Each record's text
+    is kept cut to the capture setting's ``max_value_length`` (no more of it can leave the
+    process), the whole is bounded by ``max_bytes`` (argument, else
+    ``MEMTRACE_RETRIEVAL_MEMORY_BYTES``, else 16 MiB; 0 keeps nothing) and released by
+    :meth:`clear` (every instrumentor's ``uninstrument()``). Evictions are counted.
+    """
+
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self.max_bytes = _retrieval_budget() if max_bytes is None else max_bytes
+        self.evicted = 0
+        self._bytes = 0
+        self._by_trace: OrderedDict[int, tuple[list[Retrieval], list[int]]] = OrderedDict()
+        self._lock = threading.Lock()
+        reinit_after_fork(self)
+
+    def _reinit_after_fork(self) -> None:
+        self._lock = threading.Lock()
+
+    @property
+    def bytes(self) -> int:
+        """Bytes held now (string sizes plus a fixed overhead per record)."""
+        return self._bytes
+
+    def add(self, retrieval: Retrieval) -> None:
+        """Remember one retrieval of its trace (at most 32 per trace are kept)."""
+        size = sum(
+            sys.getsizeof(r.text) + sys.getsizeof(r.ref) + _RECORD_OVERHEAD
+            for r in retrieval.records
+        )
+        if size > self.max_bytes:
+            with self._lock:
+                self.evicted += 1
+            return
+        with self._lock:
+            found = self._by_trace.get(retrieval.trace_id)
+            if found is None:
+                found = self._by_trace[retrieval.trace_id] = ([], [])
+            else:
+                self._by_trace.move_to_end(retrieval.trace_id)
+            items, sizes = found
+            items.append(retrieval)
+            sizes.append(size)
+            self._bytes += size
+            while len(items) > _MAX_PER_TRACE:
+                del items[0]
+                self._bytes -= sizes.pop(0)
+                self.evicted += 1
+            while self._bytes > self.max_bytes and self._by_trace:
+                _, (old_items, old_sizes) = self._by_trace.popitem(last=False)
+                self._bytes -= sum(old_sizes)
+                self.evicted += len(old_items)
+
+    def of_trace(self, trace_id: int) -> list[Retrieval]:
+        """The retrievals of one trace, oldest first."""
+        with self._lock:
+            found = self._by_trace.get(trace_id)
+            return list(found[0]) if found is not None else []
+
+    def clear(self) -> None:
+        """Release everything."""
+        with self._lock:
+            self._by_trace.clear()
+            self._bytes = 0
+
+
+retrieval_memory = RetrievalMemory()
+"""The process's retrieval memory, shared by the instrumentors (mem0, LangGraph write; OpenAI reads)."""
 _last_root: ContextVar[Retrieval | None] = ContextVar("memtrace_last_root_retrieval", default=None)
 
 
@@ -556,17 +689,13 @@ def remember_retrieval(
         return
     span = op.span
     ctx = span.get_span_context()
-    retrieval = Retrieval(ctx.trace_id, store_id, case_id, tuple(records))
-    with _by_trace_lock:
-        found = _by_trace.get(ctx.trace_id)
-        if found is None:
-            found = _by_trace[ctx.trace_id] = []
-            if len(_by_trace) > _MAX_TRACES:
-                _by_trace.popitem(last=False)
-        else:
-            _by_trace.move_to_end(ctx.trace_id)
-        found.append(retrieval)
-        del found[:-_MAX_PER_TRACE]
+    limit = op.max_value_length
+    kept = tuple(
+        r if len(r.text) <= limit else Retrieved(r.ref, r.text[:limit], r.traceparent)
+        for r in records
+    )
+    retrieval = Retrieval(ctx.trace_id, store_id, case_id, kept)
+    retrieval_memory.add(retrieval)
     if getattr(span, "parent", None) is None:
         # A root op: no enclosing request span groups it with the LLM call that follows, so
         # remember it in this execution context instead (a thread, or an asyncio task).
@@ -577,8 +706,7 @@ def retrievals_in_context() -> list[Retrieval]:
     """Retrievals of the current trace (oldest first), else the last root one of this context."""
     ctx = trace.get_current_span().get_span_context()
     if ctx.is_valid:
-        with _by_trace_lock:
-            found = list(_by_trace.get(ctx.trace_id, ()))
+        found = retrieval_memory.of_trace(ctx.trace_id)
         if found:
             return found
     last = _last_root.get()
@@ -586,9 +714,8 @@ def retrievals_in_context() -> list[Retrieval]:
 
 
 def forget_retrievals() -> None:
-    """Drop every remembered retrieval (tests)."""
-    with _by_trace_lock:
-        _by_trace.clear()
+    """Release every remembered retrieval (``uninstrument()``; tests)."""
+    retrieval_memory.clear()
     _last_root.set(None)
 
 
@@ -650,6 +777,14 @@ class _Template:
 
 _templates: dict[str, _Template] = {}
 _templates_lock = threading.Lock()
+
+
+def _reset_templates_lock() -> None:
+    global _templates_lock
+    _templates_lock = threading.Lock()
+
+
+on_fork_in_child(_reset_templates_lock)
 _explicit_prompt: ContextVar[Variable | None] = ContextVar("memtrace_prompt", default=None)
 
 
@@ -735,6 +870,10 @@ class BoundedCache(Generic[K, V]):
         self.max_entries = max_entries
         self._entries: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
+        reinit_after_fork(self)
+
+    def _reinit_after_fork(self) -> None:
+        self._lock = threading.Lock()
 
     def get(self, key: K) -> V | None:
         """The value of ``key``, if known."""
@@ -765,6 +904,7 @@ __all__ = [
     "CallFactory",
     "Patcher",
     "Retrieval",
+    "RetrievalMemory",
     "Retrieved",
     "Target",
     "VersionCache",
@@ -783,6 +923,7 @@ __all__ = [
     "normalise",
     "prompt_for",
     "remember_retrieval",
+    "retrieval_memory",
     "retrievals_in_context",
     "run_async",
     "run_sync",

@@ -52,6 +52,8 @@ VERSION = "version"
 OP_KIND_OTHER = "other"
 _KINDS = frozenset(kind.value for kind in OpKind)
 _DEFAULT_STAGE = {kind.value: stage.value for kind, stage in DEFAULT_STAGE_BY_KIND.items()}
+_CASE_STAGES = frozenset(["retrieval", "response", "evaluation"])
+"""Stages of ops that serve one question: without ``memtrace.case.id`` their case is their trace."""
 
 # Span attributes that get a node attribute of their own; the rest go to ``attributes``.
 _DEDICATED = frozenset(
@@ -687,12 +689,16 @@ def _op_from_record(
             get(sc.MEMTRACE_JUDGE_VERDICT),
         )
     ]
+    if stage is None:
+        stage = _DEFAULT_STAGE.get(kind)
+    if case is None and stage in _CASE_STAGES:
+        case = record.trace_id  # contract v0.2: no memtrace.case.id, the case is the trace
     op: dict[str, Any] = {
         "type": "op",
         "kind": kind,
         "name": name if name is not None else record.name,
         "span_name": record.name,
-        "stage": stage if stage is not None else _DEFAULT_STAGE.get(kind),
+        "stage": stage,
         "system": system,
         "store": store,
         "case": case,

@@ -4,15 +4,16 @@ The report opens from ``file://`` with no network: scripts and styles are files 
 ``index.html`` (or inlined, for the one-file case page), and data is JSON. Because memory values
 are untrusted, every JSON block is escaped so that no value can close the ``<script>`` element
 (``<``, ``>``, ``&``, U+2028 and U+2029 become ``\\uXXXX``), and the page's Content Security Policy
-allows no inline script except the exact blocks written here.
+allows no inline script except the exact blocks written here. The page is rendered once by
+Jinja2 with autoescaping (``templates/index.html``): no value is ever read as template text.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
+import functools
 import hashlib
-import html
 import json
 import os
 import re
@@ -21,9 +22,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import networkx as nx
 
-from memtrace_otel.attribution import BatchSummary, Verdict, write_summary
+from memtrace_otel.attribution import BatchSummary, Case, Verdict, write_summary
 from memtrace_otel.reporting._labels import Label, load_labels
 from memtrace_otel.reporting._links import check_base_url
 from memtrace_otel.reporting._view import case_row, case_view, summary_data
@@ -59,22 +61,44 @@ def _asset(name: str) -> bytes:
     return resources.files("memtrace_otel.reporting").joinpath("assets", name).read_bytes()
 
 
-def _template() -> str:
-    return (
-        resources.files("memtrace_otel.reporting")
-        .joinpath("templates", "index.html")
-        .read_text(encoding="utf-8")
+@functools.cache
+def _template() -> jinja2.Template:
+    """The page template, rendered by Jinja2 with autoescaping on.
+
+    Rendering is one pass over the template: the values put into it (titles, case ids, memory
+    values inside the JSON blocks) are never read as template text, whatever they contain.
+    """
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("memtrace_otel.reporting", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
     )
+    return environment.get_template("index.html")
 
 
-def _fill(template: str, **parts: str) -> str:
-    for name, value in parts.items():
-        template = template.replace(f"%%{name.upper()}%%", value)
-    return template
-
-
-def _data_block(element_id: str, data: Any) -> str:
-    return f'<script type="application/json" id="{element_id}">{json_for_html(data)}</script>'
+def _page(
+    *,
+    csp: str,
+    title: str,
+    data_blocks: Sequence[tuple[str, Any]],
+    inline_style: str | None = None,
+    script_files: Sequence[str] = (),
+    inline_scripts: Sequence[str] = (),
+) -> str:
+    """The report page: ``data_blocks`` are ``(element id, data)`` pairs, written as JSON that
+    cannot close its ``<script>`` element; everything else but the shipped style and scripts
+    is escaped by the template."""
+    return _template().render(
+        csp=csp,
+        title=title,
+        inline_style=inline_style,
+        data_blocks=[{"id": key, "json": json_for_html(data)} for key, data in data_blocks],
+        script_files=list(script_files),
+        inline_scripts=list(inline_scripts),
+    )
 
 
 def _key_width(count: int) -> int:
@@ -108,6 +132,7 @@ def write_report(
     tempo_url: str | None = None,
     sources: Sequence[str] = (),
     title: str = "memtrace attribution report",
+    cases: Mapping[str, Case] | None = None,
 ) -> Path:
     """Write the static HTML report of a batch run into ``out_dir``.
 
@@ -128,6 +153,8 @@ def write_report(
             ``{trace_id}``/``{span_id}``, to link each op to its span.
         sources: the trace sources, shown in the header.
         title: the page title.
+        cases: the failed cases by id (question, expected answer, feedback), shown first on
+            each case's page; without them, what the traces captured.
 
     Returns:
         The path of ``index.html``.
@@ -159,7 +186,13 @@ def write_report(
         # Ops that name no store are grouped under "" by load_store_graphs.
         G = graphs.get(verdict.store_id or "", empty)
         view = case_view(
-            G, verdict.case_id, verdict, label=label, jaeger_url=jaeger, tempo_url=tempo
+            G,
+            verdict.case_id,
+            verdict,
+            label=label,
+            jaeger_url=jaeger,
+            tempo_url=tempo,
+            case=cases.get(verdict.case_id) if cases is not None else None,
         )
         view["key"] = key
         (cases_dir / f"{key}.js").write_text(
@@ -175,14 +208,11 @@ def write_report(
         "summary": summary_data(summary, chosen, label_map),
         "cases": rows,
     }
-    scripts = [*_VENDOR_SCRIPTS, "report.js"]
-    page = _fill(
-        _template(),
+    page = _page(
         csp=_CSP_FILES,
-        title=html.escape(title),
-        style='<link rel="stylesheet" href="assets/report.css">',
-        data=_data_block("memtrace-report", data),
-        scripts="\n".join(f'<script src="assets/{name}"></script>' for name in scripts),
+        title=title,
+        data_blocks=[("memtrace-report", data)],
+        script_files=[*_VENDOR_SCRIPTS, "report.js"],
     )
     index = folder / "index.html"
     index.write_text(page, encoding="utf-8")
@@ -260,13 +290,10 @@ def case_html(
         "form-action 'none'"
     )
     css = _asset("report.css").decode("utf-8")
-    return _fill(
-        _template(),
+    return _page(
         csp=csp,
-        title=html.escape(page_title),
-        style=f"<style>{css}</style>",
-        data=_data_block("memtrace-report", data)
-        + "\n"
-        + _data_block(f"memtrace-case-{key}", data_view),
-        scripts="\n".join(f"<script>{s}</script>" for s in scripts),
+        title=page_title,
+        data_blocks=[("memtrace-report", data), (f"memtrace-case-{key}", data_view)],
+        inline_style=css,
+        inline_scripts=scripts,
     )

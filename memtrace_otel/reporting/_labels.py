@@ -10,6 +10,7 @@ from typing import Any
 
 from memtrace_otel.attribution import Verdict
 from memtrace_otel.errors import DecodeError
+from memtrace_otel.sources import replace_surrogates
 
 __all__ = ["Label", "label_accuracy", "load_labels"]
 
@@ -79,6 +80,7 @@ def load_labels(path: str | os.PathLike[str]) -> dict[str, Label]:
                 raise DecodeError(f"invalid JSON: {exc.msg}", path=name, line=number) from None
             if not isinstance(obj, dict):
                 raise DecodeError("expected a JSON object", path=name, line=number)
+            obj = replace_surrogates(obj)[0]  # as in the trace and cases files
             case_id = obj.get("case_id")
             if not isinstance(case_id, str | int) or isinstance(case_id, bool) or case_id == "":
                 raise DecodeError(

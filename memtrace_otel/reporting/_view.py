@@ -15,7 +15,7 @@ from typing import Any
 
 import networkx as nx
 
-from memtrace_otel.attribution import BatchSummary, Verdict
+from memtrace_otel.attribution import BatchSummary, Case, Verdict, graph_index
 from memtrace_otel.errors import GraphError
 from memtrace_otel.graph import READ, WRITE, case_subgraph, execution_order
 from memtrace_otel.reporting._labels import Label, label_accuracy
@@ -27,6 +27,7 @@ __all__ = [
     "case_row",
     "case_view",
     "evidence_path",
+    "question_data",
     "summary_data",
     "verdict_data",
 ]
@@ -215,6 +216,35 @@ def verdict_data(verdict: Verdict | None) -> dict[str, Any] | None:
     return _plain(asdict(verdict)) if verdict is not None else None
 
 
+def question_data(G: nx.MultiDiGraph, case_id: str, case: Case | None = None) -> dict[str, Any]:
+    """What a person asks first about a failed case: the question, the expected and the given
+    answer, and the feedback that flagged it.
+
+    Taken from ``case`` (a cases-file line or a case flagged by feedback) where it says, else from
+    the values the traces captured; ``None`` where neither knows (values not captured). Every
+    string is data: the page escapes it.
+
+    >>> from memtrace_otel.graph import example_graph
+    >>> sorted(question_data(example_graph(), "c1"))
+    ['expected', 'feedback', 'prediction', 'question', 'source']
+    """
+    found = graph_index(G).case_from_graph(case_id) if case_id else None
+    question = (case.question if case is not None else "") or (found.question if found else "")
+    expected = (case.gold_answers if case is not None else ()) or (
+        found.gold_answers if found else ()
+    )
+    prediction = (case.prediction if case is not None else None) or (
+        found.prediction if found else None
+    )
+    return {
+        "question": question or None,
+        "expected": list(expected),
+        "prediction": prediction,
+        "feedback": [_plain(o.to_json()) for o in case.feedback] if case is not None else [],
+        "source": case.source if case is not None else None,
+    }
+
+
 def case_view(
     G: nx.MultiDiGraph,
     case_id: str,
@@ -223,6 +253,7 @@ def case_view(
     label: Label | None = None,
     jaeger_url: str | None = None,
     tempo_url: str | None = None,
+    case: Case | None = None,
 ) -> dict[str, Any]:
     """Everything the report draws for one case.
 
@@ -233,13 +264,14 @@ def case_view(
         label: its ground-truth label, shown beside the verdict.
         jaeger_url: base URL of Jaeger's UI, for links from ops to their spans.
         tempo_url: Grafana base URL or Tempo link template (see :func:`tempo_link`).
+        case: the failed case as the batch job saw it (question, expected answer, feedback).
 
     The nodes are the case's subgraph (:func:`~memtrace_otel.graph.case_subgraph`), plus the
     culprit op with what it read and wrote and the evidence path to it when they lie outside
     (a deletion's tombstone is read by no later op, so the answer does not depend on it).
 
     Returns:
-        ``case_id``, ``verdict``, ``label``, ``nodes`` (execution order, each with ``order``,
+        ``case_id``, ``question`` (:func:`question_data`), ``verdict``, ``label``, ``nodes`` (execution order, each with ``order``,
         ``stage``, ``culprit``, ``path`` and ``focus`` flags and its details), ``edges``
         (``source``, ``target``, ``key``), ``stages`` (present, in pipeline order),
         ``anomalies`` and ``missing`` (why there is no graph, else ``None``).
@@ -253,6 +285,7 @@ def case_view(
     """
     view: dict[str, Any] = {
         "case_id": case_id,
+        "question": question_data(G, case_id, case),
         "verdict": verdict_data(verdict),
         "label": label.to_json() if label is not None else None,
         "nodes": [],

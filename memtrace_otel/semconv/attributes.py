@@ -25,8 +25,17 @@ MEMTRACE_CASE_ID: Final = "memtrace.case.id"
 """Conditional. On every op that serves one question (retrieval, response, evaluation)."""
 MEMTRACE_PROMPT_REF: Final = "memtrace.prompt.ref"
 """Conditional. On LLM-backed ops: the variable ref of the prompt template used."""
+MEMTRACE_OP_INFERRED: Final = "memtrace.op.inferred"
+"""Set by readers, never by instrumentation: ``string[]`` of what a reader inferred about an op
+rebuilt from upstream GenAI spans (its kind, its lineage); verdicts repeat it under ``unchecked``."""
 MEMTRACE_JUDGE_VERDICT: Final = "memtrace.judge.verdict"
 """On ``judge`` ops: ``correct`` or ``incorrect`` (:class:`memtrace_otel.semconv.JudgeVerdict`)."""
+MEMTRACE_SOURCE_OP_ID: Final = "memtrace.source.op_id"
+"""On ops imported from another recorder (MemTraceBench / smartcomment): that file's op id
+(``op-<hex>``), which verdicts carry as ``source_op_id`` so they score against its annotations."""
+MEMTRACE_SOURCE_CHAIN: Final = "memtrace.source.chain"
+"""On imported ops whose recorder chained variables inside the op (raw response -> cleaned ->
+result): a JSON array of ``{"ref", "from"}`` steps, the detail behind the op's inputs/outputs."""
 
 # --- Variable events (contract section 3) ------------------------------------------------------
 MEMTRACE_VARIABLE_EVENT: Final = "memtrace.variable"
@@ -74,6 +83,16 @@ GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
 GEN_AI_MEMORY_STORE_ID: Final = "gen_ai.memory.store.id"
 GEN_AI_MEMORY_RECORD_ID: Final = "gen_ai.memory.record.id"
 GEN_AI_MEMORY_RECORD_COUNT: Final = "gen_ai.memory.record.count"
+GEN_AI_MEMORY_RECORDS: Final = "gen_ai.memory.records"
+"""Upstream, opt-in: the records stored or returned, a JSON array of ``{content, id, score, metadata}``."""
+GEN_AI_MEMORY_QUERY_TEXT: Final = "gen_ai.memory.query.text"
+"""Upstream, opt-in: the query of a ``search_memory`` span."""
+GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
+"""Upstream, opt-in: the messages a chat call sent (JSON)."""
+GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+"""Upstream, opt-in: the messages a chat call returned (JSON)."""
+GEN_AI_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
+"""Upstream, opt-in: the instructions (system prompt) a chat call sent, apart from its messages."""
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
 GEN_AI_SYSTEM: Final = "gen_ai.system"
@@ -94,6 +113,14 @@ GEN_AI_EVALUATION_SCORE_LABEL: Final = "gen_ai.evaluation.score.label"
 
 # --- Standard OpenTelemetry names we read ------------------------------------------------------
 SERVICE_NAME: Final = "service.name"
+EXCEPTION_TYPE: Final = "exception.type"
+"""Upstream, on the ``exception`` event: the exception's type (always recorded)."""
+EXCEPTION_MESSAGE: Final = "exception.message"
+"""Upstream: the exception's message; recorded only as content capture allows, redacted and cut."""
+EXCEPTION_STACKTRACE: Final = "exception.stacktrace"
+"""Upstream: the stack frames; its last line carries the message only when it is recorded."""
+EXCEPTION_ESCAPED: Final = "exception.escaped"
+"""Upstream (deprecated, kept for readers): ``"True"`` when the exception left the op's block."""
 
 # --- SDK health metrics (metric names and their attributes, not span attributes) ---------------
 METRIC_SDK_SPANS_DROPPED: Final = "memtrace.sdk.spans.dropped"
@@ -107,7 +134,7 @@ METRIC_NAMES: Final[tuple[str, ...]] = (METRIC_SDK_SPANS_DROPPED, METRIC_OTEL_CO
 ENV_CAPTURE_MESSAGE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 """Upstream switch for content capture (``NO_CONTENT`` default)."""
 ENV_MEMTRACE_CAPTURE_CONTENT: Final = "MEMTRACE_CAPTURE_CONTENT"
-"""Project override of the upstream switch; same values."""
+"""Project override of the upstream switch for the memory categories only (message, memory, query, candidates, gold); same values plus ``PRODUCTION``."""
 ENV_MEMTRACE_MAX_VALUE_LENGTH: Final = "MEMTRACE_MAX_VALUE_LENGTH"
 """Largest captured value in characters before it is cut and marked ``truncated``."""
 ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES: Final = "MEMTRACE_MAX_ATTRIBUTE_BYTES"
@@ -116,10 +143,16 @@ ENV_MEMTRACE_MAX_LINE_BYTES: Final = "MEMTRACE_MAX_LINE_BYTES"
 """Longest line (bytes) the JSON Lines loaders read; a longer one is skipped unread and counted (``line_too_long``)."""
 ENV_MEMTRACE_MAX_DOCUMENT_BYTES: Final = "MEMTRACE_MAX_DOCUMENT_BYTES"
 """Largest whole JSON trace document (bytes) the file loaders read; a larger one is skipped and counted (``document_too_large``)."""
+ENV_MEMTRACE_MAX_DECOMPRESSED_BYTES: Final = "MEMTRACE_MAX_DECOMPRESSED_BYTES"
+"""Most bytes the file loaders decompress from one gzip/zstd file (all layers); the rest is skipped and counted (``decompressed_too_large``)."""
+ENV_MEMTRACE_MAX_COMPRESSION_RATIO: Final = "MEMTRACE_MAX_COMPRESSION_RATIO"
+"""Most bytes the file loaders decompress per byte of a compressed file (beyond a 16 MiB floor); the rest is skipped and counted (``decompressed_too_large``)."""
 ENV_MEMTRACE_MAX_RESPONSE_BYTES: Final = "MEMTRACE_MAX_RESPONSE_BYTES"
 """Largest HTTP response body (bytes) the Jaeger and Tempo sources read; a larger one raises ``BackendError``."""
 ENV_MEMTRACE_REGISTRY_SIZE: Final = "MEMTRACE_REGISTRY_SIZE"
 """How many ref -> writer entries the in-process writer registry keeps."""
+ENV_MEMTRACE_RETRIEVAL_MEMORY_BYTES: Final = "MEMTRACE_RETRIEVAL_MEMORY_BYTES"
+"""Bytes of retrieved-record text the instrumentors keep to link LLM calls to the records in their prompt."""
 ENV_MEMTRACE_TRACES_FILE: Final = "MEMTRACE_TRACES_FILE"
 """Path of the embedded default's OTLP JSON Lines file."""
 ENV_MEMTRACE_PROCESSOR_MAX_BUFFER: Final = "MEMTRACE_PROCESSOR_MAX_BUFFER"
@@ -141,10 +174,15 @@ ENV_MEMTRACE_BACKEND_TOKEN: Final = "MEMTRACE_BACKEND_TOKEN"
 
 
 # --- Names that are not attributes -------------------------------------------------------------
+EXCEPTION_EVENT: Final = "exception"
+"""Upstream: the span event recording an exception the app raised through an op."""
 OP_SPAN_NAME_PREFIX: Final = "memtrace."
 """Ops that touch no memory store are named ``memtrace.<kind> <op.name>``."""
 METADATA_TRACEPARENT: Final = "memtrace_traceparent"
 """Key under which a memory record's metadata carries its writer's W3C ``traceparent``."""
+METADATA_VERSION: Final = "memtrace_version"
+"""Key under which a memory record's metadata carries the version its traced writer gave it
+(so a reader in any process names ``<id>@<version>`` without reading the record's history)."""
 
 _NOT_ATTRIBUTES = frozenset(
     [
@@ -152,8 +190,10 @@ _NOT_ATTRIBUTES = frozenset(
         "MEMTRACE_ATTRIBUTION_SPAN",
         "MEMTRACE_FEEDBACK_SPAN",
         "GEN_AI_EVALUATION_RESULT_EVENT",
+        "EXCEPTION_EVENT",
         "OP_SPAN_NAME_PREFIX",
         "METADATA_TRACEPARENT",
+        "METADATA_VERSION",
     ]
 )
 
@@ -162,6 +202,7 @@ SPAN_AND_EVENT_NAMES: Final[tuple[str, ...]] = (
     MEMTRACE_ATTRIBUTION_SPAN,
     MEMTRACE_FEEDBACK_SPAN,
     GEN_AI_EVALUATION_RESULT_EVENT,
+    EXCEPTION_EVENT,
 )
 """Names of the spans and events the contract defines (not attributes)."""
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from memtrace_otel.errors import SourceSpecError
 from memtrace_otel.sources._backends import (
     JaegerSource,
     TempoSource,
@@ -37,7 +38,7 @@ from memtrace_otel.sources._backends import (
     parse_duration,
     parse_time,
 )
-from memtrace_otel.sources._common import SourceStats
+from memtrace_otel.sources._common import SourceStats, replace_surrogates
 from memtrace_otel.sources._documents import decode_document, decode_jaeger, decode_otlp_json
 from memtrace_otel.sources._export import ExportResult, export_source
 from memtrace_otel.sources._files import expand_paths
@@ -64,9 +65,26 @@ from memtrace_otel.sources._memtracebench import (
     decode_memtracebench,
     load_memtracebench,
 )
+from memtrace_otel.sources._memtracebench_export import (
+    ExportSummary,
+    build_plans,
+    export_memtracebench,
+    smartcomment_python,
+)
 from memtrace_otel.sources._otlp_proto import decode_otlp_proto
+from memtrace_otel.sources._outcomes import (
+    DEFAULT_RULE,
+    Outcome,
+    OutcomeRule,
+    decode_outcome_logs,
+    latest_outcomes,
+    outcome_key,
+    outcomes_of,
+    read_outcomes,
+)
 from memtrace_otel.sources._progress import Progress
 from memtrace_otel.sources._source import FileSource, Source, iter_records
+from memtrace_otel.sources._upstream import adapt_upstream, is_upstream_op
 
 BACKEND_SCHEMES = ("jaeger+http://", "jaeger+https://", "tempo+http://", "tempo+https://")
 
@@ -92,22 +110,44 @@ def open_source(
             ``max_document_bytes`` for files (see :class:`FileSource`).
 
     Raises:
-        ValueError: a malformed backend URL or option, or a plain ``http://`` URL.
+        SourceSpecError: (a ``ValueError``) a malformed backend URL or option, a plain
+            ``http://`` URL, or a bad file option; the message names the spec without its
+            credentials.
 
     >>> open_source("jaeger+http://127.0.0.1:16686?service=rag&lookback=2h")
     JaegerSource('http://127.0.0.1:16686')
     """
     text = os.fspath(spec)
-    if text.startswith(BACKEND_SCHEMES):
-        return backend_from_url(text, strict=strict, http=http, **options)
-    if text.startswith(("http://", "https://")):
-        raise ValueError(
-            f"{text}: say which backend it is: jaeger+{text.split(':')[0]}://... or "
-            f"tempo+{text.split(':')[0]}://..."
-        )
-    if http is not None:
-        raise ValueError("http options apply to backend sources only")
-    return FileSource(text, strict=strict, **options)
+    try:
+        if text.startswith(BACKEND_SCHEMES):
+            return backend_from_url(text, strict=strict, http=http, **options)
+        if text.startswith(("http://", "https://")):
+            scheme = text.split(":")[0]
+            raise ValueError(
+                f"say which backend it is: jaeger+{scheme}://... or tempo+{scheme}://..."
+            )
+        if http is not None:
+            raise ValueError("http options apply to backend sources only")
+        return FileSource(text, strict=strict, **options)
+    except SourceSpecError:
+        raise
+    except ValueError as exc:
+        raise SourceSpecError(f"{_without_credentials(text)}: {exc}") from None
+
+
+def _without_credentials(spec: str) -> str:
+    """``spec`` with any ``user:pass@`` of a URL left out (for messages).
+
+    >>> _without_credentials("jaeger+http://ana:s3cret@host:16686/x?service=rag")
+    'jaeger+http://host:16686/x?service=rag'
+    """
+    scheme, sep, rest = spec.partition("://")
+    if not sep:
+        return spec
+    netloc, slash, tail = rest.partition("/")
+    netloc, query_sep, query = netloc.partition("?")  # no path: the query follows the host
+    host = netloc.rpartition("@")[2]
+    return f"{scheme}://{host}{query_sep}{query}{slash}{tail}"
 
 
 __all__ = [
@@ -118,6 +158,7 @@ __all__ = [
     "DEFAULT_MAX_DOCUMENT_BYTES",
     "DEFAULT_MAX_LINE_BYTES",
     "DEFAULT_MAX_RESPONSE_BYTES",
+    "DEFAULT_RULE",
     "OP_KIND_BY_CATEGORY",
     "OP_KIND_BY_NAME",
     "OTHER_KIND",
@@ -125,10 +166,13 @@ __all__ = [
     "BenchGraph",
     "BenchLabel",
     "ExportResult",
+    "ExportSummary",
     "FileSource",
     "HttpOptions",
     "JaegerSource",
     "LineReader",
+    "Outcome",
+    "OutcomeRule",
     "Progress",
     "ReadLimits",
     "RecordCapper",
@@ -136,16 +180,27 @@ __all__ = [
     "SourceStats",
     "TempoSource",
     "ValueLimits",
+    "adapt_upstream",
+    "build_plans",
     "decode_document",
     "decode_jaeger",
     "decode_memtracebench",
     "decode_otlp_json",
     "decode_otlp_proto",
+    "decode_outcome_logs",
     "expand_paths",
+    "export_memtracebench",
     "export_source",
+    "is_upstream_op",
     "iter_records",
+    "latest_outcomes",
     "load_memtracebench",
     "open_source",
+    "outcome_key",
+    "outcomes_of",
     "parse_duration",
     "parse_time",
+    "read_outcomes",
+    "replace_surrogates",
+    "smartcomment_python",
 ]

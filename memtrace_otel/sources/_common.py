@@ -31,6 +31,8 @@ UNSUPPORTED_FORMAT = "unsupported_format"
 UNREADABLE = "unreadable"
 LINE_TOO_LONG = "line_too_long"
 DOCUMENT_TOO_LARGE = "document_too_large"
+DECOMPRESSED_TOO_LARGE = "decompressed_too_large"
+NOT_A_REGULAR_FILE = "not_a_regular_file"
 
 MAX_ERROR_MESSAGES = 10
 """How many error messages :class:`SourceStats` keeps (the counts are always complete)."""
@@ -59,6 +61,9 @@ class SourceStats:
         truncated_values: attribute values cut to the source's size caps (strings and bytes
             longer than ``max_attribute_bytes``, arrays longer than ``max_array_items``); the
             records are kept, so these are not skips.
+        replaced_surrogates: lone UTF-16 surrogates (``"\\ud800"`` in JSON: not Unicode text,
+            so no UTF-8 file, page or span could hold them) replaced by U+FFFD; the records are
+            kept, so these are not skips.
     """
 
     records: int = 0
@@ -74,6 +79,7 @@ class SourceStats:
     capped: str = ""
     duplicates: int = 0
     truncated_values: int = 0
+    replaced_surrogates: int = 0
 
     def skip(self, kind: str, message: str) -> None:
         """Count one skipped item of ``kind`` and keep its message if there is room."""
@@ -107,11 +113,69 @@ class SourceStats:
             parts.append(f"{self.links_not_followed} linked traces not fetched (bound reached)")
         if self.truncated_values:
             parts.append(f"{self.truncated_values} attribute values truncated (size cap)")
+        if self.replaced_surrogates:
+            parts.append(
+                f"{self.replaced_surrogates} lone surrogates replaced by U+FFFD (invalid Unicode)"
+            )
         if self.duplicates:
             parts.append(f"{self.duplicates} exact duplicate spans dropped")
         if self.capped:
             parts.append(f"INCOMPLETE: {self.capped}")
         return "; ".join(parts)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+SURROGATE_HINT = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+"""Matches JSON text that may decode to a surrogate: a ``\\uD800``-``\\uDFFF`` escape, or the
+raw (CESU-8) bytes of one, which ``json.loads`` of bytes lets through. Valid escaped pairs
+(an emoji written by ``ensure_ascii``) match too; :func:`replace_surrogates` then finds none."""
+
+
+def replace_surrogates(value: Any) -> tuple[Any, int]:
+    """``value`` (parsed JSON) with each lone surrogate replaced by U+FFFD, and how many were.
+
+    JSON may escape a lone surrogate (``"\\ud800"``), and ``json.loads`` keeps it; no UTF-8
+    writer (verdict files, the report, SQLite, OTLP) can encode it afterwards. Keys and nested
+    values are replaced too; an unchanged value is returned as the same object.
+
+    >>> replace_surrogates({"op\\ud800": ["a\\udfffb", 1, "ok"]})
+    ({'op\\ufffd': ['a\\ufffdb', 1, 'ok']}, 2)
+    >>> replace_surrogates("\\U0001F600")
+    ('\\U0001f600', 0)
+    """
+    cls = value.__class__
+    if cls is str:
+        text, count = _LONE_SURROGATE.subn("\ufffd", value)
+        return (text, count) if count else (value, 0)
+    if cls is list:
+        total = 0
+        items = value
+        for i, item in enumerate(value):
+            new, n = replace_surrogates(item)
+            if n:
+                if items is value:
+                    items = list(value)
+                items[i] = new
+                total += n
+        return items, total
+    if cls is dict:
+        total = 0
+        out: dict[Any, Any] | None = None
+        for key, item in value.items():
+            new_key, n = replace_surrogates(key)
+            new, m = replace_surrogates(item)
+            if n or m:
+                total += n + m
+                if out is None:
+                    out = {}
+                    for k, v in value.items():  # keep the order, up to this key
+                        if k is key:
+                            break
+                        out[k] = v
+            if out is not None:
+                out[new_key] = new
+        return (value if out is None else out), total
+    return value, 0
 
 
 OnError = Callable[[str, DecodeError], None]

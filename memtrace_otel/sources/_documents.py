@@ -16,9 +16,11 @@ from typing import Any
 from memtrace_otel.errors import DecodeError, UnsupportedFormatError
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.sources._common import (
+    INVALID_RECORD,
     UNSUPPORTED_FORMAT,
     OnError,
     collect_into,
+    make_error,
     raise_on_error,
 )
 from memtrace_otel.sources._jaeger import (
@@ -35,6 +37,7 @@ from memtrace_otel.sources._memtracebench import (
     is_smartcomment_export,
 )
 from memtrace_otel.sources._otlp_json import decode_resource_spans
+from memtrace_otel.sources._outcomes import Outcome, decode_outcome_logs
 
 _DOMAIN_JSON = (
     "this is Jaeger's internal domain/proto JSON (base64 ids, vStr/vInt64 tags), which Jaeger "
@@ -50,6 +53,8 @@ class BenchSink:
     cases: list[BenchCase] = field(default_factory=list)
     labels: list[BenchLabel] = field(default_factory=list)
     graphs: list[str] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+    """Evaluations read from OTLP log records (``resourceLogs``), judged by the default rule."""
 
     def add(self, graph: BenchGraph) -> None:
         """Keep the cases and labels of one imported graph."""
@@ -95,6 +100,13 @@ def decode_value(
 ) -> list[SpanRecord]:
     """The span records of any supported JSON trace document (internal entry point)."""
     if type(obj) is dict:
+        if "resourceLogs" in obj and "resourceSpans" not in obj:
+            outcomes, errors = decode_outcome_logs(obj["resourceLogs"], path=path, line=line)
+            for field_path, reason in errors:
+                on_error(INVALID_RECORD, make_error(reason, path=path, line=line, field=field_path))
+            if bench is not None:
+                bench.outcomes.extend(outcomes)
+            return []
         found = _otlp_envelope(obj, path=path, line=line, on_error=on_error)
         if found is not None:
             return found

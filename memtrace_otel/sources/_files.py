@@ -18,19 +18,22 @@ decompression) over ``max_line_bytes`` is skipped without being held, a document
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import gzip
 import io
 import json
 import os
+import stat
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any, Protocol
 
-from memtrace_otel.errors import SourceError
+from memtrace_otel.errors import SourceError, SourceSpecError
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources._common import (
+    DECOMPRESSED_TOO_LARGE,
     DOCUMENT_TOO_LARGE,
     EMPTY_FILE,
     EMPTY_LINE,
@@ -38,6 +41,7 @@ from memtrace_otel.sources._common import (
     INVALID_RECORD,
     INVALID_UTF8,
     LINE_TOO_LONG,
+    SURROGATE_HINT,
     TRUNCATED,
     UNREADABLE,
     UNSUPPORTED_FORMAT,
@@ -45,7 +49,9 @@ from memtrace_otel.sources._common import (
     GcPaused,
     OnError,
     make_error,
+    replace_surrogates,
 )
+from memtrace_otel.sources._contract import INVALID_OP, check_op
 from memtrace_otel.sources._documents import BenchSink, decode_value
 from memtrace_otel.sources._limits import LineReader, LineSource, ReadLimits, RecordCapper
 from memtrace_otel.sources._otlp_proto import decode_request_message, parse_request
@@ -77,13 +83,23 @@ _JSON_START = frozenset(b"{[")
 _WHITESPACE = b" \t\r\n"
 
 
-def expand_paths(spec: str | os.PathLike[str]) -> list[str]:
+SkipPath = Callable[[str, str], None]
+"""Told ``(path, reason)`` for each path a directory walk or glob leaves out as not a regular
+file (a FIFO would block the reader forever, a device never ends)."""
+
+
+def expand_paths(spec: str | os.PathLike[str], on_skip: SkipPath | None = None) -> list[str]:
     """The files a path, directory or glob names, sorted (rotated Collector files sort by time).
 
     Directories are walked recursively; hidden files and directories (``.name``) are skipped.
+    Only regular files are read: FIFOs, sockets and devices found by a walk or a glob, and
+    symlinks that lead to none, go to ``on_skip``. Neither a directory walk nor a ``**`` glob
+    follows symlinked directories (a link to a parent would never end); name such a
+    directory itself to read it.
 
     Raises:
-        SourceError: nothing exists at ``spec`` or the glob matches no file.
+        SourceError: nothing exists at ``spec``, the glob matches no file, or ``spec`` names
+            something that is not a regular file.
     """
     text = os.fspath(spec)
     if _is_url(text):
@@ -91,17 +107,93 @@ def expand_paths(spec: str | os.PathLike[str]) -> list[str]:
     if os.path.isfile(text):
         return [text]
     if os.path.isdir(text):
-        found = []
-        for root, dirs, files in os.walk(text):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            found += [os.path.join(root, f) for f in files if not f.startswith(".")]
-        return sorted(found)
+        return _regular(_walk(text, None), on_skip)
     if _GLOB_CHARS & set(text):
-        matches = sorted(p for p in glob.glob(text, recursive=True) if os.path.isfile(p))
+        if "**" in text:
+            candidates = _recursive_glob(text)
+        else:
+            candidates = (p for p in glob.glob(text) if not os.path.isdir(p))
+        matches = _regular(candidates, on_skip)
         if matches:
             return matches
         raise SourceError(f"{text}: the pattern matches no file")
+    if os.path.lexists(text):
+        raise SourceError(f"{text}: not a regular file ({_file_type(text)})")
     raise SourceError(f"{text}: no such file or directory")
+
+
+def _walk(root: str, parts: list[str] | None) -> Iterator[str]:
+    """The non-hidden files under ``root`` (symlinked directories not entered), whose path
+    relative to ``root`` matches the glob components ``parts`` (``None``: every file)."""
+    for folder, dirs, files in os.walk(root):  # followlinks=False: no loops
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            if name.startswith("."):
+                continue
+            path = os.path.join(folder, name)
+            if parts is None or _match(parts, os.path.relpath(path, root).split(os.sep)):
+                yield path
+
+
+def _recursive_glob(pattern: str) -> Iterator[str]:
+    """A ``**`` glob that never enters symlinked directories (``glob.glob`` does, and loops).
+
+    The pattern's leading components without glob characters are the folder walked; the rest
+    is matched component by component (``**``: any number of folders).
+    """
+    parts = pattern.split(os.sep)
+    fixed = 0
+    while fixed < len(parts) - 1 and not _GLOB_CHARS & set(parts[fixed]):
+        fixed += 1
+    root = os.sep.join(parts[:fixed]) or ("/" if pattern.startswith(os.sep) else ".")
+    if not os.path.isdir(root):
+        return iter(())
+    paths = _walk(root, parts[fixed:])
+    if fixed == 0 and root == ".":
+        return (os.path.relpath(p) for p in paths)
+    return paths
+
+
+def _match(pattern: list[str], parts: list[str]) -> bool:
+    """Whether path components ``parts`` match glob components ``pattern``.
+
+    >>> _match(["**", "*.json"], ["a", "b", "x.json"]), _match(["a", "**", "x"], ["a", "x"])
+    (True, True)
+    >>> _match(["*", "x"], ["a", "b", "x"])
+    False
+    """
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return any(_match(pattern[1:], parts[i:]) for i in range(len(parts) + 1))
+    return (
+        bool(parts) and fnmatch.fnmatchcase(parts[0], pattern[0]) and _match(pattern[1:], parts[1:])
+    )
+
+
+def _file_type(path: str) -> str:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a broken symlink"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a file"
+
+
+def _regular(paths: Iterable[str], on_skip: SkipPath | None) -> list[str]:
+    """The regular files among ``paths`` (symlinks followed), sorted; the rest to ``on_skip``."""
+    found = []
+    for path in paths:
+        if os.path.isfile(path):
+            found.append(path)
+        elif on_skip is not None:
+            on_skip(path, f"not a regular file ({_file_type(path)}), not read")
+    return sorted(found)
 
 
 def _is_url(text: str) -> bool:
@@ -110,8 +202,36 @@ def _is_url(text: str) -> bool:
     return bool(sep) and scheme.replace("+", "").replace("-", "").isalnum() and len(scheme) > 1
 
 
+URL_SCHEMES = frozenset(
+    {"file", "local", "memory", "s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "hdfs"}
+)
+"""fsspec schemes read as trace sources: local and in-memory files and object stores.
+Archives (``zip://``, ``tar://``) and remote shells or servers (``ftp://``, ``sftp://``,
+``http://``) are refused: a trace URL names files, not a protocol session."""
+
+
 def _expand_url(text: str) -> list[str]:
-    """The files an fsspec URL names (a file, a folder read recursively, or a glob)."""
+    """The files an fsspec URL names (a file, a folder read recursively, or a glob).
+
+    Raises:
+        SourceSpecError: a scheme outside :data:`URL_SCHEMES`.
+        SourceError: fsspec is missing, the URL names nothing, or cannot be listed.
+    """
+    scheme = text.partition("://")[0].lower()
+    if scheme not in URL_SCHEMES:
+        raise SourceSpecError(
+            f"{text.partition('://')[0]}://...: unsupported trace source scheme; use a path, "
+            "jaeger+http(s)://, tempo+http(s):// or an object store URL ("
+            + ", ".join(f"{s}://" for s in sorted(URL_SCHEMES))
+            + ")"
+        )
+    try:
+        return _list_url(text)
+    except OSError as exc:  # unreachable store, refused credentials, a folder where a file was
+        raise SourceError(f"{text}: cannot list: {exc}") from None
+
+
+def _list_url(text: str) -> list[str]:
     try:
         import fsspec  # optional: pip install 'memtrace-otel[dask]'
     except ImportError:
@@ -207,6 +327,51 @@ def _decompress_frame(payload: bytes, limit: int) -> bytes | None:
     return None if len(data) > limit else data
 
 
+class _OverBudget(Exception):
+    """More bytes were decompressed from one file than ``max_decompressed_bytes``."""
+
+
+class _Budget:
+    """The bytes one file may still decompress, shared by every layer (gzip in gzip)."""
+
+    __slots__ = ("cap", "used")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.used = 0
+
+    def spend(self, size: int) -> None:
+        self.used += size
+        if self.used > self.cap:
+            raise _OverBudget
+
+
+class _Metered:
+    """A decompressed stream that spends the file's budget as it is read."""
+
+    __slots__ = ("_budget", "_stream")
+
+    def __init__(self, stream: Readable, budget: _Budget) -> None:
+        self._stream = stream
+        self._budget = budget
+
+    def read(self, size: int = -1, /) -> bytes:
+        # Never more than what is left plus one byte: an endless stream stops at the cap.
+        left = self._budget.cap - self._budget.used + 1
+        data = self._stream.read(left if size < 0 else min(size, left))
+        self._budget.spend(len(data))
+        return data
+
+
+def _stream_size(stream: IO[bytes]) -> int | None:
+    """The size of an open file (local or fsspec), or ``None`` when it cannot be known."""
+    try:
+        return os.fstat(stream.fileno()).st_size
+    except (OSError, AttributeError, ValueError):  # io.UnsupportedOperation is both
+        size = getattr(stream, "size", None)
+        return size if isinstance(size, int) else None
+
+
 class FileReader:
     """Reads the records of one file under a strict or lenient policy."""
 
@@ -223,6 +388,7 @@ class FileReader:
         self.bench = bench
         self.capper = capper
         self.limits = limits if limits is not None else ReadLimits.resolve()
+        self._budget = _Budget(self.limits.max_decompressed_bytes)
 
     def fail(
         self, kind: str, reason: str, line: int | None = None, field: str | None = None
@@ -236,8 +402,20 @@ class FileReader:
         except OSError as exc:
             self.fail(UNREADABLE, f"cannot open: {exc.strerror or exc}")
             return
+        size = _stream_size(stream)
+        self._budget = _Budget(self.limits.decompression_budget(size))
         try:
             yield from self._sniffed(stream, depth=0)
+        except _OverBudget:
+            limits = self.limits
+            self.fail(
+                DECOMPRESSED_TOO_LARGE,
+                f"decompresses to more than {self._budget.cap} bytes "
+                f"(max_decompressed_bytes={limits.max_decompressed_bytes}, "
+                f"{A.ENV_MEMTRACE_MAX_DECOMPRESSED_BYTES}; max_compression_ratio="
+                f"{limits.max_compression_ratio} x {size} bytes, "
+                f"{A.ENV_MEMTRACE_MAX_COMPRESSION_RATIO}): the rest of the file is skipped",
+            )
         except OSError as exc:
             self.fail(UNREADABLE, f"read error: {exc}")
         finally:
@@ -252,7 +430,8 @@ class FileReader:
             return
         rest: IO[bytes] = io.BufferedReader(_Prefixed(head, stream), buffer_size=1 << 16)
         if depth < 2 and head[:2] == GZIP_MAGIC:
-            yield from self._compressed(gzip.GzipFile(fileobj=rest, mode="rb"), depth)
+            gzip_stream = gzip.GzipFile(fileobj=rest, mode="rb")
+            yield from self._compressed(_Metered(gzip_stream, self._budget), depth)
             return
         if depth < 2 and head[:4] == ZSTD_MAGIC:
             try:
@@ -264,7 +443,7 @@ class FileReader:
                 )
                 return
             reader = zstandard.ZstdDecompressor().stream_reader(rest, read_across_frames=True)
-            yield from self._compressed(reader, depth)
+            yield from self._compressed(_Metered(reader, self._budget), depth)
             return
         body = head.lstrip(_WHITESPACE)
         if body and body[0] in _JSON_START:
@@ -299,7 +478,11 @@ class FileReader:
 
     # --- JSON --------------------------------------------------------------------------------
     def _parse(self, raw: bytes | bytearray, line: int | None) -> Any:
-        """One JSON value, or ``Bad`` naming what is wrong with it."""
+        """One JSON value, or ``Bad`` naming what is wrong with it.
+
+        Lone surrogates (``"\\ud800"``, valid JSON but not Unicode) are replaced by U+FFFD
+        and counted in ``replaced_surrogates``: nothing downstream could write them.
+        """
         if _fast_loads is not None:
             try:
                 return _fast_loads(raw)
@@ -308,7 +491,13 @@ class FileReader:
                 # what orjson refuses (NaN literals, lone surrogates, integers beyond 64 bits).
                 pass
         try:
-            return json.loads(raw)
+            value = json.loads(raw)
+            if _fast_loads is None and not SURROGATE_HINT.search(raw):
+                return value
+            value, replaced = replace_surrogates(value)
+            if replaced and self.capper is not None and self.capper.stats is not None:
+                self.capper.stats.replaced_surrogates += replaced
+            return value
         except UnicodeDecodeError as exc:
             raise Bad("", f"not UTF-8 ({exc.reason} at byte {exc.start})", INVALID_UTF8) from None
         except json.JSONDecodeError as exc:
@@ -487,7 +676,20 @@ class FileReader:
         records = decode_value(
             value, path=self.path, line=line, on_error=self.on_error, bench=self.bench
         )
+        records = self._ops_checked(records, line)
         return self.capper.cap_all(records, size) if self.capper is not None else records
+
+    def _ops_checked(self, records: list[SpanRecord], line: int | None) -> list[SpanRecord]:
+        """``records`` without the spans that break the op contract (each one reported)."""
+        kept = []
+        for record in records:
+            checked = check_op(record)
+            if isinstance(checked, tuple):
+                field, reason = checked
+                self.fail(INVALID_OP, f"span {record.span_id}: {reason}", line, field)
+            else:
+                kept.append(checked)
+        return kept
 
     # --- length-prefixed records -------------------------------------------------------------
     def _framed(self, stream: IO[bytes]) -> Iterator[SpanRecord]:
@@ -527,6 +729,8 @@ class FileReader:
             if data is None:
                 self._line_too_long(number, "a record that decompresses to more bytes")
                 continue
+            if data is not payload:
+                self._budget.spend(len(data))
             yield from self._frame(data, number)
 
     def _frame(self, data: bytes, number: int) -> Iterator[SpanRecord]:
@@ -550,6 +754,7 @@ class FileReader:
         records = decode_request_message(
             request, path=self.path, line=number, on_error=self.on_error
         )
+        records = self._ops_checked(records, number)
         return self.capper.cap_all(records, len(data)) if self.capper is not None else records
 
 

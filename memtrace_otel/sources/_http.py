@@ -6,6 +6,11 @@ basic auth, extra headers and TLS options. Response bodies are read a chunk at a
 instead of filling memory. We use ``urllib`` rather than adding an HTTP
 dependency: the query APIs are plain GETs returning JSON, and the batch job makes few, large
 requests, so connection pooling would not pay for a new core dependency.
+
+Redirects (urllib follows up to 10) keep the credentials only while they stay on the same
+origin (scheme, host and port): a redirect elsewhere is followed without ``Authorization``,
+``Cookie`` or the extra headers of :class:`HttpOptions`, and a redirect to any scheme but
+http(s) (``ftp://``, ``file://``) is refused with :class:`BackendError`.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from memtrace_otel import __version__
 from memtrace_otel.errors import BackendError
@@ -118,6 +123,72 @@ class Response:
     text: str
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """``(scheme, host, port)`` of ``url``, the default port filled in.
+
+    >>> _origin("http://Jaeger:80/api") == _origin("http://jaeger/other")
+    True
+    """
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or _DEFAULT_PORTS.get(scheme)
+    except ValueError:  # a port that is not a number: an origin of its own
+        port = None
+    return scheme, (parts.hostname or "").lower(), port
+
+
+class _CredentialSafeRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib's redirect handler, minus credentials when the origin changes and minus any
+    scheme but http(s) (urllib's own also follows ``ftp://``)."""
+
+    def __init__(self, private_headers: frozenset[str]) -> None:
+        self._private = _CREDENTIAL_HEADERS | private_headers
+
+    def http_error_302(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+    ) -> Any:
+        location = headers.get("location") or headers.get("uri")
+        if location:
+            target = urllib.parse.urljoin(req.full_url, location)
+            scheme = urllib.parse.urlsplit(target).scheme.lower()
+            if scheme not in _DEFAULT_PORTS:
+                fp.close()
+                raise BackendError(
+                    f"refused a redirect (HTTP {code}) to a {scheme}:// URL: only http(s) "
+                    "redirects are followed",
+                    url=req.full_url,
+                    status=code,
+                )
+        return super().http_error_302(req, fp, code, msg, headers)
+
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(newurl) != _origin(req.full_url):
+            for name in [n for n in new.headers if n.lower() in self._private]:
+                del new.headers[name]
+        return new
+
+
 class HttpClient:
     """GETs JSON from one base URL with the retry and auth policy of :class:`HttpOptions`.
 
@@ -163,6 +234,10 @@ class HttpClient:
             handlers.append(urllib.request.HTTPSHandler(context=options.ssl_context()))
         # Ignore proxy settings from the environment: backends are addressed directly.
         handlers.append(urllib.request.ProxyHandler({}))
+        # The extra headers may carry keys (X-Scope-OrgID, API keys): same origin only.
+        handlers.append(
+            _CredentialSafeRedirects(frozenset(name.lower() for name in options.headers))
+        )
         self._opener = urllib.request.build_opener(*handlers)
         self._headers = {"Accept": "application/json", "User-Agent": f"memtrace-otel/{__version__}"}
         if options.token:

@@ -40,6 +40,19 @@ that size parses in well under a second to a few hundred MB (docs/sources.md).""
 DEFAULT_MAX_DOCUMENT_BYTES = 256 << 20
 """Largest whole JSON document (bytes) the file loaders read: 256 MiB, the live sources'
 ``max_response_bytes``, so a saved API response is readable wherever the API call was."""
+DEFAULT_MAX_DECOMPRESSED_BYTES = 4 << 30
+"""Most bytes the file loaders decompress from one compressed file: 4 GiB, all layers counted
+(a gzip inside a gzip counts both outputs). A Collector file rotated at 100 MB and compressed
+~10 x holds about 1 GB; a decompression bomb (a few hundred KB that expand to terabytes) is
+stopped here, after a few seconds, instead of running for hours."""
+DEFAULT_MAX_COMPRESSION_RATIO = 1000
+"""Most bytes decompressed per byte of a compressed file: 1000, about deflate's own limit
+(1032:1), so any one gzip layer passes; OTLP JSON compresses 10-20 x, repetitive test data a
+few hundred x. Files that small that 1000 x is under :data:`DECOMPRESSED_FLOOR` get the floor.
+A 215 KB zstd bomb of blank lines is stopped after 215 MB (about a minute of reading) instead of
+hours."""
+DECOMPRESSED_FLOOR = 16 << 20
+"""Bytes any compressed file may decompress to, whatever its size (the ratio cap's floor)."""
 DEFAULT_MAX_RESPONSE_BYTES = 256 << 20
 """Largest HTTP response body (bytes) the live backends' client reads: 256 MiB."""
 
@@ -86,6 +99,12 @@ class ReadLimits:
             ``line_too_long``.
         max_document_bytes: largest whole JSON document read; a larger file is skipped and
             counted as ``document_too_large``.
+        max_decompressed_bytes: most bytes decompressed from one gzip or zstd file, every
+            layer counted; the rest of the file is skipped and counted as
+            ``decompressed_too_large`` (what was read before is kept).
+        max_compression_ratio: most bytes decompressed per byte of the compressed file (but
+            at least :data:`DECOMPRESSED_FLOOR`), counted the same way; the smaller of the two
+            caps applies.
 
     >>> ReadLimits(max_line_bytes=10).max_document_bytes == DEFAULT_MAX_DOCUMENT_BYTES
     True
@@ -93,17 +112,41 @@ class ReadLimits:
 
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
+    max_compression_ratio: int = DEFAULT_MAX_COMPRESSION_RATIO
 
     def __post_init__(self) -> None:
         _positive("max_line_bytes", self.max_line_bytes)
         _positive("max_document_bytes", self.max_document_bytes)
+        _positive("max_decompressed_bytes", self.max_decompressed_bytes)
+        _positive("max_compression_ratio", self.max_compression_ratio)
+
+    def decompression_budget(self, compressed_size: int | None) -> int:
+        """The bytes a compressed file of ``compressed_size`` bytes (``None``: unknown) may
+        decompress to, all layers counted.
+
+        >>> limits = ReadLimits(max_decompressed_bytes=1 << 30, max_compression_ratio=100)
+        >>> limits.decompression_budget(2 << 20) == 200 << 20, limits.decompression_budget(10)
+        (True, 16777216)
+        >>> limits.decompression_budget(None) == 1 << 30
+        True
+        """
+        if compressed_size is None:
+            return self.max_decompressed_bytes
+        by_ratio = max(DECOMPRESSED_FLOOR, compressed_size * self.max_compression_ratio)
+        return min(self.max_decompressed_bytes, by_ratio)
 
     @classmethod
     def resolve(
-        cls, max_line_bytes: int | None = None, max_document_bytes: int | None = None
+        cls,
+        max_line_bytes: int | None = None,
+        max_document_bytes: int | None = None,
+        max_decompressed_bytes: int | None = None,
+        max_compression_ratio: int | None = None,
     ) -> ReadLimits:
         """The caps from the arguments, else ``MEMTRACE_MAX_LINE_BYTES`` /
-        ``MEMTRACE_MAX_DOCUMENT_BYTES``, else the defaults.
+        ``MEMTRACE_MAX_DOCUMENT_BYTES`` / ``MEMTRACE_MAX_DECOMPRESSED_BYTES`` /
+        ``MEMTRACE_MAX_COMPRESSION_RATIO``, else the defaults.
 
         Raises:
             ValueError: a cap (argument or environment variable) is not a positive integer.
@@ -120,6 +163,18 @@ class ReadLimits:
                 max_document_bytes,
                 A.ENV_MEMTRACE_MAX_DOCUMENT_BYTES,
                 DEFAULT_MAX_DOCUMENT_BYTES,
+            ),
+            resolve_cap(
+                "max_decompressed_bytes",
+                max_decompressed_bytes,
+                A.ENV_MEMTRACE_MAX_DECOMPRESSED_BYTES,
+                DEFAULT_MAX_DECOMPRESSED_BYTES,
+            ),
+            resolve_cap(
+                "max_compression_ratio",
+                max_compression_ratio,
+                A.ENV_MEMTRACE_MAX_COMPRESSION_RATIO,
+                DEFAULT_MAX_COMPRESSION_RATIO,
             ),
         )
 

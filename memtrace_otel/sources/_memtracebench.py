@@ -6,19 +6,26 @@ sessions, operations, variables (``<id>@<version>``) and edges; MemTraceBench ad
 turns such a document into what our own instrumentation would have recorded (the trace
 contract), so the graph builder and attribution run on MemTraceBench unchanged:
 
-- one span per operation, ``memtrace.op.inputs``/``outputs`` from its edges (inputs: the
-  variables no edge of the op writes; outputs: every variable an edge of the op writes, so a
-  judge's intermediate response is kept), a ``memtrace.variable`` event per output and per input
-  that no operation wrote, and a lineage link to the writer of every other input;
+- one span per operation. Its inputs and outputs follow the recorder's semantics (read from
+  smartcomment 0.1.2's source): the variables its edges read and none writes are its inputs;
+  those its edges write that no edge of the op reads further, or another op reads, are its
+  outputs; a chain inside the op (``comment_link``/``comment_mutation``: raw response -> cleaned
+  -> extracted facts) is kept as detail (``memtrace.source.chain``); an edge to the shared
+  ``delete_marker`` node tombstones its source; a node an earlier op wrote that the op reads and
+  "writes" again was left unchanged; a search pointing at stored units selected them. A
+  ``memtrace.variable`` event per output and per input no operation wrote, and a lineage link to
+  the writer of every other input;
 - one trace per session; ids are hashes of the graph id and the op or session id, so importing
-  the same file twice gives the same ids;
+  the same file twice gives the same ids; ``memtrace.source.op_id`` keeps the op's own id;
 - ``project_id`` -> ``memtrace.system``, ``user_id`` -> ``gen_ai.memory.store.id``, the
   session's category -> ``memtrace.stage``, the op's name and category -> ``memtrace.op.kind``
   (tables below and in ``docs/sources.md``);
-- ``created_at`` (local time without a zone, read as UTC) -> times; ops that share a millisecond
-  keep the file's order by adding their position in nanoseconds;
-- each query variable is a case (``case_id`` = its ref); the ops downstream of it outside the
-  construction sessions get ``memtrace.case.id``; annotations become labels.
+- execution order is the position of an op's last edge (a ``comment_fn`` op is stamped before its
+  body runs); ``created_at`` (local time without a zone, read as UTC) gives the times, starts
+  at least a nanosecond apart in that order (pure-Python ops tie on the millisecond);
+- each query variable is a case (``case_id`` = its ref), reached through the ops whose edges read
+  it, not through shared downstream nodes (names come from content, so one judge score or answer
+  node serves many questions); annotations become labels.
 """
 
 from __future__ import annotations
@@ -172,13 +179,16 @@ CATEGORY_BY_NODE_CATEGORY: Mapping[str, str] = MappingProxyType(
         "candidates": Category.CANDIDATES,
         "context": Category.CONTEXT,
         "prompt": Category.PROMPT,
-        "llm_response": Category.PREDICTION,
+        # An LLM reply is the answer, an extracted fact or an intermediate step: by its writer.
         "golden_answers": Category.GOLD,
         "gold": Category.GOLD,
         "score": Category.SCORE,
     }
 )
 """Variable ``category`` -> category, for variables whose class says nothing."""
+
+DELETE_MARKER = "delete_marker"
+"""The node every deleted unit links to (value ``DELETED``): a tombstone."""
 
 _NONE_NODE = "COMMENT:NONE@1"
 _NONE_SESSION = "__none__"
@@ -236,6 +246,7 @@ class BenchLabel:
         source_op_id: ``final_op_id`` as annotated (smartcomment's op id).
         scored: whether ``error_type`` is one of the five memory labels (the others, such as
             annotation or judge errors, are excluded from scoring by default).
+        system: the file's ``project_id``.
     """
 
     case_id: str
@@ -244,16 +255,19 @@ class BenchLabel:
     op_name: str | None
     source_op_id: str
     scored: bool
+    system: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """The label as a JSON object (the verdict fields it shares, plus provenance)."""
         return {
+            "system": self.system,
             "case_id": self.case_id,
             "error_type": self.error_type,
             "op_id": self.op_id,
             "op_name": self.op_name,
             "source_op_id": self.source_op_id,
             "scored": self.scored,
+            "source": "annotation",
         }
 
 
@@ -419,6 +433,26 @@ def _dict_list(data: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return items
 
 
+@dataclass
+class _Flow:
+    """One op as its edges describe it."""
+
+    inputs: list[str]
+    outputs: list[str]
+    chain: list[dict[str, Any]]
+    deletes: dict[str, str]
+    """tombstone ref -> the deleted unit's ref."""
+    selected: dict[str, list[str]]
+    """candidate-list ref made for a search that pointed at stored units -> those units."""
+    last_edge: int
+    position: int
+
+
+def _is_delete_marker(ref: str) -> bool:
+    parts = split_ref(ref)
+    return parts is not None and parts[0].rsplit(":", 1)[-1] == DELETE_MARKER
+
+
 class _Importer:
     """Builds the records of one export; one instance per document."""
 
@@ -439,6 +473,8 @@ class _Importer:
         self.raw_sessions = _dict_list(data, "sessions")
         self.raw_annotations = _dict_list(data, "annotations")
         self.session_of: dict[str, str] = {}
+        self.writer_kind: dict[str, str] = {}
+        self.clock = 0
 
     def report(self, field: str, reason: str) -> None:
         self.on_error(INVALID_RECORD, make_error(reason, path=self.path, line=None, field=field))
@@ -447,9 +483,13 @@ class _Importer:
         nodes = self._nodes()
         sessions = self._sessions()
         ops = self._ops()
-        reads, writes = self._edges(ops)
-        writer = {ref: op_id for op_id in ops for ref in writes[op_id]}
-        produced = set(writer)
+        flows = self._edges(ops, nodes)
+        # Execution order: the position of an op's last edge (the recorder appends edges as the
+        # op runs, and a ``comment_fn`` op is stamped before its body), then its creation time.
+        ops = {
+            op_id: ops[op_id]
+            for op_id in sorted(ops, key=lambda o: (flows[o].last_edge, flows[o].position))
+        }
         span_ids = {op_id: stable_id(self.graph_id, op_id, width=16) for op_id in ops}
 
         kinds: dict[str, str] = {}
@@ -458,27 +498,33 @@ class _Importer:
             raw_name = op.get("op_name")
             category = op.get("category")
             names[op_id] = raw_name if type(raw_name) is str and raw_name else UNNAMED_OP
-            kinds[op_id] = op_kind(
+            kind = op_kind(
                 raw_name if type(raw_name) is str else None,
                 category if type(category) is str else None,
             )
+            # A step that tombstones a unit (a mem0 update decision that deletes) is a deletion.
+            if flows[op_id].deletes and kind in (OpKind.UPDATE, OTHER_KIND):
+                kind = OpKind.DELETE.value
+            kinds[op_id] = kind
+        self.writer_kind = {
+            ref: kinds[op_id] for op_id in reversed(ops) for ref in flows[op_id].outputs
+        }
 
         queries = [ref for ref, node in nodes.items() if _variable_category(node) == Category.QUERY]
-        case_of_op = self._case_ops(queries, ops, reads, writes, sessions)
+        case_of_op, writer_of = self._case_ops(set(queries), ops, flows, sessions)
 
         records = []
-        for position, (op_id, op) in enumerate(ops.items()):
+        produced: set[str] = set()
+        for op_id, op in ops.items():
             try:
                 records.append(
                     self._record(
                         op_id,
                         op,
-                        position,
                         nodes,
                         sessions,
-                        reads[op_id],
-                        writes[op_id],
-                        writer,
+                        flows[op_id],
+                        writer_of[op_id],
                         produced,
                         span_ids,
                         kinds[op_id],
@@ -488,8 +534,11 @@ class _Importer:
                 )
             except Bad as bad:
                 self.report(f"data.operations[{op_id}].{bad.field}", bad.reason)
+            produced.update(flows[op_id].outputs)
         records.sort(key=lambda r: r.start_time_unix_nano)
 
+        reads = {op_id: flows[op_id].inputs for op_id in ops}
+        writes = {op_id: flows[op_id].outputs for op_id in ops}
         cases, labels = self._cases(
             queries, nodes, kinds, reads, writes, case_of_op, span_ids, names
         )
@@ -545,10 +594,18 @@ class _Importer:
         return {op_id: op for _, (op_id, op) in order}
 
     def _edges(
-        self, ops: Mapping[str, dict[str, Any]]
-    ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-        sources: dict[str, list[str]] = {op_id: [] for op_id in ops}
-        targets: dict[str, list[str]] = {op_id: [] for op_id in ops}
+        self, ops: Mapping[str, dict[str, Any]], nodes: Mapping[str, dict[str, Any]]
+    ) -> dict[str, _Flow]:
+        """Each op's true external inputs and outputs, from the edges that carry its id.
+
+        The recorder chains variables inside one op (``comment_link``/``comment_mutation``: a
+        message -> raw response -> cleaned response -> extracted facts). The op's inputs are the
+        variables its edges read and none of them writes; its outputs the variables its edges
+        write that no edge of the op reads further, or that another op reads; the rest is the
+        chain, kept as detail. An edge to the shared ``delete_marker`` node tombstones its source.
+        """
+        edges: dict[str, list[tuple[str, str]]] = {op_id: [] for op_id in ops}
+        last: dict[str, int] = {}
         for i, edge in enumerate(self.raw_edges):
             if type(edge) is not dict:
                 self.report(f"data.edges[{i}]", "expected an edge object")
@@ -561,46 +618,216 @@ class _Importer:
                 continue
             if op_id not in ops:
                 continue
-            if source != _NONE_NODE and source not in sources[op_id]:
-                sources[op_id].append(source)
-            if target != _NONE_NODE and target not in targets[op_id]:
-                targets[op_id].append(target)
-        reads = {}
-        for op_id in ops:
-            written = set(targets[op_id])
-            reads[op_id] = [ref for ref in sources[op_id] if ref not in written]
-        return reads, targets
+            last[op_id] = i
+            if source == _NONE_NODE and target == _NONE_NODE:
+                continue
+            edges[op_id].append((source, target))
+        # An op's external reads: what its edges read and none of its edges writes.
+        read_by: dict[str, set[str]] = {}
+        for op_id, pairs in edges.items():
+            written_here = {t for _s, t in pairs}
+            for source, _target in pairs:
+                if source not in written_here:
+                    read_by.setdefault(source, set()).add(op_id)
+        latest: dict[str, int] = {}
+        for ref in nodes:
+            parts = split_ref(ref)
+            if parts is not None:
+                latest[parts[0]] = max(latest.get(parts[0], 0), parts[1])
+        flows: dict[str, _Flow] = {}
+        file_order = {op_id: i for i, op_id in enumerate(edges)}
+        written_before: set[str] = set()
+        for op_id in sorted(edges, key=lambda o: (last.get(o, -1), file_order[o])):
+            pairs = edges[op_id]
+            position = file_order[op_id]
+            sources: list[str] = []
+            targets: list[str] = []
+            deletes: list[str] = []
+            feeds: dict[str, list[str]] = {}
+            for source, target in pairs:
+                if _is_delete_marker(target):
+                    if source != _NONE_NODE and source not in deletes:
+                        deletes.append(source)
+                    continue
+                if source != _NONE_NODE and source not in sources:
+                    sources.append(source)
+                if target != _NONE_NODE:
+                    if target not in targets:
+                        targets.append(target)
+                    if source != _NONE_NODE:
+                        feeds.setdefault(target, []).append(source)
+            # A node an earlier op wrote that this op reads and "writes" again is one it left
+            # unchanged: the recorder reuses a node whose value did not change (no new version).
+            read_inside = set(sources)
+            kept = {ref for ref in targets if ref in written_before and ref in read_inside}
+            earlier = {ref for ref in targets if ref in written_before}
+            written_before.update(targets)
+            targets = [ref for ref in targets if ref not in kept]
+            written = set(targets)
+            inputs = [ref for ref in sources if ref not in written]
+            inputs += [ref for ref in deletes if ref not in written and ref not in inputs]
+            outputs = [
+                ref
+                for ref in targets
+                if ref not in read_inside or (read_by.get(ref, set()) - {op_id})
+            ]
+            chain = [
+                {"ref": ref, "from": feeds.get(ref, [])} for ref in targets if ref not in outputs
+            ]
+            # A search whose edges point at stored units (the same unit node for every query that
+            # retrieves it) selected them: they are its inputs, and its output is the candidate
+            # list it returned, one variable per search.
+            selected: dict[str, list[str]] = {}
+            op = ops[op_id]
+            name, category = op.get("op_name"), op.get("category")
+            kind = op_kind(
+                name if type(name) is str else None, category if type(category) is str else None
+            )
+            units = [
+                ref
+                for ref in outputs
+                if ref in earlier
+                and _variable_category(nodes.get(ref, {})) in (Category.MEMORY, Category.MESSAGE)
+            ]
+            if units and kind in (OpKind.RETRIEVE, OpKind.FILTER):
+                candidates = f"retrieved:{op_id}@1"
+                selected[candidates] = units
+                inputs += [ref for ref in units if ref not in inputs]
+                outputs = [ref for ref in outputs if ref not in units] + [candidates]
+            tombstones = []
+            for ref in deletes:
+                parts = split_ref(ref)
+                if parts is None:
+                    continue
+                version = parts[1] + 1
+                if f"{parts[0]}@{version}" in nodes:
+                    version = latest[parts[0]] + 1
+                tombstones.append(f"{parts[0]}@{version}")
+                latest[parts[0]] = max(latest.get(parts[0], 0), version)
+            flows[op_id] = _Flow(
+                inputs=inputs,
+                outputs=outputs + tombstones,
+                chain=chain,
+                deletes=dict(zip(tombstones, deletes, strict=True)),
+                selected=selected,
+                last_edge=last.get(op_id, -1),
+                position=position,
+            )
+        return flows
 
     def _case_ops(
         self,
-        queries: list[str],
+        queries: set[str],
         ops: Mapping[str, dict[str, Any]],
-        reads: Mapping[str, list[str]],
-        writes: Mapping[str, list[str]],
+        flows: Mapping[str, _Flow],
         sessions: Mapping[str, dict[str, Any]],
-    ) -> dict[str, str]:
-        """Op id -> case id: the ops downstream of each query, outside construction sessions."""
-        readers: dict[str, list[str]] = {}
-        for op_id in ops:
-            for ref in reads[op_id]:
-                readers.setdefault(ref, []).append(op_id)
+    ) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+        """Op id -> case id, and per op the op that wrote each of its inputs.
+
+        Node names come from content, so one variable (a judge score of 0.0, an identical answer,
+        a memory unit several queries retrieve) may be written and read by ops of many questions.
+        Outside the construction sessions an op belongs to the question whose query variable its
+        edges read. An op that reads no query belongs to the question of the op that wrote its
+        input when only one op ever wrote that input; else to the question of the op that
+        consumed its output next (the harness answers one question at a time, while it searches
+        for all of them first); else to that of the latest writer of an input. Each input's
+        writer is, among the ops that wrote it before the reader, one of the reader's question if
+        any, else the latest.
+        """
         construction = {
             sid for sid, s in sessions.items() if s.get("category") == "memory_construction"
         }
+        order = list(ops)
+        writers: dict[str, list[str]] = {}
+        before: dict[str, dict[str, list[str]]] = {}
+        for op_id in order:
+            flow = flows[op_id]
+            before[op_id] = {ref: list(writers[ref]) for ref in flow.inputs if ref in writers}
+            for ref in flow.outputs:
+                writers.setdefault(ref, []).append(op_id)
+        serving = {op_id for op_id in order if ops[op_id].get("session_id") not in construction}
         case_of: dict[str, str] = {}
-        for query in queries:
-            frontier = [query]
-            seen = {query}
-            while frontier:
-                for op_id in readers.get(frontier.pop(), []):
-                    if op_id in case_of or ops[op_id].get("session_id") in construction:
-                        continue
-                    case_of[op_id] = query
-                    for out in writes[op_id]:
-                        if out not in seen:
-                            seen.add(out)
-                            frontier.append(out)
-        return case_of
+        for op_id in order:
+            own = [ref for ref in flows[op_id].inputs if ref in queries]
+            if op_id in serving and own:
+                case_of[op_id] = own[0]
+        # The next op that read what this op wrote (its latest writer being this op).
+        consumer: dict[str, str] = {}
+        for op_id in order:
+            for earlier in before[op_id].values():
+                if earlier and earlier[-1] != op_id:
+                    consumer.setdefault(earlier[-1], op_id)
+        for op_id in order:
+            if op_id not in serving or op_id in case_of:
+                continue
+            sole = [
+                earlier[0]
+                for ref, earlier in before[op_id].items()
+                if len(writers[ref]) == 1 and earlier[0] in case_of
+            ]
+            if sole:
+                case_of[op_id] = case_of[sole[-1]]
+        for op_id in reversed(order):
+            if op_id not in serving or op_id in case_of:
+                continue
+            nxt = consumer.get(op_id)
+            if nxt is not None and nxt in case_of:
+                case_of[op_id] = case_of[nxt]
+        for op_id in order:
+            if op_id not in serving or op_id in case_of:
+                continue
+            latest = [w[-1] for w in before[op_id].values() if w and w[-1] in case_of]
+            if latest:
+                case_of[op_id] = case_of[max(latest, key=lambda w: flows[w].last_edge)]
+        writer_of: dict[str, dict[str, str]] = {}
+        for op_id in order:
+            mine = case_of.get(op_id)
+            chosen = {}
+            for ref, earlier in before[op_id].items():
+                same = [w for w in earlier if mine is not None and case_of.get(w) == mine]
+                chosen[ref] = (same or earlier)[-1]
+            writer_of[op_id] = chosen
+        return case_of, writer_of
+
+    def _tombstone(self, ref: str, unit: dict[str, Any] | None, time: int) -> EventRecord:
+        """The output event of a unit deleted through the ``delete_marker`` node."""
+        value = canonical_value(decode_value(unit.get("value"))) if unit is not None else ""
+        attrs: dict[str, AttrValue] = {
+            attr.MEMTRACE_VARIABLE_REF: ref,
+            attr.MEMTRACE_VARIABLE_ROLE: Role.OUTPUT.value,
+            attr.MEMTRACE_VARIABLE_CATEGORY: str(
+                self._category(ref, unit) if unit is not None else Category.MEMORY
+            ),
+            attr.MEMTRACE_VARIABLE_DIGEST: digest(value),
+            attr.MEMTRACE_VARIABLE_DELETED: True,
+        }
+        return EventRecord(attr.MEMTRACE_VARIABLE_EVENT, time, MappingProxyType(attrs))
+
+    def _selection(
+        self, ref: str, units: list[str], nodes: Mapping[str, dict[str, Any]], time: int
+    ) -> EventRecord:
+        """The candidate list of a search that pointed at stored units: their values, in order."""
+        text = canonical_value([decode_value(nodes.get(u, {}).get("value")) for u in units])
+        attrs: dict[str, AttrValue] = {
+            attr.MEMTRACE_VARIABLE_REF: ref,
+            attr.MEMTRACE_VARIABLE_ROLE: Role.OUTPUT.value,
+            attr.MEMTRACE_VARIABLE_CATEGORY: Category.CANDIDATES.value,
+            attr.MEMTRACE_VARIABLE_DIGEST: digest(text),
+            attr.MEMTRACE_VARIABLE_VALUE: text,
+            attr.MEMTRACE_VARIABLE_META: canonical_value({"source_refs": units}),
+        }
+        return EventRecord(attr.MEMTRACE_VARIABLE_EVENT, time, MappingProxyType(attrs))
+
+    def _category(self, ref: str, node: dict[str, Any]) -> str:
+        """The node's category; an LLM reply by what wrote it (answer, or extracted memory)."""
+        category = _variable_category(node)
+        if category == Category.OTHER and node.get("category") == "llm_response":
+            kind = self.writer_kind.get(ref)
+            if kind == OpKind.GENERATE:
+                return Category.PREDICTION.value
+            if kind in (OpKind.EXTRACT, OpKind.CREATE, OpKind.UPDATE):
+                return Category.MEMORY.value
+        return category
 
     def _event(self, ref: str, role: str, node: dict[str, Any] | None) -> EventRecord:
         attrs: dict[str, AttrValue] = {
@@ -614,7 +841,7 @@ class _Importer:
         else:
             value = decode_value(node.get("value"))
             text = canonical_value(value)
-            attrs[attr.MEMTRACE_VARIABLE_CATEGORY] = str(_variable_category(node))
+            attrs[attr.MEMTRACE_VARIABLE_CATEGORY] = str(self._category(ref, node))
             attrs[attr.MEMTRACE_VARIABLE_DIGEST] = digest(text)
             if node.get("value") is not None:
                 attrs[attr.MEMTRACE_VARIABLE_VALUE] = text
@@ -637,11 +864,9 @@ class _Importer:
         self,
         op_id: str,
         op: dict[str, Any],
-        position: int,
         nodes: Mapping[str, dict[str, Any]],
         sessions: Mapping[str, dict[str, Any]],
-        inputs: list[str],
-        outputs: list[str],
+        flow: _Flow,
         writer: Mapping[str, str],
         produced: set[str],
         span_ids: Mapping[str, str],
@@ -649,20 +874,21 @@ class _Importer:
         name: str,
         case_id: str | None,
     ) -> SpanRecord:
+        inputs, outputs = flow.inputs, flow.outputs
         session_id = self.session_of[op_id]
         session = sessions.get(session_id, {})
         session_category = session.get("category")
         stage = _stage(kind, session_category if type(session_category) is str else None)
-        start = parse_created_at(op.get("created_at"), "created_at")
+        # Times tie within a millisecond, and a ``comment_fn`` op is stamped before the ops its
+        # body runs: starts follow the execution order (one nanosecond apart at least).
+        start = max(parse_created_at(op.get("created_at"), "created_at"), self.clock + 1)
+        self.clock = start
         end = start
         for ref in outputs:
             node = nodes.get(ref)
             if node is not None:
                 with contextlib.suppress(Bad):
                     end = max(end, parse_created_at(node.get("created_at"), "created_at"))
-        # Ties within a millisecond keep the execution order through the position.
-        start += position
-        end = max(end + position, start)
 
         attrs: dict[str, AttrValue] = {
             attr.MEMTRACE_OP_KIND: kind,
@@ -683,13 +909,23 @@ class _Importer:
             verdict = _judge_verdict(outputs, nodes)
             if verdict is not None:
                 attrs[attr.MEMTRACE_JUDGE_VERDICT] = verdict
+        attrs[attr.MEMTRACE_SOURCE_OP_ID] = op_id
+        if flow.chain:
+            attrs[attr.MEMTRACE_SOURCE_CHAIN] = canonical_value(flow.chain)
 
         events = [
             self._event(ref, Role.INPUT.value, nodes.get(ref))
             for ref in inputs
             if ref not in produced
         ]
-        events += [self._event(ref, Role.OUTPUT.value, nodes.get(ref)) for ref in outputs]
+        for ref in outputs:
+            unit = flow.deletes.get(ref)
+            if ref in flow.selected:
+                events.append(self._selection(ref, flow.selected[ref], nodes, end))
+            elif unit is None:
+                events.append(self._event(ref, Role.OUTPUT.value, nodes.get(ref)))
+            else:
+                events.append(self._tombstone(ref, nodes.get(unit), end))
         links = []
         for ref in inputs:
             source_op = writer.get(ref)
@@ -796,6 +1032,7 @@ class _Importer:
                     op_name=names.get(source_op),
                     source_op_id=source_op,
                     scored=error_type in _SCORED,
+                    system=self.system,
                 )
             )
         return list(cases.values()), labels

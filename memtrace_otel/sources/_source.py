@@ -11,15 +11,18 @@ from memtrace_otel.errors import DecodeError
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.sources._common import (
     DUPLICATE_SPAN,
+    NOT_A_REGULAR_FILE,
     OnError,
     SourceStats,
     make_error,
     policy,
 )
+from memtrace_otel.sources._contract import INVALID_OP, check_op
 from memtrace_otel.sources._documents import BenchSink
 from memtrace_otel.sources._files import expand_paths, read_file
 from memtrace_otel.sources._limits import ReadLimits, RecordCapper, ValueLimits
 from memtrace_otel.sources._memtracebench import BenchCase, BenchLabel
+from memtrace_otel.sources._outcomes import Outcome
 
 DEFAULT_DEDUPE_WINDOW = 1 << 18
 """Spans remembered per generation for duplicate detection (two generations are kept)."""
@@ -73,6 +76,15 @@ class Source(ABC):
         """Annotated faults (labels) found in MemTraceBench files read so far."""
         return self._bench.labels
 
+    @property
+    def outcomes(self) -> list[Outcome]:
+        """Evaluations read from OTLP log records (``resourceLogs`` files) so far.
+
+        Evaluations on spans (feedback spans, ``gen_ai.evaluation.result`` events) come with the
+        records: read them with :func:`~memtrace_otel.sources.read_outcomes`.
+        """
+        return self._bench.outcomes
+
     @abstractmethod
     def _raw_records(self) -> Iterator[SpanRecord]:
         """Every decoded record, duplicates included."""
@@ -85,11 +97,25 @@ class Source(ABC):
         """
         capper = RecordCapper(self.limits)
         stats = self.stats
-        for record in self._raw_records():
-            record, cut = capper.cap(record)
+        for raw in self._raw_records():
+            checked = check_op(raw)
+            if isinstance(checked, tuple):
+                self._invalid_op(raw, *checked)
+                continue
+            record, cut = capper.cap(checked)
             if cut:
                 stats.truncated_values += cut
             yield record
+
+    def _invalid_op(self, record: SpanRecord, field: str, reason: str) -> None:
+        path, _, line = record.source.rpartition(":")
+        error = make_error(
+            f"span {record.span_id}: {reason}",
+            path=path or record.source,
+            line=int(line) if line.isdigit() else None,
+            field=field,
+        )
+        self.on_error(INVALID_OP, error)
 
     def records(self) -> Iterator[SpanRecord]:
         """The span records, streamed, each (trace id, span id) once.
@@ -147,6 +173,13 @@ class FileSource(Source):
         max_document_bytes: largest whole JSON document read; a larger file is skipped after
             reading at most this much and counted as ``document_too_large``. ``None``:
             ``MEMTRACE_MAX_DOCUMENT_BYTES``, else 256 MiB.
+        max_decompressed_bytes: most bytes decompressed from one gzip or zstd file (every
+            layer counted); the rest of the file is skipped and counted as
+            ``decompressed_too_large``. ``None``: ``MEMTRACE_MAX_DECOMPRESSED_BYTES``, else
+            4 GiB.
+        max_compression_ratio: most bytes decompressed per compressed byte (at least 16 MiB
+            per file), counted the same way. ``None``: ``MEMTRACE_MAX_COMPRESSION_RATIO``, else
+            1000.
 
     Raises:
         SourceError: (when iterating) a spec names nothing.
@@ -163,6 +196,8 @@ class FileSource(Source):
         max_array_items: int | None = None,
         max_line_bytes: int | None = None,
         max_document_bytes: int | None = None,
+        max_decompressed_bytes: int | None = None,
+        max_compression_ratio: int | None = None,
     ) -> None:
         super().__init__(
             strict=strict,
@@ -170,7 +205,9 @@ class FileSource(Source):
             max_attribute_bytes=max_attribute_bytes,
             max_array_items=max_array_items,
         )
-        self.read_limits = ReadLimits.resolve(max_line_bytes, max_document_bytes)
+        self.read_limits = ReadLimits.resolve(
+            max_line_bytes, max_document_bytes, max_decompressed_bytes, max_compression_ratio
+        )
         self.specs: list[str | os.PathLike[str]] = (
             [paths] if isinstance(paths, str | os.PathLike) else list(paths)
         )
@@ -178,9 +215,12 @@ class FileSource(Source):
     def _raw_records(self) -> Iterator[SpanRecord]:
         capper = RecordCapper(self.limits, self.stats)
         for spec in self.specs:
-            for path in expand_paths(spec):
+            for path in expand_paths(spec, self._skip_path):
                 self.stats.files += 1
                 yield from read_file(path, self.on_error, self._bench, capper, self.read_limits)
+
+    def _skip_path(self, path: str, reason: str) -> None:
+        self.on_error(NOT_A_REGULAR_FILE, make_error(reason, path=path, line=None))
 
     def _capped_records(self) -> Iterator[SpanRecord]:
         # The file reader caps as it decodes, skipping lines too short to hold a long value.

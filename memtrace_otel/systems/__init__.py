@@ -51,6 +51,11 @@ from memtrace_otel.systems._generate import (
     generate_benchmark,
     run_demo,
 )
+from memtrace_otel.systems._hard_output import (
+    HARD_STORES,
+    HardSummary,
+    generate_hard_benchmark,
+)
 from memtrace_otel.systems._judge import (
     LLM_JUDGE_PROMPT,
     DeterministicJudge,
@@ -96,6 +101,7 @@ __all__ = [
     "DEFAULT_RATE",
     "ENGINES",
     "FAULTS",
+    "HARD_STORES",
     "LABELS_FILE",
     "LLM_JUDGE_PROMPT",
     "NO_SINGLE_FIX",
@@ -120,6 +126,7 @@ __all__ = [
     "Evidence",
     "FaultPlan",
     "FaultSpec",
+    "HardSummary",
     "Judgement",
     "LLMJudge",
     "Label",
@@ -146,6 +153,7 @@ __all__ = [
     "case_id_for",
     "default_locomo_path",
     "generate_benchmark",
+    "generate_hard_benchmark",
     "generate_workload",
     "is_abstention",
     "judge_answer",

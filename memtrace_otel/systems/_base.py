@@ -26,8 +26,6 @@ from enum import StrEnum
 from types import TracebackType
 from typing import Any, ClassVar
 
-from opentelemetry.trace import Status, StatusCode
-
 from memtrace_otel.instrumentation import MemTracer, Op, Variable
 from memtrace_otel.semconv import Category, OpKind, Stage
 from memtrace_otel.semconv import attributes as A
@@ -364,10 +362,7 @@ class Step:
     def fail(self, exc: BaseException) -> None:
         """Mark the op failed (a malformed model reply) without raising: the pipeline degrades."""
         self.failed = True
-        span = self._op.span
-        if span.is_recording():
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        self._op.record_error(exc)
 
 
 # --- retrieval --------------------------------------------------------------------------------

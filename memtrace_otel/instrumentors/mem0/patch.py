@@ -41,6 +41,7 @@ import wrapt
 
 from memtrace_otel._internal import data_warning, internal_error
 from memtrace_otel.instrumentation import MemTracer, Op, Variable, is_tracing_suppressed
+from memtrace_otel.instrumentation._variables import unchecked_variable
 from memtrace_otel.instrumentors._common import (
     BoundedCache,
     Call,
@@ -312,18 +313,23 @@ class Mem0Telemetry:
                 if isinstance(current, proxy_type):
                     setattr(instance, name, current.__wrapped__)
 
-    def version_of(self, instance: Any, memory_id: str) -> int:
-        """The record's current version: cached, else its number of history entries."""
+    def version_of(self, instance: Any, memory_id: str, metadata: Any = None) -> int:
+        """The record's current version: cached, else the one its traced writer put in its
+        metadata, else (a record written untraced) its number of history entries, read once."""
         known = self.versions.get(memory_id)
         if known is not None:
             return known
-        version = 1
-        db = getattr(instance, "db", None)
-        if db is not None:
-            try:
-                version = max(1, len(db.get_history(memory_id)))
-            except Exception:
-                version = 1  # no history table (or closed): version 1 is the best guess
+        written = metadata.get(A.METADATA_VERSION) if isinstance(metadata, dict) else None
+        if type(written) is int and written >= 1:
+            version = written
+        else:
+            version = 1
+            db = getattr(instance, "db", None)
+            if db is not None:
+                try:
+                    version = max(1, len(db.get_history(memory_id)))
+                except Exception:
+                    version = 1  # no history table (or closed): version 1 is the best guess
         self.versions.set(memory_id, version)
         return version
 
@@ -338,13 +344,17 @@ class Mem0Telemetry:
                 "memtrace-otel: a mem0 record without an id was returned; it is not linked",
             )
             return None
-        memory_id = str(memory_id)
+        memory_id = memory_id if type(memory_id) is str else str(memory_id)
         tp = metadata.get(A.METADATA_TRACEPARENT) if isinstance(metadata, dict) else None
         if store is not None and self.stores.get(memory_id) != store:
             self.stores.set(memory_id, store)
-        return Variable(
+        version = self.versions.get(memory_id)
+        if version is None:
+            version = self.version_of(instance, memory_id, metadata)
+        # Per hit, so without re-validation: a non-empty id, a version >= 1, a category.
+        return unchecked_variable(
             f"mem0:{memory_id}",
-            self.version_of(instance, memory_id),
+            version,
             text,
             Category.MEMORY,
             None,
@@ -550,6 +560,7 @@ def _record_hits(
 ) -> None:
     candidates: list[dict[str, Any]] = []
     retrieved: list[Retrieved] = []
+    inputs: list[Variable] = []
     for hit in hits:
         if not isinstance(hit, dict):
             continue
@@ -559,12 +570,18 @@ def _record_hits(
         )
         entry: dict[str, Any] = {"text": text}
         if variable is not None:
-            op.input(variable)
-            entry["ref"] = variable.ref
-            retrieved.append(Retrieved(variable.ref, str(text or ""), variable.traceparent))
-        if hit.get("score") is not None:
-            entry["score"] = hit["score"]
+            inputs.append(variable)
+            ref = entry["ref"] = variable.ref
+            retrieved.append(
+                Retrieved(
+                    ref, text if isinstance(text, str) else str(text or ""), variable.traceparent
+                )
+            )
+        score = hit.get("score")
+        if score is not None:
+            entry["score"] = score
         candidates.append(entry)
+    op.add_inputs(inputs)  # once per call: the inputs attribute is written once, at the end
     op.set_attribute(A.GEN_AI_MEMORY_RECORD_COUNT, len(candidates))
     op.output(Variable(f"candidates:{span_hex(op)}", 1, candidates, Category.CANDIDATES))
     remember_retrieval(op, store, case_id, retrieved)
@@ -692,6 +709,8 @@ class _WriteCall(Call):
             metadata = args.get("metadata")
             metadata = dict(metadata) if isinstance(metadata, dict) else {}
             metadata[A.METADATA_TRACEPARENT] = op.traceparent
+            # And the version it gets, so readers need no history read to name it.
+            metadata[A.METADATA_VERSION] = 1 if self.kind == "create" else self.version + 1
             self.bound.set("metadata", metadata)
             self.args, self.kwargs = self.bound.args, self.bound.kwargs
 
@@ -920,6 +939,7 @@ class _SearchExistingCall(_PhaseCall):
         if op is None or not op.is_traced or not isinstance(result, list | tuple):
             return result
         candidates: list[dict[str, Any]] = []
+        found: list[Variable] = []
         for hit in result:
             payload = getattr(hit, "payload", None)
             payload = payload if isinstance(payload, dict) else {}
@@ -932,9 +952,11 @@ class _SearchExistingCall(_PhaseCall):
             )
             if variable is None:
                 continue
-            op.input(variable)
+            found.append(variable)
             candidates.append({"ref": variable.ref, "text": variable.value})
-            with state.lock:
+        op.add_inputs(found)
+        with state.lock:
+            for variable in found:
                 state.existing.setdefault(variable.id.removeprefix("mem0:"), variable)
         op.output(Variable(f"candidates:{span_hex(op)}", 1, candidates, Category.CANDIDATES))
         return result
@@ -984,6 +1006,7 @@ class _BatchWriteCall(_PhaseCall):
             for payload in payloads:
                 if isinstance(payload, dict):
                     payload[A.METADATA_TRACEPARENT] = op.traceparent
+                    payload[A.METADATA_VERSION] = 1
 
     def finish(self, result: Any) -> Any:
         op, state = self.op, self.state

@@ -13,6 +13,12 @@ Calls made by an instrumented memory system for its own work (Mem0's extraction)
 
 A stream is returned as a transparent proxy of the library's stream: the op ends when the stream
 is exhausted, closed or fails.
+
+**Beside the upstream OpenAI instrumentor** (``opentelemetry-instrumentation-openai-v2``): our
+wrapper sits beneath its wrapper whatever the order the two were enabled in, so its chat span is
+the current span when ours runs. Then no second span is made: the op *enriches* that span (our
+attributes, links and variable events) and leaves its name, status, token usage and end to the
+upstream instrumentor, so every call has one chat span and its tokens are counted once.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from collections.abc import Callable
 from typing import Any
 
 import wrapt
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind
 
 from memtrace_otel._internal import internal_error
 from memtrace_otel.instrumentation import MemTracer, Op, Variable
@@ -49,7 +57,8 @@ MODULE = "openai.resources.chat.completions"
 OP_NAME = "openai.chat.completions"
 GEN_AI_CHAT = "chat"
 """Upstream ``gen_ai.operation.name`` of a chat completion."""
-GEN_AI_SYSTEM_OPENAI = "openai"
+GEN_AI_PROVIDER_OPENAI = "openai"
+"""``gen_ai.provider.name`` (formerly ``gen_ai.system``) of OpenAI calls."""
 
 TARGETS: tuple[Target, ...] = (
     Target(MODULE, "Completions.create", "create"),
@@ -115,6 +124,25 @@ def _mostly_in(text: str, words: set[str]) -> bool:
     return sum(t in words for t in tokens) >= _FUZZY_RECALL * len(tokens)
 
 
+def upstream_chat_span() -> Span | None:
+    """The current span if an upstream GenAI instrumentor opened it for this very chat call.
+
+    It is a recording ``CLIENT`` span with ``gen_ai.operation.name`` ``chat`` and provider
+    ``openai`` (``gen_ai.provider.name``, or the older ``gen_ai.system``) that no op has
+    enriched yet. Read through the SDK span's public ``kind`` and ``attributes``.
+    """
+    span = trace.get_current_span()
+    if not span.is_recording() or getattr(span, "kind", None) is not SpanKind.CLIENT:
+        return None
+    attributes = getattr(span, "attributes", None)
+    if not attributes or attributes.get(A.GEN_AI_OPERATION_NAME) != GEN_AI_CHAT:
+        return None
+    provider = attributes.get(A.GEN_AI_PROVIDER_NAME) or attributes.get(A.GEN_AI_SYSTEM)
+    if provider != GEN_AI_PROVIDER_OPENAI or A.MEMTRACE_OP_KIND in attributes:
+        return None
+    return span
+
+
 class OpenAITelemetry:
     """The tracer of one ``OpenAIInstrumentor.instrument()``."""
 
@@ -145,6 +173,7 @@ class _GenerateCall(Call):
         self.mt = mt
         self.is_async = is_async
         self.op: Op | None = None
+        self.upstream: Span | None = None  # the upstream chat span this call enriches
         self.stream = kwargs.get("stream") is True
         # A stream outlives the call: its op is entered in a context of its own, so that
         # ending it later, wherever the stream is consumed, leaves the caller's context alone.
@@ -154,19 +183,20 @@ class _GenerateCall(Call):
         kwargs = self.kwargs
         prompt = normalise(prompt_of(kwargs.get("messages")))
         records, retrieval = used_records(prompt, retrievals_in_context())
-        attributes: dict[str, Any] = {
-            A.GEN_AI_OPERATION_NAME: GEN_AI_CHAT,
-            A.GEN_AI_SYSTEM: GEN_AI_SYSTEM_OPENAI,
-        }
-        model = kwargs.get("model")
-        if isinstance(model, str):
-            attributes[A.GEN_AI_REQUEST_MODEL] = model
+        self.upstream = upstream_chat_span()
+        attributes: dict[str, Any] = {A.GEN_AI_OPERATION_NAME: GEN_AI_CHAT}
+        if self.upstream is None:  # else they are the upstream span's, already set
+            attributes[A.GEN_AI_PROVIDER_NAME] = GEN_AI_PROVIDER_OPENAI
+            model = kwargs.get("model")
+            if isinstance(model, str):
+                attributes[A.GEN_AI_REQUEST_MODEL] = model
         op = self.mt.generate(
             OP_NAME,
             inputs=[r.variable() for r in records],
             prompt=prompt_for(prompt),
             store_id=retrieval.store_id if retrieval is not None else None,
             attributes=attributes,
+            span=self.upstream,
         )
         self.op = op
         if self.ctx is not None:
@@ -211,6 +241,13 @@ class _GenerateCall(Call):
         op = self.op
         if op is None or not op.is_traced:
             return
+        if self.upstream is None:  # else the upstream span records them: usage counted once
+            self._record_response(op, model, usage)
+        if isinstance(content, str):
+            op.output(Variable(f"prediction:{span_hex(op)}", 1, content, Category.PREDICTION))
+
+    @staticmethod
+    def _record_response(op: Op, model: Any, usage: Any) -> None:
         if isinstance(model, str):
             op.set_attribute(A.GEN_AI_RESPONSE_MODEL, model)
         if usage is not None:
@@ -221,8 +258,6 @@ class _GenerateCall(Call):
                 value = getattr(usage, name, None)
                 if isinstance(value, int):
                     op.set_attribute(attribute, value)
-        if isinstance(content, str):
-            op.output(Variable(f"prediction:{span_hex(op)}", 1, content, Category.PREDICTION))
 
     def end(self, exc: BaseException | None) -> None:
         if self.ctx is not None:
@@ -353,4 +388,11 @@ class _AsyncStream(wrapt.ObjectProxy[Any]):
             self._self_state.finish(None)
 
 
-__all__ = ["OP_NAME", "TARGETS", "OpenAITelemetry", "prompt_of", "used_records"]
+__all__ = [
+    "OP_NAME",
+    "TARGETS",
+    "OpenAITelemetry",
+    "prompt_of",
+    "upstream_chat_span",
+    "used_records",
+]

@@ -408,13 +408,39 @@
     else $('detail').appendChild(el('p', {className: 'muted', text: 'Click a node to see its values, attributes and times.'}));
   }
 
+  /* What a person asks first: the question, the expected and the given answer, the feedback. */
+  function renderQuestion(box, q) {
+    if (!q) return;
+    var rows = [
+      ['question', q.question || 'not captured'],
+      ['expected', (q.expected || []).length ? q.expected.join(' | ') : 'not known'],
+      ['answer given', q.prediction === null || q.prediction === undefined ? 'not captured' : q.prediction]
+    ];
+    var table = el('table', {className: 'qa'});
+    rows.forEach(function (r) {
+      table.appendChild(el('tr', {}, el('th', {text: r[0]}), el('td', {text: String(r[1])})));
+    });
+    (q.feedback || []).forEach(function (f, i, all) {
+      var what = [f.label, f.score === null || f.score === undefined ? null : 'score ' + f.score].filter(Boolean).join(', ');
+      var when = f.time_unix_nano ? new Date(f.time_unix_nano / 1e6).toISOString() : '';
+      var text = what + (f.name ? ' (' + f.name + ')' : '') + ' via ' + f.via + (when ? ' at ' + when : '') +
+        (f.explanation ? ': “' + f.explanation + '”' : '') + (i === all.length - 1 && all.length > 1 ? ' (latest: decides)' : '');
+      table.appendChild(el('tr', {}, el('th', {text: i === 0 ? 'flagged by' : ''}), el('td', {text: text})));
+    });
+    if (!(q.feedback || []).length && q.source) {
+      table.appendChild(el('tr', {}, el('th', {text: 'flagged by'}), el('td', {text: q.source})));
+    }
+    box.appendChild(table);
+  }
+
   function renderVerdict(view) {
     var box = clear($('verdict'));
+    renderQuestion(box, view.question);
     var v = view.verdict;
     box.classList.toggle('none', !v || !v.error_type);
     if (!v) { box.appendChild(el('div', {className: 'headline', text: 'No verdict for this case.'})); return; }
     var culprit = v.op_id ? el('button', {className: 'linklike mono', text: (v.op_name || v.op_id) + ' (' + v.op_id + ')', onclick: function () { select(v.op_id, true); }}) : null;
-    box.appendChild(el('div', {className: 'headline'}, errorBadge(v.error_type), ' ', v.error_type ? 'at ' : '', culprit));
+    box.appendChild(el('div', {className: 'headline'}, errorBadge(v.error_type), ' ', v.error_type ? 'at ' : '(abstained)', culprit));
     box.appendChild(el('div', {className: 'reason', text: v.reason || ''}));
     var small = 'method ' + v.method + ' · confidence ' + (typeof v.confidence === 'number' ? v.confidence.toFixed(2) : '?');
     if (v.system) small += ' · system ' + v.system;

@@ -1,0 +1,140 @@
+"""``memtrace attribute`` on traces written with the upstream GenAI conventions only (issue 24).
+
+The app (``tests/_upstream_app.py``) plays a memory layer traced by another instrumentation:
+memory spans by ``gen_ai.operation.name``, chat spans (hand-written, or the real upstream
+OpenAI instrumentor's own spans over the real ``openai`` client and a loopback server), outcomes
+as ``gen_ai.evaluation.result`` events. No cases file: the failures come from the evaluations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from memtrace_otel.cli import main
+from tests._upstream_app import AppRun, Truth, run_app
+from tests.conftest import REPO
+
+
+@dataclass
+class Scored:
+    run: AppRun
+    verdicts: dict[str, dict[str, object]]
+
+    @property
+    def failed(self) -> int:
+        return len(self.run.failed)
+
+    def right_type(self) -> float:
+        return (
+            sum(self.verdicts[c]["error_type"] == t.label for c, t in self.run.failed.items())
+            / self.failed
+        )
+
+    def right_op(self) -> float:
+        return (
+            sum(self.verdicts[c]["op_id"] == t.span_id for c, t in self.run.failed.items())
+            / self.failed
+        )
+
+    def wrong(self) -> list[str]:
+        """Cases with a verdict that is not right (abstentions are not wrong)."""
+        return [
+            f"{t.fault}: {v['error_type']} at {v['op_name']} ({v['reason']})"
+            for c, t in self.run.failed.items()
+            if (v := self.verdicts[c])["error_type"] is not None
+            and (v["error_type"] != t.label or v["op_id"] != t.span_id)
+        ]
+
+
+def attribute(folder: Path, run: AppRun) -> Scored:
+    out = folder / "verdicts.jsonl"
+    assert main(["attribute", str(run.traces), "--out", str(out)]) == 0
+    verdicts = {}
+    for line in out.read_text().splitlines():
+        verdict = json.loads(line)
+        verdicts[verdict["case_id"]] = verdict
+    # Every failure is found without a cases file, and no correct answer is blamed.
+    assert set(verdicts) == set(run.failed)
+    assert not set(verdicts) & set(run.correct)
+    return Scored(run, verdicts)
+
+
+@pytest.fixture(scope="module")
+def hand_written(tmp_path_factory: pytest.TempPathFactory) -> Scored:
+    folder = tmp_path_factory.mktemp("upstream-on")
+    return attribute(folder, run_app(folder, seed=0))
+
+
+@pytest.fixture(scope="module")
+def real_openai(tmp_path_factory: pytest.TempPathFactory) -> Scored:
+    # The app runs in a process of its own, as an app does: the upstream instrumentation reads
+    # its semantic-convention settings once per process.
+    folder = tmp_path_factory.mktemp("upstream-openai-v2")
+    env = {
+        **os.environ,
+        "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental",
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY",
+    }
+    subprocess.run(
+        [sys.executable, "-m", "tests._upstream_app", str(folder), "1"],
+        cwd=REPO,
+        env=env,
+        check=True,
+        timeout=300,
+    )
+    truth = json.loads((folder / "truth.json").read_text())
+    run = AppRun(
+        traces=folder / "traces.jsonl",
+        failed={c: Truth(**t) for c, t in truth["failed"].items()},
+        correct=truth["correct"],
+    )
+    return attribute(folder, run)
+
+
+def test_the_upstream_app_has_enough_failures_of_every_label(hand_written: Scored) -> None:
+    labels = {t.label for t in hand_written.run.failed.values()}
+    assert labels == {
+        "ExtractionError",
+        "UpdateError",
+        "DeletionError",
+        "RetrievalError",
+        "ResponseError",
+    }
+    assert hand_written.failed >= 40 and hand_written.run.correct
+
+
+def test_verdicts_say_what_was_inferred(hand_written: Scored) -> None:
+    for verdict in hand_written.verdicts.values():
+        assert "not in the traces" not in str(verdict["reason"])
+        assert any("upstream GenAI spans" in str(item) for item in verdict["unchecked"])  # type: ignore[attr-defined]
+
+
+def test_capture_on_names_the_planted_faults(hand_written: Scored) -> None:
+    assert hand_written.right_type() >= 0.85, hand_written.wrong()
+    assert hand_written.right_op() >= 0.75, hand_written.wrong()
+
+
+def test_the_real_upstream_openai_instrumentors_chat_spans_are_read(real_openai: Scored) -> None:
+    spans = [json.loads(line) for line in real_openai.run.traces.read_text().splitlines()]
+    scopes = {
+        scope["scope"]["name"]
+        for line in spans
+        for resource in line["resourceSpans"]
+        for scope in resource["scopeSpans"]
+    }
+    assert any(name.startswith("opentelemetry.util.genai") or "openai" in name for name in scopes)
+    assert real_openai.right_type() >= 0.85, real_openai.wrong()
+    assert real_openai.right_op() >= 0.75, real_openai.wrong()
+
+
+def test_capture_off_gives_abstentions_or_right_verdicts_only(tmp_path: Path) -> None:
+    run = run_app(tmp_path, capture=False, seed=2)
+    scored = attribute(tmp_path, run)
+    assert scored.wrong() == []
