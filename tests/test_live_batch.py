@@ -263,3 +263,44 @@ def test_progress_in_a_log_is_plain_lines(small: Path, tmp_path: Path) -> None:
     text = log.getvalue()
     assert "\r" not in text
     assert "loading" in text and "attributing: done" in text
+
+
+def test_tempo_search_is_sliced_until_every_slice_holds_less_than_a_page() -> None:
+    """A scripted Tempo that honours start/end and limit, as Tempo does: 250 traces, pages of 40."""
+    import threading
+    import urllib.parse
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from memtrace_otel.sources import TempoSource
+
+    now = int(time.time())
+    starts = {f"{n + 1:032x}": now - 3000 + 10 * n for n in range(250)}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+            lo, hi = int(query["start"][0]), int(query["end"][0])
+            hits = [t for t, s in starts.items() if lo <= s <= hi][: int(query["limit"][0])]
+            body = json.dumps({"traces": [{"traceID": t} for t in hits]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        source = TempoSource(url, lookback="1h", limit=40, follow_links=0)
+        ids = source._slices()
+        found = {t for _, page in ids for t in page}
+        assert found == set(starts) and not source.stats.capped
+        assert source.stats.pages > 250 // 40
+        capped = TempoSource(url, lookback="1h", limit=40, follow_links=0, max_traces=100)
+        assert len({t for _, page in capped._slices() for t in page}) == 100
+        assert "max_traces=100" in capped.stats.capped
+    finally:
+        server.shutdown()
