@@ -321,7 +321,9 @@ def test_a_resumed_run_still_lists_every_verdict(
     assert main(args) == 0
     assert main([*args, "--report", str(report)]) == 0
     data = page_data(report / "index.html")
-    assert data["summary"]["resumed"] == 7 and data["summary"]["attributed"] == 0
+    # The summary describes every verdict in --out, not only this run's (issue 20).
+    assert data["summary"]["resumed"] == 7 and data["summary"]["attributed"] == 7
+    assert data["summary"]["new"] == 0 and data["summary"]["in_out"] == 7
     assert {r["case_id"] for r in data["cases"]} == {v.case_id for v in read_verdicts(out)}
 
 
@@ -404,4 +406,5 @@ def test_graph_command_unknown_case_is_a_one_line_error(
 ) -> None:
     assert main(["graph", str(workload[0]), "--case", "nope", "--format", "dot"]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == "memtrace: error: no op belongs to case 'nope' in the sources"
+    assert err.strip().startswith("memtrace: error: no op belongs to case 'nope' in the sources")
+    assert "nearest of the 8 case ids: " in err and len(err.strip().splitlines()) == 1

@@ -8,14 +8,16 @@ it wrote; a rerun skips the cases already in ``--out`` (after repairing a torn l
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import json
 import os
 import sys
 import time
+import urllib.parse
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,16 +28,27 @@ from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._feedback import feedback_cases
 from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case, Verdict, load_cases
+from memtrace_otel.attribution._verdict_log import (
+    PENDING_CAPPED,
+    PENDING_NOT_IN_TRACES,
+    Entry,
+    VerdictLog,
+)
 from memtrace_otel.errors import DecodeError, MemtraceError
 from memtrace_otel.graph import build_graph
 from memtrace_otel.semconv import JudgeVerdict, SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (
+    BACKEND_SCHEMES,
     DEFAULT_RULE,
+    FileSource,
     Outcome,
     OutcomeRule,
+    Progress,
+    Source,
     SourceStats,
     adapt_upstream,
+    expand_paths,
     open_source,
     outcomes_of,
 )
@@ -79,6 +92,21 @@ class BatchSummary:
     seconds: float = 0.0
     repaired_out: bool = False
     model_usage: dict[str, Any] = field(default_factory=dict)
+    capped: list[str] = field(default_factory=list)
+    """Why a live source stopped before its window was exhausted (its bound was reached)."""
+    pages: int = 0
+    traces_fetched: int = 0
+    new: int = 0
+    """Verdicts made by this run (``attributed + unattributed`` count the whole ``--out``)."""
+    in_out: int = 0
+    """Cases with a verdict in ``--out`` (all runs); 0 without ``--out``."""
+    pending: int = 0
+    """Verdicts in ``--out`` that are not final (case not in the traces, source capped)."""
+    redone: int = 0
+    """Final verdicts redone because newer ops arrived (``--redo-stale``)."""
+    written_back: int = 0
+    write_back_failed: int = 0
+    write_back_error: str = ""
     feedback: dict[str, Any] = field(default_factory=dict)
     """What feedback said (:class:`~memtrace_otel.attribution.FeedbackStats` as data)."""
     cases_by_source: dict[str, int] = field(default_factory=dict)
@@ -86,8 +114,27 @@ class BatchSummary:
 
     @property
     def ok(self) -> bool:
-        """No case failed to run and no record or cases-file line was skipped."""
-        return not self.failed and self.skipped_records == 0 and self.skipped_cases == 0
+        """No case failed to run, no record or cases-file line was skipped, no source was
+        capped and every verdict span was written back."""
+        return (
+            not self.failed
+            and self.skipped_records == 0
+            and self.skipped_cases == 0
+            and not self.capped
+            and self.write_back_failed == 0
+        )
+
+    def recount(self, entries: Iterable[Entry]) -> None:
+        """Make the verdict counts and tables describe every verdict in ``--out`` (the latest
+        of each case), not only this run's."""
+        self.new = self.attributed + self.unattributed
+        self.attributed = self.unattributed = self.in_out = self.pending = 0
+        self.by_system, self.by_error_type, self.by_op_name = {}, {}, {}
+        self.by_system_error = {}
+        for entry in entries:
+            self.in_out += 1
+            self.pending += entry.pending is not None
+            self.add(entry.verdict)
 
     def add(self, verdict: Verdict) -> None:
         """Count one verdict."""
@@ -103,6 +150,20 @@ class BatchSummary:
         per = self.by_system_error.setdefault(system, {})
         per[verdict.error_type] = per.get(verdict.error_type, 0) + 1
 
+    def add_loading(self, loaded: BatchSummary) -> None:
+        """Add what another summary counted while loading sources."""
+        self.records += loaded.records
+        self.skipped_records += loaded.skipped_records
+        self.truncated_values += loaded.truncated_values
+        self.replaced_surrogates += loaded.replaced_surrogates
+        self.duplicates += loaded.duplicates
+        self.pages += loaded.pages
+        self.traces_fetched += loaded.traces_fetched
+        self.capped += loaded.capped
+        for kind, count in loaded.skipped_by_kind.items():
+            self.skipped_by_kind[kind] = self.skipped_by_kind.get(kind, 0) + count
+        self.source_errors[:0] = loaded.source_errors
+
     def add_source_stats(self, stats: SourceStats) -> None:
         """Count what a source read, skipped and cut (keeping the first 20 messages)."""
         self.records += stats.records
@@ -110,6 +171,10 @@ class BatchSummary:
         self.truncated_values += stats.truncated_values
         self.replaced_surrogates += stats.replaced_surrogates
         self.duplicates += stats.duplicates
+        self.pages += stats.pages
+        self.traces_fetched += stats.traces_fetched
+        if stats.capped:
+            self.capped.append(stats.capped)
         for kind, count in stats.skipped_by_kind.items():
             self.skipped_by_kind[kind] = self.skipped_by_kind.get(kind, 0) + count
         self.source_errors.extend(stats.errors[: 20 - len(self.source_errors)])
@@ -149,25 +214,30 @@ def load_store_graphs(
     strict: bool = False,
     summary: BatchSummary | None = None,
     outcomes: list[Outcome] | None = None,
+    progress: TextIO | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> dict[str, nx.MultiDiGraph]:
     """Read every source and build one evolution graph per memory store.
 
-    Records of ops with no store id join every store's graph only when a store-less partition is
-    the only one (a single-store app that never set the id). Spans written under the upstream
-    GenAI conventions only are read as contract ops first (:func:`adapt_upstream`).
+    Records of ops of shared partitions (no store id, or a store with no case: prompt loads,
+    templates) also join every store whose ops read what they wrote (see :class:`LineageJoin`).
+    Spans written under the upstream GenAI conventions only are read as contract ops first
+    (:func:`adapt_upstream`).
 
     Args:
         sources: file paths, directories, globs or backend URLs.
         strict: stop at the first bad record.
-        summary: counts what the sources read and skipped.
+        summary: counts what the sources read, skipped, dropped and whether one was capped.
         outcomes: when given, collects every evaluation found (feedback spans, evaluation
             events, OTLP log records), judged by the default rule; ``memtrace.feedback`` spans
             then stay out of the graphs.
+        progress: where to show the loading progress (see :class:`~memtrace_otel.sources.Progress`).
+        options: backend source options (``max_traces``, ``limit``), ignored for files.
     """
     records: list[SpanRecord] = []
     for spec in sources:
-        source = open_source(spec, strict=strict)
-        for record in source.records():
+        source = open_source(spec, strict=strict, **(options or {} if is_backend(spec) else {}))
+        for record in load_with_progress(source, spec, progress):
             if outcomes is not None and record.events:
                 found = outcomes_of(record)
                 if found:
@@ -180,13 +250,132 @@ def load_store_graphs(
         if summary is not None:
             summary.add_source_stats(source.stats)
     by_store: dict[str, list[SpanRecord]] = defaultdict(list)
+    case_stores: set[str] = set()
     for record in adapt_upstream(records):
-        by_store[store_of(record)].append(record)
+        store = store_of(record)
+        by_store[store].append(record)
+        if A.MEMTRACE_CASE_ID in record.attributes:
+            case_stores.add(store)
     loose = by_store.get(NO_STORE)
     if loose is not None and not any(A.MEMTRACE_OP_KIND in r.attributes for r in loose):
         # Only other instrumentations' spans (HTTP, embeddings) name no store: no graph of theirs.
         del by_store[NO_STORE]
+    if len(by_store) > 1:
+        join = LineageJoin({s: r for s, r in by_store.items() if s not in case_stores})
+        extra = {store: join.records_for(store, records) for store, records in by_store.items()}
+        for store, more in extra.items():
+            by_store[store] += more
     return {store: build_graph(records) for store, records in by_store.items()}
+
+
+def is_backend(spec: str) -> bool:
+    """Whether ``spec`` names a live backend rather than files."""
+    return str(spec).startswith(BACKEND_SCHEMES)
+
+
+def load_with_progress(source: Source, spec: str, progress: TextIO | None) -> Iterator[SpanRecord]:
+    """The records of ``source``, showing spans, bytes (files) or traces and pages (backends),
+    rate and ETA on ``progress``."""
+    if progress is None:
+        yield from source.records()
+        return
+    stats = source.stats
+    sizes: list[int] = []
+    if isinstance(source, FileSource):
+        sizes = [_file_size(p) for s in source.specs for p in expand_paths(s)]
+    bar = Progress(
+        progress,
+        f"loading {_shown(spec)}",
+        total=sum(sizes) if sizes else None,
+        unit="B" if sizes else "span",
+    )
+    files = 0
+    count = 0
+    try:
+        for record in source.records():
+            yield record
+            count += 1
+            if count & 1023 == 0:
+                if sizes:
+                    while files < stats.files - 1 and files < len(sizes):
+                        bar.update(sizes[files], f"{count:,} spans")
+                        files += 1
+                    bar.update(0, f"{count:,} spans")
+                else:
+                    bar.update(
+                        1024,
+                        f"{stats.traces_fetched:,} traces, {stats.pages} pages"
+                        if stats.pages or stats.traces_fetched
+                        else None,
+                    )
+        if sizes:
+            bar.update(sum(sizes[files:]), f"{count:,} spans")
+        else:
+            bar.update(count % 1024, f"{stats.traces_fetched:,} traces, {stats.pages} pages")
+    finally:
+        bar.close()
+
+
+def _shown(spec: str) -> str:
+    """``spec`` without credentials (``user:pass@``), for messages."""
+    parts = urllib.parse.urlsplit(str(spec))
+    if "@" not in parts.netloc:
+        return str(spec)
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+class LineageJoin:
+    """Which records of shared partitions belong with a store's records.
+
+    Shared partitions are those where no span names a case: ops that name no store, or a store
+    of the whole system (a prompt template loaded once for every user, a shared instruction).
+    Such an op joins a store when one of the store's ops reads a variable version it wrote, and
+    so, transitively, do the shared ops that wrote what it read. Then a verdict of that store
+    sees the whole lineage instead of claiming a linked trace was not loaded. (Stores that hold
+    cases do not lend ops to each other: a partition's verdicts do not depend on another's.)
+
+    >>> from memtrace_otel.graph._example import example_records
+    >>> LineageJoin({"s": example_records()}).records_for("s", example_records())
+    []
+    """
+
+    def __init__(self, by_store: Mapping[str, Sequence[SpanRecord]]) -> None:
+        self.writers: dict[str, list[tuple[str, SpanRecord]]] = defaultdict(list)
+        for store, records in by_store.items():
+            for record in records:
+                for ref in op_refs(record, A.MEMTRACE_OP_OUTPUTS):
+                    self.writers[ref].append((store, record))
+
+    def records_for(self, store: str, records: Iterable[SpanRecord]) -> list[SpanRecord]:
+        """The records of other partitions that ``records`` (``store``'s) read from."""
+        joined: dict[int, SpanRecord] = {}
+        queue = [ref for record in records for ref in op_refs(record, A.MEMTRACE_OP_INPUTS)]
+        seen: set[str] = set()
+        while queue:
+            ref = queue.pop()
+            if ref in seen:
+                continue
+            seen.add(ref)
+            for writer_store, writer in self.writers.get(ref, ()):
+                if writer_store != store and id(writer) not in joined:
+                    joined[id(writer)] = writer
+                    queue.extend(op_refs(writer, A.MEMTRACE_OP_INPUTS))
+        return list(joined.values())
+
+
+def op_refs(record: SpanRecord, key: str) -> tuple[str, ...]:
+    """The variable refs of ``record``'s ``memtrace.op.inputs`` or ``...outputs``."""
+    value = record.attributes.get(key)
+    if isinstance(value, tuple):
+        return tuple(v for v in value if isinstance(v, str))
+    return (value,) if isinstance(value, str) else ()
 
 
 def note_inferred(G: nx.MultiDiGraph, verdict: Verdict) -> Verdict:
@@ -211,30 +400,18 @@ def note_inferred(G: nx.MultiDiGraph, verdict: Verdict) -> Verdict:
 
 
 def completed_case_ids(out: Path) -> tuple[set[str], bool]:
-    """Case ids already in ``out``; a torn last line (a killed run) is cut off first.
+    """Case ids with a final verdict in ``out``; a torn last line (a killed run) is cut off.
 
     Returns:
         The ids, and whether the file had to be repaired.
+
+    Raises:
+        VerdictFileError: ``out`` is not a verdicts file, or another run is writing it.
     """
     if not out.exists():
         return set(), False
-    done: set[str] = set()
-    data = out.read_bytes()
-    repaired = False
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        with open(out, "r+b") as handle:
-            handle.truncate(cut)
-        data = data[:cut]
-        repaired = True
-    for number, line in enumerate(data.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            done.add(str(json.loads(line)["case_id"]))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise DecodeError(f"not a verdict line ({exc})", path=str(out), line=number) from None
-    return done, repaired
+    with VerdictLog(out) as log:
+        return log.done(), log.repaired
 
 
 def failed_cases(
@@ -335,13 +512,16 @@ def run_batch(
     method: Method,
     *,
     cases_file: str | None = None,
-    out: str | os.PathLike[str] | None = None,
+    out: str | os.PathLike[str] | VerdictLog | None = None,
     strict: bool = False,
     progress: TextIO | None = None,
     on_verdict: Callable[[Verdict], None] | None = None,
     graphs: dict[str, nx.MultiDiGraph] | None = None,
     executor: str | None = None,
     memory_bound: int | str | None = None,
+    redo_stale: bool = False,
+    source_options: Mapping[str, Any] | None = None,
+    loaded: BatchSummary | None = None,
     outcomes: Sequence[Outcome] | None = None,
     rule: OutcomeRule = DEFAULT_RULE,
 ) -> tuple[list[Verdict], BatchSummary]:
@@ -351,7 +531,9 @@ def run_batch(
         sources: file paths, directories, globs or backend URLs.
         method: the attribution method.
         cases_file: a cases file; without it failed cases come from judge ops.
-        out: a verdicts file to append to (resumable); ``None`` keeps verdicts in memory only.
+        out: a verdicts file to append to (resumable; a path, or a :class:`VerdictLog` the
+            caller opened); ``None`` keeps verdicts in memory only. Only final verdicts are
+            skipped by the next run; the summary then counts every verdict in the file.
         strict: stop at the first bad record instead of skipping and counting it.
         progress: where to draw a progress line (stderr in the CLI), or ``None``.
         on_verdict: called with each new verdict (write-back, live reports).
@@ -360,6 +542,11 @@ def run_batch(
             there (``docs/scale.md``); verdicts and summary are those of the in-process run.
         memory_bound: run in this process but spill records per store to a SQLite temp file
             to stay near this many bytes (``"512M"``); ignored with ``graphs``.
+        redo_stale: redo final verdicts older than the newest op of their store (new traces or
+            feedback arrived since).
+        source_options: options for backend sources (``max_traces``, ``limit``).
+        loaded: what loading ``graphs`` counted (records, skips, a capped source), when the
+            caller loaded them: merged into the summary.
         outcomes: evaluations already read with ``graphs`` (see :func:`load_store_graphs`);
             without ``graphs`` they are read from ``sources``. Not read by scaled runs, which
             take failed cases from judge ops or ``cases_file`` only.
@@ -381,6 +568,8 @@ def run_batch(
             strict=strict,
             progress=progress,
             on_verdict=on_verdict,
+            redo_stale=redo_stale,
+            source_options=source_options,
         )
     with QuietHeap() as heap:
         return _run_in_process(
@@ -393,6 +582,9 @@ def run_batch(
             progress,
             on_verdict,
             graphs,
+            redo_stale,
+            source_options or {},
+            loaded,
             outcomes,
             rule,
         )
@@ -403,34 +595,52 @@ def _run_in_process(
     sources: Sequence[str],
     method: Method,
     cases_file: str | None,
-    out: str | os.PathLike[str] | None,
+    out: str | os.PathLike[str] | VerdictLog | None,
     strict: bool,
     progress: TextIO | None,
     on_verdict: Callable[[Verdict], None] | None,
     graphs: dict[str, nx.MultiDiGraph] | None,
+    redo_stale: bool,
+    source_options: Mapping[str, Any],
+    loaded: BatchSummary | None,
     outcomes: Sequence[Outcome] | None,
     rule: OutcomeRule,
 ) -> tuple[list[Verdict], BatchSummary]:
     started = time.perf_counter()
     summary = BatchSummary(method=method.name)
+    if loaded is not None:
+        summary.add_loading(loaded)
     if graphs is None:
         read: list[Outcome] = []
-        graphs = load_store_graphs(sources, strict=strict, summary=summary, outcomes=read)
+        graphs = load_store_graphs(
+            sources,
+            strict=strict,
+            summary=summary,
+            outcomes=read,
+            progress=progress,
+            options=source_options,
+        )
         outcomes = read
     heap.loaded()
     work = failed_cases(graphs, cases_file, summary, outcomes or (), rule)
     summary.cases = len(work)
     summary.truncated_captured += sum(count_truncated_captured(G) for G in graphs.values())
-    out_path = Path(out) if out is not None else None
-    done: set[str] = set()
-    if out_path is not None:
-        done, summary.repaired_out = completed_case_ids(out_path)
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(out_path, "a", encoding="utf-8") if out_path is not None else None  # noqa: SIM115
-    verdicts: list[Verdict] = []
-    empty = nx.MultiDiGraph()
-    try:
-        for number, (store, case) in enumerate(work, 1):
+    with contextlib.ExitStack() as stack:
+        log = out if isinstance(out, VerdictLog) or out is None else VerdictLog(out)
+        if log is not None and log is not out:
+            stack.enter_context(log)
+        done: set[str] = set()
+        if log is not None:
+            summary.repaired_out = summary.repaired_out or log.repaired
+            done = log.done()
+            if redo_stale:
+                done -= stale_cases(log, work, graphs, summary)
+        not_found = set(summary.cases_not_in_traces)
+        verdicts: list[Verdict] = []
+        empty = nx.MultiDiGraph()
+        bar = Progress(progress, "attributing", total=len(work), unit="case")
+        for store, case in work:
+            bar.update(1)
             if case.case_id in done:
                 summary.resumed += 1
                 continue
@@ -444,32 +654,90 @@ def _run_in_process(
                 continue
             verdicts.append(verdict)
             summary.add(verdict)
-            if handle is not None:
-                handle.write(verdict.to_json() + "\n")  # one write per line: appends stay whole
-                handle.flush()
+            pending = pending_reason(verdict, case.case_id in not_found, summary)
+            if log is not None:
+                log.append(verdict, pending)
             if on_verdict is not None:
                 on_verdict(verdict)
-            if progress is not None and (number % 50 == 0 or number == len(work)):
-                progress.write(f"\rattributing: {number}/{len(work)} cases")
-                progress.flush()
-    finally:
-        if handle is not None:
-            os.fsync(handle.fileno())
-            handle.close()
-        if progress is not None and work:
-            progress.write("\n")
+        bar.close()
+        if log is not None:
+            summary.recount(log.entries.values())
     summary.seconds = round(time.perf_counter() - started, 3)
     return verdicts, summary
 
 
+def pending_reason(verdict: Verdict, not_found: bool, summary: BatchSummary) -> str | None:
+    """Why ``verdict`` is not final (the next run redoes it), or ``None`` when it is.
+
+    Not final: the case was not in the traces read, or a source stopped at its bound and the
+    case's graph may lack traces (it was not found, or names missing linked traces).
+    """
+    if summary.capped and (not_found or verdict.missing_traces):
+        return PENDING_CAPPED
+    if not_found:
+        return PENDING_NOT_IN_TRACES
+    return None
+
+
+def stale_cases(
+    log: VerdictLog,
+    work: Sequence[tuple[str, Case]],
+    graphs: Mapping[str, nx.MultiDiGraph],
+    summary: BatchSummary,
+) -> set[str]:
+    """Cases whose verdict in ``log`` is older than the newest op of their store's graph
+    (new traces or new feedback arrived after the verdict was made)."""
+    newest: dict[str, int] = {}
+    stale: set[str] = set()
+    for store, case in work:
+        entry = log.entries.get(case.case_id)
+        if entry is None or entry.pending is not None:
+            continue
+        if store not in newest:
+            G = graphs.get(store)
+            newest[store] = (
+                max(
+                    (d.get("end") or 0 for _, d in G.nodes(data=True) if d.get("type") == "op"),
+                    default=0,
+                )
+                if G is not None
+                else 0
+            )
+        if newest[store] > entry.attributed_at * 1e9:
+            stale.add(case.case_id)
+    summary.redone = len(stale)
+    return stale
+
+
 def summary_table(summary: BatchSummary) -> str:
     """The summary as a plain-text table (per system, error type and op name)."""
+    verdicts = (
+        f"{summary.in_out} verdicts in --out ({summary.new} new this run, {summary.resumed} "
+        f"resumed, {summary.pending} to retry next run), {summary.attributed} attributed, "
+        f"{summary.unattributed} without a culprit"
+        if summary.in_out
+        else f"{summary.attributed} attributed, {summary.unattributed} without a culprit, "
+        f"{summary.resumed} resumed"
+    )
     lines = [
-        f"{summary.cases} failed cases, {summary.attributed} attributed, "
-        f"{summary.unattributed} without a culprit, {len(summary.failed)} failed to run, "
-        f"{summary.resumed} resumed; {summary.records} span records read, "
-        f"{summary.skipped_records} skipped; method {summary.method}, {summary.seconds:.2f} s",
+        f"{summary.cases} failed cases; {verdicts}; {len(summary.failed)} failed to run; "
+        f"{summary.records} span records read, {summary.skipped_records} skipped; "
+        f"method {summary.method}, {summary.seconds:.2f} s",
     ]
+    if summary.pages or summary.traces_fetched:
+        lines.append(
+            f"live sources: {summary.traces_fetched} traces fetched, {summary.pages} search pages"
+        )
+    for capped in summary.capped:
+        lines.append(f"INCOMPLETE (exit status 1): {capped}")
+    if summary.redone:
+        lines.append(f"redone (newer ops than the verdict, --redo-stale): {summary.redone}")
+    if summary.written_back or summary.write_back_failed:
+        lines.append(
+            f"write-back: {summary.written_back} verdict spans sent, "
+            f"{summary.write_back_failed} not sent"
+            + (f" ({summary.write_back_error})" if summary.write_back_error else "")
+        )
     errors = sorted(summary.by_error_type)
     if errors:
         width = max(len(s) for s in summary.by_system_error) if summary.by_system_error else 6

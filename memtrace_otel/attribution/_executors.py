@@ -35,7 +35,7 @@ import sqlite3
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -47,9 +47,13 @@ from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._batch import (
     NO_STORE,
     BatchSummary,
+    LineageJoin,
     QuietHeap,
-    completed_case_ids,
     count_truncated_captured,
+    is_backend,
+    load_with_progress,
+    op_refs,
+    pending_reason,
     store_of,
 )
 from memtrace_otel.attribution._feedback import FeedbackStats
@@ -70,12 +74,15 @@ from memtrace_otel.attribution._partitions import (
     merge_scan,
     plan_sources,
     scan_range,
+    shared_stores,
     split_ranges,
 )
+from memtrace_otel.attribution._verdict_log import VerdictLog
 from memtrace_otel.errors import BackendError, MemtraceError
 from memtrace_otel.graph import build_graph
 from memtrace_otel.semconv import JudgeVerdict, SpanRecord
-from memtrace_otel.sources import SourceStats, expand_paths, open_source
+from memtrace_otel.semconv import attributes as A
+from memtrace_otel.sources import Progress, SourceStats, expand_paths, open_source
 from memtrace_otel.sources._common import NOT_A_REGULAR_FILE, make_error
 
 __all__ = [
@@ -272,8 +279,13 @@ def run_partition(
     with QuietHeap() as heap:  # the partition's records stay in memory: keep the collector off
         by_store, tally = load_partition(partition)
         heap.loaded()
+        join = LineageJoin(
+            {s: records for s, records in by_store.items() if s not in partition.case_stores}
+        )
         for store in partition.stores:
-            G = build_graph(by_store.pop(store))
+            records = by_store.pop(store)
+            G = build_graph(records + join.records_for(store, records))
+            del records
             results.append(
                 attribute_store(store, G, shared.method, shared.cases, shared.done, forced)
             )
@@ -371,13 +383,15 @@ def run_scaled(
     executor: str | None = None,
     memory_bound: int | str | None = None,
     cases_file: str | None = None,
-    out: str | os.PathLike[str] | None = None,
+    out: str | os.PathLike[str] | VerdictLog | None = None,
     strict: bool = False,
     progress: TextIO | None = None,
     on_verdict: Callable[[Verdict], None] | None = None,
     retries: int = DEFAULT_RETRIES,
     partitions: int | None = None,
     spill_dir: str | None = None,
+    redo_stale: bool = False,
+    source_options: Mapping[str, Any] | None = None,
 ) -> tuple[list[Verdict], BatchSummary]:
     """The batch job on an executor, or in one process with bounded memory.
 
@@ -391,8 +405,10 @@ def run_scaled(
         partitions: how many partitions (default: four per worker).
         spill_dir: where the spill file goes.
 
-    With an executor the verdicts file is written once every partition is done, in the order
-    of the single-process run.
+    Verdicts are appended to ``out`` as each partition (each store, with a memory bound)
+    finishes, so a killed run keeps the partitions it finished; a case whose ops turn out to be
+    in an earlier store too gets its single-process verdict appended again at the end (the last
+    line of a case counts).
     """
     started = time.perf_counter()
     summary = BatchSummary(method=method.name)
@@ -400,6 +416,51 @@ def run_scaled(
     bound = parse_size(memory_bound) if memory_bound is not None else None
     if spec is None and bound is None:
         raise ValueError("run_scaled needs an executor or a memory bound")
+    if redo_stale:
+        raise ValueError("--redo-stale runs in one process: leave out --executor/--memory-bound")
+    with contextlib.ExitStack() as stack:
+        log = out if isinstance(out, VerdictLog) or out is None else VerdictLog(out)
+        if log is not None and log is not out:
+            stack.enter_context(log)
+        verdicts = _run_scaled(
+            sources,
+            method,
+            spec,
+            bound,
+            cases_file,
+            log,
+            strict,
+            progress,
+            retries,
+            partitions,
+            spill_dir,
+            summary,
+            source_options or {},
+        )
+        if log is not None:
+            summary.recount(log.entries.values())
+    if on_verdict is not None:
+        for verdict in verdicts:
+            on_verdict(verdict)
+    summary.seconds = round(time.perf_counter() - started, 3)
+    return verdicts, summary
+
+
+def _run_scaled(
+    sources: Sequence[str],
+    method: Method,
+    spec: ExecutorSpec | None,
+    bound: int | None,
+    cases_file: str | None,
+    log: VerdictLog | None,
+    strict: bool,
+    progress: TextIO | None,
+    retries: int,
+    partitions: int | None,
+    spill_dir: str | None,
+    summary: BatchSummary,
+    source_options: Mapping[str, Any],
+) -> list[Verdict]:
     cases: dict[str, Case] | None = None
     case_order: list[Case] = []
     skipped: list[str] = []
@@ -408,12 +469,22 @@ def run_scaled(
         cases = {}
         for case in case_order:
             cases.setdefault(case.case_id, case)
-    out_path = Path(out) if out is not None else None
     done: set[str] = set()
-    if out_path is not None:
-        done, summary.repaired_out = completed_case_ids(out_path)
+    if log is not None:
+        done, summary.repaired_out = log.done(), log.repaired
     shared = _Shared(method, cases, frozenset(done))
     results: dict[str, StoreResult] = {}
+    written: dict[str, Verdict] = {}
+
+    def append(result: StoreResult) -> None:
+        """Append a finished store's verdicts (kill -9 keeps them)."""
+        if log is None:
+            return
+        for case_id, verdict in result.verdicts.items():
+            if case_id not in written:
+                written[case_id] = verdict
+                log.append(verdict, pending_reason(verdict, False, summary))
+
     poison: list[dict[str, str]] = []
     with contextlib.ExitStack() as stack:
         engine = stack.enter_context(_engine(spec, retries)) if spec is not None else None
@@ -422,14 +493,23 @@ def run_scaled(
         if engine is None:
             assert bound is not None
             no_store_graph = _run_spilled(
-                sources, shared, bound, strict, summary, results, spill_dir, progress
+                sources,
+                shared,
+                bound,
+                strict,
+                summary,
+                results,
+                spill_dir,
+                progress,
+                append,
+                source_options,
             )
         else:
             wanted = partitions or engine.workers * PARTITIONS_PER_WORKER
             counts = _Counts()
             plan = _plan(engine, sources, strict, counts, wanted)
-            work = make_partitions(plan, wanted)
-            _run_partitions(engine, work, shared, results, poison, counts, progress)
+            work = make_partitions(plan, wanted, shared=shared_stores(plan))
+            _run_partitions(engine, work, shared, results, poison, counts, progress, append)
             counts.report(summary, plan.files)
         summary.source_errors.extend(skipped[:5])
         summary.skipped_cases += len(skipped)
@@ -474,7 +554,7 @@ def run_scaled(
         if todo:
             if engine is not None and plan is not None and NO_STORE in plan.records:
                 holder: dict[str, StoreResult] = {}
-                no_store = make_partitions(plan, 1, [NO_STORE])
+                no_store = make_partitions(plan, 1, [NO_STORE], shared_stores(plan))
                 _run_partitions(engine, no_store, shared, holder, poison, None, None, forced=todo)
                 extra = holder.get(NO_STORE)
             else:
@@ -484,6 +564,7 @@ def run_scaled(
     summary.cases = len(chosen)
     summary.truncated_captured += sum(r.truncated_captured for r in results.values())
     verdicts: list[Verdict] = []
+    not_found = set(summary.cases_not_in_traces)
     for store, case_id in chosen:
         if case_id in done:
             summary.resumed += 1
@@ -497,19 +578,10 @@ def run_scaled(
         verdict = holder_result.verdicts[case_id]
         verdicts.append(verdict)
         summary.add(verdict)
+        if log is not None and (written.get(case_id) is not verdict or case_id in not_found):
+            log.append(verdict, pending_reason(verdict, case_id in not_found, summary))
     summary.failed.extend(poison)
-    if out_path is not None:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(out_path, "a", encoding="utf-8") as handle:
-            for verdict in verdicts:
-                handle.write(verdict.to_json() + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-    if on_verdict is not None:
-        for verdict in verdicts:
-            on_verdict(verdict)
-    summary.seconds = round(time.perf_counter() - started, 3)
-    return verdicts, summary
+    return verdicts
 
 
 def _run_spilled(
@@ -521,6 +593,8 @@ def _run_spilled(
     results: dict[str, StoreResult],
     spill_dir: str | None,
     progress: TextIO | None,
+    on_result: Callable[[StoreResult], None],
+    source_options: Mapping[str, Any],
 ) -> nx.MultiDiGraph | None:
     """One process, bounded memory: spill every record, then one store's graph at a time.
 
@@ -529,34 +603,50 @@ def _run_spilled(
     """
     no_store_graph = None
     spill = SpillIndex(bound, spill_dir)
+    writer_store: dict[str, str] = {}
+    case_stores: set[str] = set()
     try:
         for spec in sources:
-            source = open_source(spec, strict=strict)
-            for record in source.records():
+            source = open_source(
+                spec, strict=strict, **(source_options if is_backend(spec) else {})
+            )
+            for record in load_with_progress(source, spec, progress):
                 spill.add(record)
+                store = store_of(record)
+                if A.MEMTRACE_CASE_ID in record.attributes:
+                    case_stores.add(store)
+                for ref in op_refs(record, A.MEMTRACE_OP_OUTPUTS):
+                    writer_store.setdefault(ref, store)
             summary.add_source_stats(source.stats)
         spill.finish()
         stores = sorted(spill.records)
-        for number, store in enumerate(stores, 1):
-            G = build_graph(spill.store_records(store))
+        bar = Progress(progress, "attributing", total=len(stores), unit="store")
+        for store in stores:
+            records = spill.store_records(store)
+            # Ops of caseless stores that wrote what this one reads join it (one store hop here).
+            foreign = {
+                writer_store[ref]
+                for record in records
+                for ref in op_refs(record, A.MEMTRACE_OP_INPUTS)
+                if writer_store.get(ref, store) != store
+            } - case_stores
+            if foreign:
+                group = {store: records, **{f: spill.store_records(f) for f in foreign}}
+                records = records + LineageJoin(group).records_for(store, records)
+            G = build_graph(records)
+            del records
             results[store] = attribute_store(
                 store, G, shared.method, shared.cases, shared.done, forget_tokens=True
             )
+            on_result(results[store])
             if store == NO_STORE:
                 no_store_graph = G
             del G
-            _progress(progress, number, len(stores))
+            bar.update(1)
+        bar.close()
     finally:
         spill.close()
-        if progress is not None and spill.records:
-            progress.write("\n")
     return no_store_graph
-
-
-def _progress(progress: TextIO | None, number: int, total: int) -> None:
-    if progress is not None:
-        progress.write(f"\rattributing: {number}/{total} partitions")
-        progress.flush()
 
 
 # --- planning and running on an engine ------------------------------------------------------
@@ -620,7 +710,12 @@ def _plan_whole_file(plan: Plan, path: str, counts: _Counts) -> None:
     source = open_source(path)
     for record in source.records():
         source_path, _, number = record.source.rpartition(":")
-        plan.add(store_of(record), source_path, int(number) if number.isdigit() else None)
+        plan.add(
+            store_of(record),
+            source_path,
+            int(number) if number.isdigit() else None,
+            case=A.MEMTRACE_CASE_ID in record.attributes,
+        )
     counts.add(Tally(source.stats, [(path, 0, 0, n) for n in range(len(source.stats.errors))]))
 
 
@@ -654,12 +749,13 @@ def _run_partitions(
     poison: list[dict[str, str]],
     counts: _Counts | None,
     progress: TextIO | None,
+    on_result: Callable[[StoreResult], None] | None = None,
     forced: Sequence[Case] = (),
 ) -> None:
-    """Run the partitions; store results by store, add up their counts, report poison ones."""
-    for number, (partition, outcome) in enumerate(
-        engine.map(run_partition, work, shared, forced), 1
-    ):
+    """Run the partitions; store results by store, add up their counts, report poison ones;
+    ``on_result`` gets each store's result as its partition finishes."""
+    bar = Progress(progress, "attributing", total=len(work), unit="partition")
+    for partition, outcome in engine.map(run_partition, work, shared, forced):
         if isinstance(outcome, BaseException):
             poison.append(
                 {
@@ -671,11 +767,12 @@ def _run_partitions(
         else:
             for result in outcome.stores:
                 results[result.store] = result
+                if on_result is not None:
+                    on_result(result)
             if counts is not None:
                 counts.add(outcome.tally)
-        _progress(progress, number, len(work))
-    if progress is not None and work:
-        progress.write("\n")
+        bar.update(1)
+    bar.close()
 
 
 _T = TypeVar("_T")

@@ -22,6 +22,7 @@ the scan; the spans of the other lines by the partition of their store.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -154,6 +155,10 @@ class Partition:
     stores: tuple[str, ...]
     chunks: tuple[Chunk, ...]
     records: int
+    shared: tuple[str, ...] = ()
+    """Stores loaded (not counted, not attributed) for the lineage of ``stores``."""
+    case_stores: frozenset[str] = frozenset()
+    """Which of ``stores`` name cases (the others lend their ops to the rest)."""
 
 
 @dataclass
@@ -172,9 +177,16 @@ class Plan:
     """Files planned by scanning: their partitions count what they decode."""
     decoded: dict[str, set[int]] = field(default_factory=dict)
     """file -> lines a scan decoded and counted already."""
+    case_stores: set[str] = field(default_factory=set)
+    """Stores with a span naming a case; the others may be shared (see :func:`shared_stores`)."""
 
-    def add(self, store: str, path: str, line: int | None, spans: int = 1) -> None:
-        """Note that ``line`` of ``path`` (``None``: somewhere in it) holds spans of ``store``."""
+    def add(
+        self, store: str, path: str, line: int | None, spans: int = 1, case: bool = False
+    ) -> None:
+        """Note that ``line`` of ``path`` (``None``: somewhere in it) holds spans of ``store``
+        (``case``: one of them names a case)."""
+        if case:
+            self.case_stores.add(store)
         per_file = self.lines.setdefault(store, {})
         if line is None:
             per_file[path] = None
@@ -211,7 +223,12 @@ def plan_sources(
         for record in source.records():
             path, _, number = record.source.rpartition(":")
             plan.add_file(path)
-            plan.add(store_of(record), path, int(number) if number.isdigit() else None)
+            plan.add(
+                store_of(record),
+                path,
+                int(number) if number.isdigit() else None,
+                case=A.MEMTRACE_CASE_ID in record.attributes,
+            )
         if summary_stats is not None:
             Tally(source.stats).add_to(summary_stats, [])
     address_lines(plan, [path for path in plan.files if path not in plan.scanned])
@@ -296,6 +313,8 @@ class RangeScan:
     decoded: list[int] = field(default_factory=list)
     """Lines decoded (and counted) by the scan itself."""
     tally: Tally = field(default_factory=Tally)
+    case_stores: set[str] = field(default_factory=set)
+    """Stores with a span naming a case."""
 
 
 def is_json_lines(path: str) -> bool:
@@ -407,13 +426,15 @@ def scan_range(part: Range) -> RangeScan:
             head=part.head,
         )
         for line, offset, size, value in values:
-            stores = _raw_stores(value)
+            stores = _raw_stores(value, scan.case_stores)
             if stores is None:  # not plain OTLP JSON: decode it now, and count it here
                 scan.decoded.append(line)
                 stores = {}
                 for record in reader.decode(value, line, size):
                     store = store_of(record)
                     stores[store] = stores.get(store, 0) + 1
+                    if A.MEMTRACE_CASE_ID in record.attributes:
+                        scan.case_stores.add(store)
             for store, spans in stores.items():
                 scan.lines.setdefault(store, []).append((offset, line))
                 scan.spans[store] = scan.spans.get(store, 0) + spans
@@ -433,14 +454,15 @@ def merge_scan(plan: Plan, scan: RangeScan) -> None:
         plan.records[store] = plan.records.get(store, 0) + scan.spans[store]
     if scan.decoded:
         plan.decoded.setdefault(path, set()).update(scan.decoded)
+    plan.case_stores |= scan.case_stores
 
 
-def _raw_stores(value: Any) -> dict[str, int] | None:
+def _raw_stores(value: Any, case_stores: set[str]) -> dict[str, int] | None:
     """Store -> number of spans of a parsed OTLP JSON line (``None``: decode it to tell).
 
     A line is left to the partitions only when each of its resources holds spans of one store
     (and holds some): a bad resource or scope is then reported, and a long resource attribute
-    cut, by exactly one partition.
+    cut, by exactly one partition. Stores with a span naming a case go to ``case_stores``.
     """
     if type(value) is not dict or set(value) != {"resourceSpans"}:
         return None
@@ -462,10 +484,40 @@ def _raw_stores(value: Any) -> dict[str, int] | None:
                 if store is None or (owner is not None and store != owner):
                     return None
                 owner = store
+                if store not in case_stores and _names_case(span):
+                    case_stores.add(store)
         if owner is None:
             return None
         stores[owner] = stores.get(owner, 0) + sum(len(s["spans"]) for s in resource["scopeSpans"])
     return stores
+
+
+def _names_case(span: dict[str, Any]) -> bool:
+    attributes = span.get("attributes")
+    return type(attributes) is list and any(
+        type(item) is dict and item.get("key") == A.MEMTRACE_CASE_ID for item in attributes
+    )
+
+
+SHARED_MAX_RECORDS = 200_000
+"""The most spans the stores shared with every partition may hold together."""
+
+
+def shared_stores(plan: Plan) -> list[str]:
+    """Stores no span of which names a case (prompt loads, templates, ops naming no store),
+    smallest first, up to :data:`SHARED_MAX_RECORDS` spans in all: every partition loads them
+    too, so that its stores' graphs get the ops of theirs they read from (as in one process)."""
+    chosen: list[str] = []
+    total = 0
+    for store in sorted(
+        (s for s in plan.records if s not in plan.case_stores),
+        key=lambda s: (plan.records[s], s),
+    ):
+        total += plan.records[store]
+        if total > SHARED_MAX_RECORDS:
+            break
+        chosen.append(store)
+    return chosen
 
 
 def raw_store(span: Any) -> str | None:
@@ -501,10 +553,13 @@ def raw_store(span: Any) -> str | None:
 
 
 # --- partitions ----------------------------------------------------------------------------
-def make_partitions(plan: Plan, count: int, stores: Iterable[str] | None = None) -> list[Partition]:
+def make_partitions(
+    plan: Plan, count: int, stores: Iterable[str] | None = None, shared: Sequence[str] = ()
+) -> list[Partition]:
     """Split the stores into at most ``count`` partitions of similar record counts.
 
-    The biggest stores are placed first, each into the lightest partition so far.
+    The biggest stores are placed first, each into the lightest partition so far. Every
+    partition also loads the ``shared`` stores it does not own (uncounted).
     """
     chosen = sorted(plan.records if stores is None else stores)
     count = max(1, min(count, len(chosen)))
@@ -517,7 +572,19 @@ def make_partitions(plan: Plan, count: int, stores: Iterable[str] | None = None)
     partitions = []
     for number, group in enumerate(members):
         if group:
-            partitions.append(_partition(plan, number, sorted(group)))
+            partition = _partition(plan, number, sorted(group))
+            extra = [store for store in shared if store not in group]
+            if extra:
+                more = _partition(plan, number, extra).chunks
+                partition = dataclasses.replace(
+                    partition,
+                    chunks=partition.chunks
+                    + tuple(
+                        dataclasses.replace(c, counted=False, decoded=frozenset()) for c in more
+                    ),
+                    shared=tuple(extra),
+                )
+            partitions.append(partition)
     return partitions
 
 
@@ -552,7 +619,11 @@ def _partition(plan: Plan, number: int, stores: list[str]) -> Partition:
             )
         )
     return Partition(
-        number, tuple(stores), tuple(chunks), sum(plan.records.get(s, 0) for s in stores)
+        number,
+        tuple(stores),
+        tuple(chunks),
+        sum(plan.records.get(s, 0) for s in stores),
+        case_stores=frozenset(s for s in stores if s in plan.case_stores),
     )
 
 
@@ -564,7 +635,7 @@ def load_partition(partition: Partition) -> tuple[dict[str, list[SpanRecord]], T
     do. Returns the records by store and what was counted on the way (only for scanned files:
     the others were counted when they were planned).
     """
-    loader = _Loader(partition.stores)
+    loader = _Loader(partition.stores, partition.shared)
     # The records are kept until the graphs are built: with the cyclic collector running, its
     # full collections would traverse all of them again and again (twice the loading time).
     with GcPaused():
@@ -576,9 +647,10 @@ def load_partition(partition: Partition) -> tuple[dict[str, list[SpanRecord]], T
 class _Loader:
     """One partition's loading: its stores' records, deduplicated, and what it counted."""
 
-    def __init__(self, stores: Sequence[str]) -> None:
-        self.wanted = set(stores)
-        self.by_store: dict[str, list[SpanRecord]] = {store: [] for store in stores}
+    def __init__(self, stores: Sequence[str], shared: Sequence[str] = ()) -> None:
+        self.owned = set(stores)
+        self.wanted = self.owned | set(shared)
+        self.by_store: dict[str, list[SpanRecord]] = {store: [] for store in self.wanted}
         self.seen: dict[tuple[str, str], tuple[str, int]] = {}
         self.tally = Tally(phase=1)
         self.limits = ValueLimits.resolve()
@@ -620,6 +692,7 @@ class _Loader:
         store = store_of(record)
         if store not in self.wanted:
             return
+        counted = counted and store in self.owned  # a shared store is counted by its owner
         key = (record.trace_id, record.span_id)
         first = self.seen.get(key)
         digest = content_digest(record)

@@ -1,19 +1,29 @@
 """Verdicts back into telemetry: one ``memtrace.attribution`` span per verdict, linked to the culprit.
 
+:func:`send_verdicts` exports them synchronously and says which the endpoint accepted, so the
+batch job can count failures and resend the rest on its next run.
+
 Each verdict span starts a new trace (the culprit's trace is finished and exported long ago) and
 links to the culprit op span, so Jaeger shows it as a FOLLOWS_FROM reference and Tempo as a link.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import urllib.parse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
 from memtrace_otel.attribution._model import Verdict
+from memtrace_otel.instrumentation._configure import PROTOCOL_VARS
 from memtrace_otel.semconv import attributes as A
 
 
@@ -65,3 +75,84 @@ def verdict_span_writer(provider: TracerProvider) -> Callable[[Verdict], None]:
         span.end()
 
     return write
+
+
+WRITE_BACK_BATCH = 512
+"""Verdict spans per OTLP export request."""
+
+
+@dataclass
+class WriteBackResult:
+    """What :func:`send_verdicts` did: the verdicts whose spans the endpoint accepted, how many
+    it did not, and why."""
+
+    sent: list[int] = field(default_factory=list)
+    """Indexes (into the verdicts given) of the verdicts whose spans were accepted."""
+    failed: int = 0
+    error: str = ""
+
+
+def otlp_target() -> tuple[str, str]:
+    """The endpoint and protocol the SDK's exporters use, from the ``OTEL_*`` variables, as the
+    SDK reads them: ``..._TRACES_ENDPOINT`` is used as is, ``OTEL_EXPORTER_OTLP_ENDPOINT`` gets
+    ``/v1/traces`` over HTTP; ``..._TRACES_PROTOCOL`` wins over ``..._PROTOCOL``, default
+    ``http/protobuf``."""
+    protocol = next(
+        (os.environ[v] for v in PROTOCOL_VARS if os.environ.get(v)), "http/protobuf"
+    ).strip()
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or ""
+    if not endpoint and os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        endpoint = os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
+        if protocol != "grpc":
+            endpoint = endpoint.rstrip("/") + "/v1/traces"
+    return endpoint, protocol
+
+
+def protocol_hint(endpoint: str, protocol: str) -> str:
+    """A hint when the endpoint's port is the other protocol's well-known OTLP port."""
+    port = urllib.parse.urlsplit(endpoint if "//" in endpoint else f"//{endpoint}").port
+    if port == 4317 and protocol != "grpc":
+        return "; port 4317 is OTLP/gRPC: set OTEL_EXPORTER_OTLP_PROTOCOL=grpc"
+    if port == 4318 and protocol == "grpc":
+        return "; port 4318 is OTLP/HTTP: set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"
+    return ""
+
+
+def send_verdicts(
+    verdicts: Sequence[Verdict],
+    exporter: SpanExporter,
+    *,
+    service_name: str = "memtrace-attribution",
+    batch: int = WRITE_BACK_BATCH,
+) -> WriteBackResult:
+    """Export one verdict span per verdict through ``exporter``, synchronously, batch by batch,
+    checking each batch's result (a background processor would drop failures silently).
+
+    After the first batch the endpoint refuses (down, wrong protocol), the rest are not tried:
+    they count as failed, and the caller retries them on its next run.
+    """
+    result = WriteBackResult()
+    collected = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({A.SERVICE_NAME: service_name}))
+    provider.add_span_processor(SimpleSpanProcessor(collected))
+    write = verdict_span_writer(provider)
+    try:
+        for start in range(0, len(verdicts), batch):
+            chunk = verdicts[start : start + batch]
+            collected.clear()
+            for verdict in chunk:
+                write(verdict)
+            try:
+                outcome = exporter.export(collected.get_finished_spans())
+            except Exception as exc:  # an exporter bug must not lose the count
+                outcome = SpanExportResult.FAILURE
+                result.error = f"{type(exc).__name__}: {exc}"
+            if outcome != SpanExportResult.SUCCESS:
+                result.failed = len(verdicts) - start
+                result.error = result.error or "the OTLP endpoint did not accept the spans"
+                break
+            result.sent.extend(range(start, start + len(chunk)))
+    finally:
+        provider.shutdown()
+        exporter.shutdown()
+    return result

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
 from typing import Any
+
+from opentelemetry.sdk.trace.export import SpanExporter
 
 from memtrace_otel.attribution import (
     BatchSummary,
@@ -15,17 +18,17 @@ from memtrace_otel.attribution import (
     get_method,
     load_store_graphs,
     method_names,
-    read_verdicts,
     run_batch,
     summary_table,
 )
 from memtrace_otel.attribution._executors import parse_executor, parse_size
-from memtrace_otel.attribution._writeback import verdict_span_writer
+from memtrace_otel.attribution._verdict_log import VerdictLog
+from memtrace_otel.attribution._writeback import otlp_target, protocol_hint, send_verdicts
 from memtrace_otel.cli import EXIT_NOTHING_TO_ATTRIBUTE
+from memtrace_otel.instrumentation._configure import ENDPOINT_VARS, resolve_exporter
 from memtrace_otel.reporting import check_base_url, label_accuracy, load_labels, write_report
 from memtrace_otel.sources import Outcome, OutcomeRule
 
-_ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 NO_FAILURES_HINT = (
     "memtrace: nothing to attribute: no answer in these traces is marked wrong. Mark one with\n"
     "  memtrace feedback --traceparent <answer traceparent> --wrong [--expected TEXT]\n"
@@ -91,7 +94,22 @@ def register(subparsers: Any) -> None:
         help="attribution method (default: evidence)",
     )
     parser.add_argument(
-        "--out", help="verdicts file (JSON Lines, appended; cases already in it are skipped)"
+        "--out",
+        help="verdicts file (JSON Lines, appended; cases with a final verdict in it are skipped, "
+        "cases not found or capped are retried; locked while a run writes it)",
+    )
+    parser.add_argument(
+        "--redo-stale",
+        action="store_true",
+        help="redo verdicts in --out made before newer ops (new traces, new feedback) of their "
+        "memory store arrived",
+    )
+    parser.add_argument(
+        "--max-traces",
+        type=int,
+        metavar="N",
+        help="the most traces a jaeger+/tempo+ source loads (default 20000); when reached, the "
+        "summary says so and the exit status is 1",
     )
     parser.add_argument(
         "--report",
@@ -118,7 +136,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--write-back",
         action="store_true",
-        help="send each verdict as a memtrace.attribution span to the OTLP endpoint in OTEL_EXPORTER_OTLP_ENDPOINT",
+        help="send each verdict as a memtrace.attribution span to the OTLP endpoint of "
+        "OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT over OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL (default "
+        "http/protobuf); spans not accepted are counted (exit status 1) and, with --out, resent "
+        "by the next run",
     )
     parser.add_argument(
         "--strict",
@@ -186,6 +207,37 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     labels = load_labels(args.labels) if args.labels else None
+    if args.max_traces is not None and args.max_traces < 1:
+        print("memtrace: error: --max-traces must be >= 1", file=sys.stderr)
+        return 2
+    if args.write_back and not any(os.environ.get(v) for v in ENDPOINT_VARS):
+        print(
+            "memtrace: error: --write-back needs OTEL_EXPORTER_OTLP_ENDPOINT "
+            "(or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)",
+            file=sys.stderr,
+        )
+        return 2
+    exporter = resolve_exporter() if args.write_back else None  # a bad protocol fails here
+    options = {"max_traces": args.max_traces} if args.max_traces is not None else {}
+    with contextlib.ExitStack() as stack:
+        # The verdicts file is checked and locked before anything is loaded.
+        log = stack.enter_context(VerdictLog(args.out)) if args.out else None
+        return _run(args, method, executor, bound, labels, log, exporter, options, rule)
+
+
+def _run(
+    args: argparse.Namespace,
+    method: Any,
+    executor: str | None,
+    bound: str | None,
+    labels: Any,
+    log: VerdictLog | None,
+    exporter: SpanExporter | None,
+    options: dict[str, Any],
+    rule: OutcomeRule,
+) -> int:
+    scaled = executor is not None or bound is not None
+    progress = None if args.quiet else sys.stderr
     # The graphs are built here, once, so that the report can draw each case from them
     # (a scaled run never holds every graph: its report, if asked for, loads them afterwards).
     started = time.perf_counter()
@@ -194,40 +246,33 @@ def run(args: argparse.Namespace) -> int:
     graphs = (
         None
         if scaled
-        else load_store_graphs(args.sources, strict=args.strict, summary=loading, outcomes=outcomes)
-    )
-    on_verdict = None
-    provider = None
-    if args.write_back:
-        if not any(os.environ.get(v) for v in _ENDPOINT_VARS):
-            print(
-                "memtrace: error: --write-back needs OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT)",
-                file=sys.stderr,
-            )
-            return 2
-        from memtrace_otel.instrumentation import configure
-
-        provider = configure(service_name="memtrace-attribution", set_global=False)
-        on_verdict = verdict_span_writer(provider)
-    try:
-        verdicts, summary = run_batch(
+        else load_store_graphs(
             args.sources,
-            method,
-            cases_file=args.cases,
-            out=args.out,
             strict=args.strict,
-            progress=None if args.quiet else sys.stderr,
-            on_verdict=on_verdict,
-            graphs=graphs,
-            executor=executor,
-            memory_bound=bound,
+            summary=loading,
             outcomes=outcomes,
-            rule=rule,
+            progress=progress,
+            options=options,
         )
-    finally:
-        if provider is not None:
-            provider.shutdown()
-    _add_loading_counts(summary, loading)
+    )
+    verdicts, summary = run_batch(
+        args.sources,
+        method,
+        cases_file=args.cases,
+        out=log,
+        strict=args.strict,
+        progress=progress,
+        graphs=graphs,
+        executor=executor,
+        memory_bound=bound,
+        outcomes=outcomes,
+        rule=rule,
+        redo_stale=args.redo_stale,
+        source_options=options,
+        loaded=loading,
+    )
+    if exporter is not None:
+        _write_back(exporter, verdicts, log, summary)
     summary.seconds = round(time.perf_counter() - started, 3)
     usage = getattr(method, "usage", None)
     if isinstance(usage, dict):
@@ -236,21 +281,23 @@ def run(args: argparse.Namespace) -> int:
             "model usage: " + ", ".join(f"{k}={v}" for k, v in sorted(usage.items())),
             file=sys.stderr,
         )
-    if args.out is None:
+    if log is None:
         for verdict in verdicts:
             print(verdict.to_json())
     print(summary_table(summary), file=sys.stderr)
     if summary.cases == 0 and args.cases is None:
         print(NO_FAILURES_HINT, file=sys.stderr)
     # With --out, the file also holds the verdicts of earlier (resumed) runs: list them all.
-    listed: list[Verdict] = list(read_verdicts(args.out)) if args.out else verdicts
+    listed: list[Verdict] = log.verdicts() if log is not None else verdicts
     if labels is not None:
         accuracy = label_accuracy(listed, labels)
         print(_accuracy_line(accuracy), file=sys.stderr)
     if args.report:
         if graphs is None:
             outcomes = []
-            graphs = load_store_graphs(args.sources, strict=args.strict, outcomes=outcomes)
+            graphs = load_store_graphs(
+                args.sources, strict=args.strict, outcomes=outcomes, options=options
+            )
         # The failed cases again (cheap: the graphs are built), for what each page leads with.
         cases = {
             case.case_id: case
@@ -308,16 +355,27 @@ def _check_creatable(option: str, path: str, exists: bool) -> None:
         raise ValueError(f"{option} {path}: cannot be created ({parent} is not a writable folder)")
 
 
-def _add_loading_counts(summary: BatchSummary, loading: BatchSummary) -> None:
-    """Move what loading the sources counted into the run's summary."""
-    summary.records += loading.records
-    summary.skipped_records += loading.skipped_records
-    summary.truncated_values += loading.truncated_values
-    summary.replaced_surrogates += loading.replaced_surrogates
-    summary.duplicates += loading.duplicates
-    for kind, count in loading.skipped_by_kind.items():
-        summary.skipped_by_kind[kind] = summary.skipped_by_kind.get(kind, 0) + count
-    summary.source_errors[:0] = loading.source_errors
+def _write_back(
+    exporter: SpanExporter,
+    verdicts: list[Verdict],
+    log: VerdictLog | None,
+    summary: BatchSummary,
+) -> None:
+    """Send the verdict spans not sent yet (with --out: also those earlier runs failed to send;
+    pending verdicts wait for their final version) and count what the endpoint refused."""
+    entries = log.unsent() if log is not None else []
+    todo = [entry.verdict for entry in entries] if log is not None else verdicts
+    result = send_verdicts(todo, exporter)
+    if log is not None:
+        log.mark_sent(entries[i] for i in result.sent)
+    summary.written_back = len(result.sent)
+    summary.write_back_failed = result.failed
+    if result.failed:
+        endpoint, protocol = otlp_target()
+        summary.write_back_error = (
+            f"{result.error}: {endpoint} over {protocol}{protocol_hint(endpoint, protocol)}"
+            + ("; the next run with --write-back resends them" if log is not None else "")
+        )
 
 
 def _accuracy_line(accuracy: dict[str, Any]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import tempfile
@@ -85,7 +86,14 @@ def find_case_graph(graphs: dict[str, nx.MultiDiGraph], case_id: str) -> nx.Mult
     for _store, G in sorted(graphs.items()):
         if graph_index(G).ops_of(case_id):
             return G
-    raise GraphError(f"no op belongs to case {case_id!r} in the sources")
+    known = sorted({c for G in graphs.values() for c in graph_index(G).case_ops})
+    nearest = difflib.get_close_matches(case_id, known, n=5, cutoff=0.0) if known else []
+    hint = (
+        f"; nearest of the {len(known)} case ids: {', '.join(nearest)}"
+        if nearest
+        else "; the sources hold no case ids"
+    )
+    raise GraphError(f"no op belongs to case {case_id!r} in the sources{hint}")
 
 
 def _verdict(args: argparse.Namespace, G: nx.MultiDiGraph) -> Verdict | None:

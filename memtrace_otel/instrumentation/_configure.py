@@ -23,8 +23,8 @@ from memtrace_otel.semconv.attributes import ENV_MEMTRACE_TRACES_FILE, SERVICE_N
 
 DEFAULT_TRACES_FILE = "memtrace-traces.jsonl"
 _PROTOCOLS = ("grpc", "http/protobuf")
-_ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
-_PROTOCOL_VARS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+PROTOCOL_VARS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 
 
 def resolve_exporter(
@@ -42,13 +42,13 @@ def resolve_exporter(
     """
     if traces_file is not None:
         return OtlpJsonLinesExporter(traces_file)
-    endpoint = next((os.environ[v] for v in _ENDPOINT_VARS if os.environ.get(v)), None)
+    endpoint = next((os.environ[v] for v in ENDPOINT_VARS if os.environ.get(v)), None)
     if endpoint is None and protocol is None:
         return OtlpJsonLinesExporter(
             os.environ.get(ENV_MEMTRACE_TRACES_FILE) or DEFAULT_TRACES_FILE
         )
     chosen = protocol or next(
-        (os.environ[v] for v in _PROTOCOL_VARS if os.environ.get(v)), "http/protobuf"
+        (os.environ[v] for v in PROTOCOL_VARS if os.environ.get(v)), "http/protobuf"
     )
     chosen = chosen.strip().lower()
     if chosen == "grpc":

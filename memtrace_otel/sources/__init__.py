@@ -82,6 +82,7 @@ from memtrace_otel.sources._outcomes import (
     outcomes_of,
     read_outcomes,
 )
+from memtrace_otel.sources._progress import Progress
 from memtrace_otel.sources._source import FileSource, Source, iter_records
 from memtrace_otel.sources._upstream import adapt_upstream, is_upstream_op
 
@@ -172,6 +173,7 @@ __all__ = [
     "LineReader",
     "Outcome",
     "OutcomeRule",
+    "Progress",
     "ReadLimits",
     "RecordCapper",
     "Source",

@@ -68,7 +68,7 @@ def export_source(
     directory = Path(out_dir)
     target = directory / TRACES_FILE
     if target.exists() and not overwrite:
-        raise SourceError(f"{target} exists (use overwrite to replace it)")
+        raise SourceError(f"{target} exists: give --force (overwrite=True) to replace it")
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
