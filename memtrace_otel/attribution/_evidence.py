@@ -484,17 +484,6 @@ class EvidenceMethod:
                 if kind == OpKind.ASSEMBLE and not reached_context:
                     unchecked = []
                     reached_context = True
-            elif unknown and kind == OpKind.ASSEMBLE:
-                # The retrieved evidence reached the response stage, whose context was kept
-                # home (PRODUCTION capture): the label is ResponseError whichever of the assemble
-                # and the answer lost it, but not which op; the answer is named, capped low.
-                return _Finding(
-                    generate,
-                    "the retrieved evidence reached the response stage; its context was not "
-                    "captured, so whether the assembled context or the answer lost it is unknown",
-                    _BY_STRUCTURE,
-                    unchecked,
-                )
             elif unknown:
                 return _Finding(
                     op, f"{kind} op: its output's content decides", _BY_CONTENT, unchecked
