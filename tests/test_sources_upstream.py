@@ -69,6 +69,31 @@ def variable_values(record: SpanRecord) -> dict[str, Any]:
 STORE = {"gen_ai__memory__store__id": "u1"}
 
 
+def add_with_extraction(input_messages: str) -> list[SpanRecord]:
+    """``memory.add``: an ``upsert_memory`` span around the extraction call that fed it."""
+    return [
+        span(
+            TRACE_A,
+            1,
+            "upsert_memory",
+            10,
+            50,
+            gen_ai__memory__records=records(("m1", "Has a dog called Rex")),
+            **STORE,
+        ),
+        span(
+            TRACE_A,
+            2,
+            "chat",
+            20,
+            30,
+            parent=1,
+            gen_ai__input__messages=input_messages,
+            gen_ai__output__messages=messages('{"facts": ["Has a dog called Rex"]}'),
+        ),
+    ]
+
+
 def test_kinds_come_from_the_operation_name() -> None:
     spans = [
         span(TRACE_A, 1, "create_memory", 10, gen_ai__memory__record__id="m1", **STORE),
@@ -163,27 +188,7 @@ def test_a_search_reads_the_live_version_or_the_stale_one_it_returned() -> None:
 
 
 def test_chat_calls_are_extractions_before_writes_and_answers_after_searches() -> None:
-    ingest = [
-        span(
-            TRACE_A,
-            1,
-            "upsert_memory",
-            10,
-            50,
-            gen_ai__memory__records=records(("m1", "Has a dog called Rex")),
-            **STORE,
-        ),
-        span(
-            TRACE_A,
-            2,
-            "chat",
-            20,
-            30,
-            parent=1,
-            gen_ai__input__messages=messages("We got a dog, Rex!"),
-            gen_ai__output__messages=messages('{"facts": ["Has a dog called Rex"]}'),
-        ),
-    ]
+    ingest = add_with_extraction(messages("We got a dog, Rex!"))
     answer = [
         span(
             TRACE_B,
@@ -311,27 +316,7 @@ def test_instructions_are_a_prompt_and_outputs_name_their_sources() -> None:
             {"role": "user", "parts": [{"type": "text", "content": "We got a dog, Rex!"}]},
         ]
     )
-    spans = [
-        span(
-            TRACE_A,
-            1,
-            "upsert_memory",
-            10,
-            50,
-            gen_ai__memory__records=records(("m1", "Has a dog called Rex")),
-            **STORE,
-        ),
-        span(
-            TRACE_A,
-            2,
-            "chat",
-            20,
-            30,
-            parent=1,
-            gen_ai__input__messages=system_and_user,
-            gen_ai__output__messages=messages('{"facts": ["Has a dog called Rex"]}'),
-        ),
-    ]
+    spans = add_with_extraction(system_and_user)
     G = build_graph(adapt_upstream(spans))
     extract = f"{2:016x}"
     prompts = [v for v in G.predecessors(extract) if G.nodes[v]["category"] == "prompt"]
