@@ -191,7 +191,6 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return 2
-    scaled = executor is not None or bound is not None
     try:
         rule = OutcomeRule(
             failure_labels=args.failure_labels,
@@ -202,12 +201,6 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return 2
-    if scaled and args.cases is None:
-        print(
-            "memtrace: note: scaled runs take failed cases from judge ops only; feedback is "
-            "read by runs without --executor/--memory-bound, or pass --cases",
-            file=sys.stderr,
-        )
     labels = load_labels(args.labels) if args.labels else None
     if args.max_traces is not None and args.max_traces < 1:
         print("memtrace: error: --max-traces must be >= 1", file=sys.stderr)
