@@ -24,6 +24,7 @@ import pytest
 from memtrace_otel.attribution import read_verdicts
 from memtrace_otel.attribution._model import Verdict
 from memtrace_otel.cli import main
+from memtrace_otel.semconv import attributes as A
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,6 +32,7 @@ SLOW_CLI = r"""
 import os, sys, time
 from memtrace_otel.attribution import EvidenceMethod, register_method
 from memtrace_otel.cli import main
+from memtrace_otel.semconv import attributes as A
 
 class Slow(EvidenceMethod):
     def attribute(self, G, case):
@@ -304,5 +306,43 @@ def test_an_outcome_naming_a_case_of_another_store_is_settled_by_the_driver(
     summary, verdicts = runs["plain"]
     assert "u1-update" not in verdicts and "u0-retrieval" in verdicts
     assert summary["feedback"]["successes"] == 3  # u0-none, u1-none, u1-update
+    for mode in SCALED:
+        assert runs[mode] == (summary, verdicts), mode
+
+
+def test_evaluation_events_and_log_records_flag_the_same_cases_at_scale(tmp_path: Path) -> None:
+    """Another evaluator's ``gen_ai.evaluation.result``: as an event on user 0's answer spans,
+    as OTLP log records (a Collector logs file) naming user 1's."""
+    traces, _ = _production(tmp_path, users=2)
+    event = {
+        "name": A.GEN_AI_EVALUATION_RESULT_EVENT,
+        "timeUnixNano": str(time.time_ns()),
+        "attributes": [
+            {"key": A.GEN_AI_EVALUATION_SCORE_LABEL, "value": {"stringValue": "incorrect"}}
+        ],
+    }
+    lines, logs = [], []
+    for line in traces.read_text().splitlines():
+        data = json.loads(line)
+        span = data["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+        store = json.dumps(data)
+        if "memtrace.generate" in span["name"] and '"u0-' in store and '-none"' not in store:
+            span.setdefault("events", []).append(event)
+        if "memtrace.generate" in span["name"] and '"u1-' in store and '-none"' not in store:
+            logs.append({**event, "eventName": event["name"], "traceId": span["traceId"]})
+            logs[-1]["spanId"] = span["spanId"]
+        lines.append(json.dumps(data))
+    evaluated = tmp_path / "evaluated.jsonl"
+    evaluated.write_text("\n".join(lines) + "\n")
+    records = [{k: v for k, v in r.items() if k != "name"} for r in logs]
+    log_file = tmp_path / "logs.jsonl"
+    log_file.write_text(json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": records}]}]}))
+    runs = {}
+    for mode, flags in SCALES.items():
+        (tmp_path / mode).mkdir()
+        summary = _attribute([evaluated, log_file], tmp_path / mode, *flags)
+        runs[mode] = (summary, _latest(tmp_path / mode / "v.jsonl"))
+    summary, verdicts = runs["plain"]
+    assert summary["feedback"]["failures"] == 14 and len(verdicts) == 14
     for mode in SCALED:
         assert runs[mode] == (summary, verdicts), mode
