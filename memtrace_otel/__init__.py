@@ -8,11 +8,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from memtrace_otel.export import configure
 from memtrace_otel.instrumentation import (
     CaptureConfig,
     MemTracer,
     Variable,
-    configure,
     current_op,
     suppress_tracing,
 )

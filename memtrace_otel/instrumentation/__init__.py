@@ -9,7 +9,16 @@
 'doc:1@2'
 """
 
-from memtrace_otel.instrumentation._batch import CountingBatchSpanProcessor
+from memtrace_otel.export import (
+    DEFAULT_TRACES_FILE,
+    CountingBatchSpanProcessor,
+    OtlpJsonLinesExporter,
+    configure,
+    dumps_request,
+    encode_request,
+    resolve_exporter,
+    span_to_record,
+)
 from memtrace_otel.instrumentation._capture import (
     DEFAULT_MAX_VALUE_LENGTH,
     CaptureConfig,
@@ -18,22 +27,11 @@ from memtrace_otel.instrumentation._capture import (
     parse_capture_mode,
     redact_pii,
 )
-from memtrace_otel.instrumentation._configure import (
-    DEFAULT_TRACES_FILE,
-    configure,
-    resolve_exporter,
-)
 from memtrace_otel.instrumentation._feedback import (
     AnswerRef,
     last_answer,
     note_answer,
     send_feedback,
-)
-from memtrace_otel.instrumentation._otlp_json import (
-    OtlpJsonLinesExporter,
-    dumps_request,
-    encode_request,
-    span_to_record,
 )
 from memtrace_otel.instrumentation._registry import (
     WriterRegistry,

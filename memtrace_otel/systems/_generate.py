@@ -30,12 +30,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from memtrace_otel.instrumentation import (
-    CaptureConfig,
-    MemTracer,
-    OtlpJsonLinesExporter,
-    WriterRegistry,
-)
+from memtrace_otel.export import OtlpJsonLinesExporter
+from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.systems._base import Judge, make_config, message_ref
 from memtrace_otel.systems._engine import Engine, OfflineEngine

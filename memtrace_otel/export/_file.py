@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 
-from memtrace_otel.instrumentation import DEFAULT_TRACES_FILE, OtlpJsonLinesExporter
+from memtrace_otel.export._configure import DEFAULT_TRACES_FILE
+from memtrace_otel.export._otlp_json import OtlpJsonLinesExporter
 from memtrace_otel.semconv.attributes import ENV_MEMTRACE_TRACES_FILE
 
 
