@@ -22,7 +22,7 @@ from memtrace_otel.graph import (
     new_graph,
     to_node_link_json,
 )
-from memtrace_otel.processing import remove_ops
+from memtrace_otel.graph._build import remove_ops
 from memtrace_otel.semconv import EventRecord, LinkRecord, SpanRecord
 from memtrace_otel.semconv import attributes as sc
 

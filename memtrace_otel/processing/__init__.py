@@ -1,11 +1,10 @@
-"""Folding spans into the memory evolution graph: the one builder and the live span processor.
+"""The live span processor: folding spans into the memory evolution graph as the app runs.
 
-:func:`build_graph` and :func:`add_records` turn neutral :class:`~memtrace_otel.semconv.SpanRecord`
-objects into a ``networkx.MultiDiGraph`` (schema in ``docs/graph.md``); offline sources and the
-live :class:`EvolutionGraphProcessor` both use them.
+:class:`EvolutionGraphProcessor` feeds finished spans to the one builder in
+:mod:`memtrace_otel.graph` (``build_graph``/``add_records``, still importable from here).
 """
 
-from memtrace_otel.processing._fold import (
+from memtrace_otel.graph._build import (
     READ,
     VERSION,
     WRITE,
