@@ -70,3 +70,15 @@ def test_an_unknown_name_is_still_an_attribute_error() -> None:
         memtrace_otel.instrumentation.nope  # noqa: B018
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         memtrace_otel.nope  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    "name", ["READ", "VERSION", "WRITE", "add_records", "build_graph", "new_graph", "remove_ops"]
+)
+def test_the_builder_names_still_import_from_processing_with_a_warning(name: str) -> None:
+    import memtrace_otel.graph
+    import memtrace_otel.processing
+
+    with pytest.warns(DeprecationWarning, match=rf"memtrace_otel\.graph\.{name}"):
+        old = getattr(memtrace_otel.processing, name)
+    assert old is getattr(memtrace_otel.graph, name)

@@ -12,7 +12,15 @@ with the live :class:`~memtrace_otel.processing.EvolutionGraphProcessor`.
 ['b000000000000002']
 """
 
-from memtrace_otel.graph._build import READ, VERSION, WRITE, add_records, build_graph, new_graph
+from memtrace_otel.graph._build import (
+    READ,
+    VERSION,
+    WRITE,
+    add_records,
+    build_graph,
+    new_graph,
+    remove_ops,
+)
 from memtrace_otel.graph._example import example_graph, example_records
 from memtrace_otel.graph._io import from_node_link_json, to_dot, to_node_link_json, write_graphml
 from memtrace_otel.graph._queries import (
@@ -47,6 +55,7 @@ __all__ = [
     "linked_trace_ids",
     "new_graph",
     "readers_of",
+    "remove_ops",
     "to_dot",
     "to_node_link_json",
     "write_graphml",

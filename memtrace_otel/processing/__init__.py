@@ -1,19 +1,13 @@
 """The live span processor: folding spans into the memory evolution graph as the app runs.
 
 :class:`EvolutionGraphProcessor` feeds finished spans to the one builder in
-:mod:`memtrace_otel.graph` (``build_graph``/``add_records``, still importable from here).
+:mod:`memtrace_otel.graph`. The builder's names (``build_graph``, ``add_records``, ...) used to be
+exported here; they still import from here, with a ``DeprecationWarning``.
 """
 
-from memtrace_otel.graph._build import (
-    READ,
-    VERSION,
-    WRITE,
-    add_records,
-    build_graph,
-    new_graph,
-    op_order_key,
-    remove_ops,
-)
+from typing import Any
+
+from memtrace_otel._internal import lazy_names
 from memtrace_otel.processing._processor import (
     DEFAULT_FOLD_INTERVAL,
     DEFAULT_MAX_BUFFER,
@@ -25,13 +19,20 @@ __all__ = [
     "DEFAULT_FOLD_INTERVAL",
     "DEFAULT_MAX_BUFFER",
     "DEFAULT_MAX_OPS",
-    "READ",
-    "VERSION",
-    "WRITE",
     "EvolutionGraphProcessor",
-    "add_records",
-    "build_graph",
-    "new_graph",
-    "op_order_key",
-    "remove_ops",
 ]
+
+_moved = lazy_names(
+    __name__,
+    {
+        **dict.fromkeys(
+            ["READ", "VERSION", "WRITE", "add_records", "build_graph", "new_graph", "remove_ops"],
+            "memtrace_otel.graph",
+        ),
+        "op_order_key": "memtrace_otel.graph._build",
+    },
+)
+
+
+def __getattr__(name: str) -> Any:
+    return _moved(name)
