@@ -135,10 +135,10 @@ def _production(folder: Path, users: int = 5) -> tuple[Path, Path]:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
+    from memtrace_otel.export import OtlpJsonLinesExporter
     from memtrace_otel.instrumentation import (
         CaptureConfig,
         MemTracer,
-        OtlpJsonLinesExporter,
         WriterRegistry,
         last_answer,
         send_feedback,
@@ -189,7 +189,8 @@ def _later_ops(path: Path, stores: list[str]) -> Path:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-    from memtrace_otel.instrumentation import MemTracer, OtlpJsonLinesExporter, WriterRegistry
+    from memtrace_otel.export import OtlpJsonLinesExporter
+    from memtrace_otel.instrumentation import MemTracer, WriterRegistry
 
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(OtlpJsonLinesExporter(path)))
@@ -278,7 +279,8 @@ def test_an_outcome_naming_a_case_of_another_store_is_settled_by_the_driver(
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-    from memtrace_otel.instrumentation import OtlpJsonLinesExporter, send_feedback
+    from memtrace_otel.export import OtlpJsonLinesExporter
+    from memtrace_otel.instrumentation import send_feedback
 
     traces, feedback = _production(tmp_path, users=2)
     answer = next(

@@ -26,7 +26,7 @@ from memtrace_otel.attribution._verdict_log import VerdictLog
 from memtrace_otel.attribution._writeback import otlp_target, protocol_hint, send_verdicts
 from memtrace_otel.cli import EXIT_NOTHING_TO_ATTRIBUTE
 from memtrace_otel.cli._backend import add_backend_options, http_options
-from memtrace_otel.instrumentation._configure import ENDPOINT_VARS, resolve_exporter
+from memtrace_otel.export._configure import ENDPOINT_VARS, resolve_exporter
 from memtrace_otel.reporting import check_base_url, label_accuracy, load_labels, write_report
 from memtrace_otel.sources import Outcome, OutcomeRule
 
