@@ -100,6 +100,8 @@ def test_cache_is_bounded_and_reused(encoder: SentenceEncoder) -> None:
     assert list(small._cache) == ["two", "three"]
     assert small.similarity("three", ["three"]) == [pytest.approx(1.0, abs=1e-6)]
     np.testing.assert_array_equal(small.encode(["three"])[0], first[2])
+    small.clear_cache()
+    assert not small._cache
 
 
 def test_an_unusable_model_directory_is_a_configuration_error(

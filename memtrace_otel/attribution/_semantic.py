@@ -244,6 +244,11 @@ class SentenceEncoder:
                 self._cache.popitem(last=False)
             return out
 
+    def clear_cache(self) -> None:
+        """Forget every cached vector (benchmarks measure cold runs)."""
+        with self._lock:
+            self._cache.clear()
+
     def similarity(self, query: str, texts: Sequence[str]) -> list[float]:
         """Cosine similarity of ``query`` to each of ``texts``."""
         if not texts:
