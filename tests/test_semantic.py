@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memtrace_otel.attribution import _semantic
+from memtrace_otel.attribution import EvidenceMethod, _semantic
 from memtrace_otel.attribution._semantic import SentenceEncoder, default_encoder, model_dir
 from memtrace_otel.attribution._text import SEMANTIC_FLOOR, Corpus
 from memtrace_otel.semconv import attributes as A
@@ -113,6 +113,8 @@ def test_an_unusable_model_directory_is_a_configuration_error(
     monkeypatch.setenv(A.ENV_MEMTRACE_EMBEDDING_MODEL, str(tmp_path))
     with pytest.raises(ValueError, match=A.ENV_MEMTRACE_EMBEDDING_MODEL):
         model_dir()
+    with pytest.raises(ValueError, match=A.ENV_MEMTRACE_EMBEDDING_MODEL):
+        EvidenceMethod()  # at construction, not once per case
 
 
 def test_the_variable_names_a_model_and_none_turns_it_off(

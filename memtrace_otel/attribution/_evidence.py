@@ -45,6 +45,7 @@ import networkx as nx
 from memtrace_otel.attribution._base import blame, last_op_of_kind, no_verdict
 from memtrace_otel.attribution._index import GraphIndex, graph_index, order_key
 from memtrace_otel.attribution._model import Case, Verdict
+from memtrace_otel.attribution._semantic import model_dir
 from memtrace_otel.attribution._text import (
     Corpus,
     asks_for_time,
@@ -189,6 +190,9 @@ class EvidenceMethod:
         if max_evidence < 1:
             raise ValueError(f"max_evidence must be >= 1, got {max_evidence}")
         self.max_evidence = max_evidence
+        # A MEMTRACE_EMBEDDING_MODEL naming no model is a configuration error: raise it here,
+        # not once per case (the model itself loads on first use, without an expected answer).
+        model_dir()
 
     def attribute(self, G: nx.MultiDiGraph, case: Case) -> Verdict:
         index = graph_index(G)
