@@ -126,8 +126,8 @@ def behaviour(encoder_dir: Path) -> None:
     match, other = scores[right], scores[~right]
     q = np.quantile(other, [0.5, 0.95, 0.99])
     print(
-        f"behaviour ({n} questions x {len(docs)} messages, names no message holds dropped from "
-        f"the questions): answering messages cosine min {match.min():.2f} median "
+        f"behaviour ({n} questions x {len(docs)} messages, the questions read without their "
+        f"names): answering messages cosine min {match.min():.2f} median "
         f"{np.median(match):.2f} max {match.max():.2f}; other messages median {q[0]:.2f}, 95 % "
         f"below {q[1]:.2f}, 99 % below {q[2]:.2f}"
     )
