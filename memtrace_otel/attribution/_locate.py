@@ -253,17 +253,19 @@ def _read(
     tokens = frozenset(content_tokens(text))
     kind = question.kind
     if kind == TIME:
-        bearing = frozenset(t for t in tokens if t in _TIME_WORDS or t.isdigit()) - asked
+        relative = frozenset(w for w in lowered if w in _DAY_SHIFT)  # "now" is a stop word
+        bearing = frozenset(t for t in tokens if t in _TIME_WORDS or t.isdigit()) | relative
+        bearing -= asked
     elif kind == NUMBER:
         bearing = frozenset(t for t in tokens if t.isdigit() or t in _NUMBER_WORDS) - asked
     elif kind == PLACE:
         bearing = frozenset(places)
     elif kind == NAME:
         bearing = frozenset(subjects | places)
+    elif introduced:
+        bearing = frozenset()  # a naming statement links to the name it gives
     else:
-        bearing = frozenset(
-            t for t in tokens - asked - _NAMING_STEMS - _TIME_WORDS - introduced if len(t) > 2
-        )
+        bearing = frozenset(t for t in tokens - asked - _NAMING_STEMS - _TIME_WORDS if len(t) > 2)
     # For a name question the answer is itself a new name: a second one says whose it is
     # ("my neighbour Tom has a parrot named Pickle" is about Tom's parrot).
     other = len(set(subject_first) | introduced) >= 2 if kind == NAME else bool(subject_first)
