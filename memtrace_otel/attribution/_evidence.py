@@ -49,6 +49,7 @@ from memtrace_otel.attribution._locate import (
     PLACE,
     Question,
     Reading,
+    addressed,
     name_lexicon,
     read,
     resolved_date,
@@ -89,6 +90,7 @@ _SURE_QUESTION_UNCLEAR = 0.55
 _SURE_RUNNER_UP = 0.45
 _SURE_NEAREST = 0.35  # the speaker's nearest statement of the asked kind: a weak clue
 _SEMANTIC_LEAD = 0.05  # cosine lead of the best statement over the next (all-MiniLM-L6-v2)
+_SEMANTIC_FLOOR = 0.2  # below this cosine a statement is not about what the question asks
 _SURE_DECLINED = 0.75  # an answer-bearing message reached the context and the answer declined
 _UNEXPLAINED_WRONG = 0.6
 _SURE_STALE = 0.7  # a stale read without the evidence followed: structure, not content
@@ -768,8 +770,10 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
     # Vienna") stays in the running.
     sources = [i for i, words in enumerate(corpus.words) if wrong_tokens and wrong_tokens <= words]
     avoid = {i for i in sources if not bears(i)}
-    votes = _record_votes(scope, case.question)
-    telling = corpus.telling(case.question) - _NAMING_WORDS
+    # The speaker's own name is in every record about them: it tells none apart.
+    speakers = _speakers(scope)
+    votes = _record_votes(scope, case.question, speakers)
+    telling = corpus.telling(case.question) - _NAMING_WORDS - speakers
     scored = [
         (i, score)
         for i, score in _rank(corpus, case.question, records=votes)
@@ -850,11 +854,10 @@ def _by_meaning(pool: list[int], question: Question, texts: Sequence[str]) -> in
     encoder = default_encoder() if pool else None
     if encoder is None:
         return None
-    if len(pool) == 1:
-        return pool[0]
     scores = encoder.similarity(question.text, [texts[i] for i in pool])
-    ranked = sorted(zip(scores, pool, strict=True), reverse=True)
-    return ranked[0][1] if ranked[0][0] - ranked[1][0] >= _SEMANTIC_LEAD else None
+    ranked = [*sorted(zip(scores, pool, strict=True), reverse=True), (0.0, -1)]
+    best, runner_up = ranked[0][0], ranked[1][0]
+    return ranked[0][1] if best >= _SEMANTIC_FLOOR and best - runner_up >= _SEMANTIC_LEAD else None
 
 
 def _hop(
@@ -938,6 +941,26 @@ def _nearest_statement(
     )
 
 
+def _speakers(scope: _Scope) -> frozenset[str]:
+    """The (stemmed) names of the store's speakers: the messages' ``speaker`` meta, and the
+    names its messages speak to ("Thanks, Jon!"). Built once per store."""
+    key = ("speakers", scope.store)
+    cached = scope.index.memo.get(key)
+    if cached is None:
+        G = scope.index.G
+        messages, corpus = _store_messages(scope)
+        names = {
+            str(meta["speaker"])
+            for meta in (G.nodes[m].get("meta") for m in messages)
+            if isinstance(meta, dict) and meta.get("speaker")
+        }
+        cached = frozenset(t for name in names for t in content_tokens(name)).union(
+            *(addressed(text) for text in corpus.texts)
+        )
+        scope.index.memo[key] = cached
+    return cached
+
+
 def _store_reading(scope: _Scope) -> tuple[frozenset[str], list[tuple[int, int]]]:
     """The store's names and its messages' order in time (built once per store)."""
     key = ("reading", scope.store)
@@ -993,12 +1016,15 @@ def _store_messages(scope: _Scope) -> tuple[list[str], Corpus]:
     return cached
 
 
-def _record_votes(scope: _Scope, question: str) -> dict[int, float]:
-    """Votes for messages whose records (any version, any time) match the question."""
+def _record_votes(
+    scope: _Scope, question: str, ignore: frozenset[str] = frozenset()
+) -> dict[int, float]:
+    """Votes for messages whose records (any version, any time) match the question through a
+    word that tells them apart (``ignore``: words that never do, such as the speaker's name)."""
     position, sources, corpus = _store_records(scope)
     if not sources:
         return {}
-    telling = corpus.telling(question)
+    telling = corpus.telling(question) - ignore
     votes: dict[int, float] = {}
     ranked = [i for i, _ in corpus.ranking(question) if corpus.words[i] & telling]
     for rank, i in enumerate(ranked[:3]):

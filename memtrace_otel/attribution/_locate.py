@@ -42,6 +42,7 @@ __all__ = [
     "TIME",
     "Question",
     "Reading",
+    "addressed",
     "name_lexicon",
     "read",
     "resolved_date",
@@ -62,6 +63,25 @@ _PLACE_Q = re.compile(
 _NAME_Q = re.compile(r"\bwho(?:m|se)?\b|\bname\b|\bcalled\b|\bnamed\b", re.IGNORECASE)
 _PAST_Q = re.compile(r"\b(?:did|was|were|had|used to)\b", re.IGNORECASE)
 _PRESENT_Q = re.compile(r"\b(?:does|do|is|are|has|have)\b|\bnow\b|\bcurrent", re.IGNORECASE)
+# A name set off as the one spoken to ("Thanks, Jon!", "Hey Deborah!", "Jolene, sorry ..."):
+# the speaker is someone else, so the message's "I" is not that person.
+_CAPITALISED = re.compile(r"\b[A-Z][A-Za-z]+\b")
+_GREETINGS = frozenset(
+    [
+        "hey",
+        "hi",
+        "hello",
+        "thanks",
+        "thank",
+        "dear",
+        "yo",
+        "congrats",
+        "congratulations",
+        "wow",
+        "sorry",
+        "welcome",
+    ]
+)
 _BEFORE = re.compile(r"\b(?:before|prior to|until)\b", re.IGNORECASE)
 _AFTER = re.compile(r"\b(?:after|since)\b", re.IGNORECASE)
 
@@ -181,6 +201,28 @@ class Reading:
     slots: frozenset[str]
 
 
+def addressed(text: str) -> frozenset[str]:
+    """The (stemmed) names ``text`` speaks to, as in "Thanks, Jon!" or "Hey Deborah!".
+
+    >>> sorted(addressed("Thanks, Jon! Since I lost my job things have been tough."))
+    ['jon']
+    >>> sorted(addressed("Hey Deborah! Sounds fun.")), sorted(addressed("I live in Paris."))
+    (['deborah'], [])
+    """
+    out = set()
+    for m in _CAPITALISED.finditer(text):
+        low = m.group().lower()
+        if low in _GREETINGS or low in STOPWORDS:
+            continue
+        before = text[: m.start()].rstrip()
+        after = text[m.end() :].lstrip()
+        opens = not before or before[-1] in ".!?,;" or before.split()[-1].lower() in _GREETINGS
+        closes = not after or after[0] in ",!?" or (after[0] == "." and after[1:2] in ("", " "))
+        if opens and closes:
+            out.add(stem(low))
+    return frozenset(out)
+
+
 def name_lexicon(texts: Iterable[str]) -> frozenset[str]:
     """The names of a store: words its messages capitalise where a sentence does not start.
 
@@ -269,6 +311,8 @@ def _read(
     # For a name question the answer is itself a new name: a second one says whose it is
     # ("my neighbour Tom has a parrot named Pickle" is about Tom's parrot).
     other = len(set(subject_first) | introduced) >= 2 if kind == NAME else bool(subject_first)
+    if addressed(text) & question.asked:
+        other = True  # spoken to the question's subject: the "I" is someone else
     return Reading(
         bearing=bearing,
         introduced=frozenset(introduced),
