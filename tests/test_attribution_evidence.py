@@ -37,9 +37,15 @@ class Pipe:
             f"msg:{self.n}", text, category="message", meta={"date": date, "speaker": "Rosa"}
         )
 
-    def extract(self, sources: Sequence[Variable], text: str, **meta: Any) -> Variable:
+    def extract(
+        self, sources: Sequence[Variable], text: str, *, sourced: bool = True, **meta: Any
+    ) -> Variable:
+        """``sourced=False``: the fact records no source refs (they are optional)."""
         self.n += 1
         with self.mt.extract("t.extract", inputs=list(sources)) as op:
+            if not sourced:
+                ident = f"fact:{self.n}"
+                return op.output(self.mt.variable(ident, text, category="memory", meta=meta))
             return op.output(self._memory(f"fact:{self.n}", text, sources, meta))
 
     def create(self, fact: Variable, text: str | None = None) -> Variable:
@@ -190,6 +196,40 @@ def test_an_extraction_that_drops_the_paraphrased_answers_name_lost_it(pipe: Pip
     assert verdict.error_type == "ExtractionError", verdict.reason
 
 
+def test_a_record_that_says_its_date_is_unknown_lost_the_date(pipe: Pipe) -> None:
+    # Its stamp is the day it was written, not the day of the event.
+    msg = pipe.message("I got engaged today, still buzzing!")
+    fact = pipe.extract([msg], "Rosa got engaged (date not given).", date="3 February 2023")
+    pipe.ask("When did Rosa get engaged?", [pipe.create(fact)], "I don't know")
+    verdict = pipe.verdict(gold=["3 February 2023"], evidence=[msg])
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
+def test_a_date_on_another_line_of_the_record_does_not_date_the_event(pipe: Pipe) -> None:
+    msg = pipe.message("Guess what: today I finally got my licence.")
+    cell = pipe.extract(
+        [msg],
+        "On 3 February 2023 Rosa adopted a parrot, Rex.\nRosa passed the driving test recently.",
+        date="3 February 2023",
+    )
+    pipe.ask("When did Rosa pass the driving test?", [pipe.create(cell)], "I don't know")
+    verdict = pipe.verdict(gold=["3 February 2023"], evidence=[msg])
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
+def test_a_reworded_fact_without_source_refs_is_followed_from_what_its_op_read(
+    pipe: Pipe,
+) -> None:
+    # Source refs are optional: the fact shares no word with the message but the answer, and
+    # its extraction read the message, so the NONE decision that discarded it lost the answer.
+    msg = pipe.message("I finally settled in Philadelphia, signed the lease and everything.")
+    fact = pipe.extract([msg], "Rosa relocated to Philadelphia.", sourced=False)
+    pipe.discard(fact)
+    pipe.ask("Which city is Rosa living in these days?", [], "I don't know")
+    verdict = pipe.verdict(gold=["Philadelphia"], evidence=[msg])
+    assert _culprit(verdict) == ("UpdateError", "t.decide_none"), verdict.reason
+
+
 # --- paths: every fact, every branch --------------------------------------------------------------
 def test_a_two_fact_question_follows_the_link_fact(pipe: Pipe) -> None:
     link = pipe.message("I changed teams: I am on the data team now.")
@@ -215,6 +255,22 @@ def test_content_that_survived_on_another_branch_is_not_lost_there(pipe: Pipe) -
     pipe.ask("What is Rosa allergic to?", [], "I don't know")
     verdict = pipe.verdict(gold=["penicillin"], evidence=[msg])
     assert _culprit(verdict) == ("DeletionError", "t.delete"), verdict.reason
+
+
+def test_a_chunk_without_source_refs_took_the_buffer_before_its_reset(pipe: Pipe) -> None:
+    # The chunk records no source refs: it read the buffer, so it was the one meant to carry
+    # the content on; the reset afterwards is by design.
+    greeting = pipe.message("Hello there!")
+    msg = pipe.message("I'm allergic to penicillin.")
+    mt = pipe.mt
+    with mt.update("t.buffer_append", inputs=[greeting, msg]) as op:
+        text = f"{greeting.value}\n{msg.value}"
+        buffer = op.output(mt.variable("buffer:1", text, category="memory"))
+    chunk = pipe.extract([buffer], "Hello there!", sourced=False)  # dropped the line
+    pipe.update(buffer, "", name="t.buffer_reset")
+    pipe.ask("What is Rosa allergic to?", [pipe.create(chunk)], "I don't know")
+    verdict = pipe.verdict(gold=["penicillin"], evidence=[msg])
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
 
 
 # --- retrieval: filters by what they keep, searchable records, stale versions ------------------
@@ -432,7 +488,7 @@ def test_evidence_on_the_generated_benchmarks(tmp_path: Path, difficulty: str) -
     )
 
     if difficulty == "hard":
-        generate_hard_benchmark(tmp_path, stores=6, seed=3)
+        generate_hard_benchmark(tmp_path, stores=20, seed=3)
     else:
         generate_benchmark(tmp_path, workload=generate_workload(4, 3), seed=3, faults="all=0.05")
     out = tmp_path / "scores.json"
@@ -440,7 +496,16 @@ def test_evidence_on_the_generated_benchmarks(tmp_path: Path, difficulty: str) -
     scores = json.loads(out.read_text())["evidence"]
     overall = scores["all"]["overall"]
     assert overall["total"] >= 15
-    assert overall["error_type_accuracy"] >= 0.9 and overall["op_id_accuracy"] >= 0.85, overall
+    if difficulty == "hard":
+        # issue 18: error type >= 0.92 and op >= 0.88 on every system
+        for system, score in scores["all"]["by_system"].items():
+            assert score["total"] >= 15, system
+            assert score["error_type_accuracy"] >= 0.92, (system, score)
+            assert score["op_id_accuracy"] >= 0.88, (system, score)
+    else:
+        # a small, fault-dense easy sample (the full easy benchmark's figure, >= 0.97, is in
+        # benchmarks/bench_attribution.py)
+        assert overall["error_type_accuracy"] >= 0.9 and overall["op_id_accuracy"] >= 0.85
     assert scores["correct_cases_blamed"] == 0
     trusted = scores["production"]["trusted"]
     assert trusted["total"] == 0 or trusted["accuracy"] >= 0.9

@@ -64,6 +64,7 @@ from memtrace_otel.attribution._text import (
     has_tokens,
     is_non_answer,
     recall,
+    says_undated,
     segment_words,
 )
 from memtrace_otel.semconv import Category, OpKind
@@ -137,20 +138,37 @@ class Signature:
     words: frozenset[str]
     dated: bool = False  # a time question: a record's date (meta) is part of what it says
     loose: bool = False  # the key is a guess (no answer known, no names): any third will do
+    event: frozenset[str] = frozenset()  # a time question's words for the event it asks about
 
-    def carries(self, text: str, *, derived: bool) -> bool:
+    def carries(self, text: str, *, derived: bool, stamp: str = "") -> bool:
         """Whether ``text`` still holds the evidence.
 
         Long values (a window, a document, a candidate list) are tested line by line and
         sentence by sentence, so an answer word elsewhere in the window does not count.
         ``derived``: the variable names the evidence (or a carrier) among its sources, so it
         need not repeat what the fact is about, only the answer-bearing tokens.
+        ``stamp``: the value's own date (meta), read with each of its lines that does not
+        say the time vaguely ("recently", a time word the evidence did not use).
         """
         segments = segment_words(text)
-        if derived and len(content_tokens(text)) <= _SHORT:
+        stamped = frozenset(content_tokens(stamp)) if stamp else frozenset()
+        if stamped:
+            segments = tuple(
+                words if (words & _VAGUE) - self.words else words | stamped for words in segments
+            )
+        single = len(segments) <= 1
+        if derived and len(content_tokens(text)) <= _SHORT and not self.dated:
             segments = (*segments, frozenset().union(*segments))
+        # A date is shared by every fact of its day: in a value of several lines, a date
+        # carries only in a line about the event (by the evidence's words or the question's).
+        derived_about = derived and (single or not self.dated)
         for words in segments:
-            about = derived or bool(self.topic & words) or not self.topic
+            about = (
+                derived_about
+                or bool(self.topic & words)
+                or not self.topic
+                or (self.dated and len(self.event & words) >= min(2, len(self.event) or 3))
+            )
             if about and has_tokens(self.gold, self.gold_strict, words):
                 return True
             if self.key:
@@ -683,7 +701,13 @@ def _kept(G: nx.MultiDiGraph, index: GraphIndex, op: str, reads: Iterable[str]) 
 def _derives(G: nx.MultiDiGraph, index: GraphIndex, op: str, var: str) -> bool:
     """Whether an output of ``op`` says it came from ``var`` or from its source messages."""
     mine = set(_sources(G, var)) | {var}
-    return any(mine & set(_sources(G, out)) for out in index.outputs(op))
+    for out in index.outputs(op):
+        sources = _sources(G, out)
+        if mine & set(sources):
+            return True
+        if not sources and G.nodes[out].get("category") in _CONTENT_CATEGORIES:
+            return True  # no source refs recorded (optional): it came from what its op read
+    return False
 
 
 def _loss_reason(G: nx.MultiDiGraph, op: str) -> str:
@@ -1162,7 +1186,11 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
     ]
     topic_pool.sort(key=lambda t: (t not in asked, -len(t), t))  # the question's words first
     topic = frozenset(topic_pool[:_TOPIC_LIMIT])
-    return Signature(ref, key, strict, gold, gold_strict, topic, words, dated, loose)
+    event: frozenset[str] = frozenset()
+    if dated:
+        # What the question asks the date of: its words but the names and the asking.
+        event = asked - entity_tokens(case.question, anywhere=True) - _ASKING_TIME
+    return Signature(ref, key, strict, gold, gold_strict, topic, words, dated, loose, event)
 
 
 _MONTHS = frozenset(
@@ -1179,6 +1207,7 @@ _VAGUE = frozenset(
 _RELATIVE = frozenset(
     content_tokens("yesterday today tonight tomorrow ago last next week weekend month year")
 )
+_ASKING_TIME = frozenset(content_tokens("when what which date day month year time ago long"))
 # Words so common in chat that they never bear an answer on their own.
 _COMMON = frozenset(content_tokens("today yesterday recently lately new just really week day"))
 
@@ -1195,15 +1224,28 @@ def _carries(G: nx.MultiDiGraph, var: str, signature: Signature, carriers: set[s
     if any(c in value for c in carriers if c != signature.ref or category == Category.CANDIDATES):
         return True  # names a carrier by ref
     sources = _sources(G, var)
-    derived = any(s == signature.ref or s in carriers for s in sources)
     text = _text(value)
-    if signature.dated and len(content_tokens(text)) <= _SHORT:
+    if sources:
+        derived = any(s == signature.ref or s in carriers for s in sources)
+    else:
+        # No source refs recorded (they are optional): a short value is derived from what its
+        # writer read, so a fact reworded from a carrier need only keep the answer-bearing
+        # tokens. A long value (a window, a summary) holds other facts too: not assumed.
+        derived = len(content_tokens(text)) <= _SHORT and _written_from(G, var, carriers)
+    stamp = ""
+    if signature.dated and len(content_tokens(text)) <= _SHORT and not says_undated(text):
         # A record's date stamp dates what it says, unless it says "recently" (or another
-        # time word the evidence did not use): then it has dropped the date on purpose.
-        vague = (frozenset(content_tokens(text)) & _VAGUE) - signature.words
-        if not vague:
-            text = f"{text}\n{_date_of(data)}"
-    return signature.carries(text, derived=derived)
+        # time word the evidence did not use; tested line by line) or that its date is
+        # unknown: then it has dropped the date on purpose.
+        stamp = _date_of(data)
+    return signature.carries(text, derived=derived, stamp=stamp)
+
+
+def _written_from(G: nx.MultiDiGraph, var: str, carriers: set[str]) -> bool:
+    """Whether the op that wrote ``var`` read a carrier."""
+    index = graph_index(G)
+    writer = index.writer(var)
+    return writer is not None and any(v in carriers for v in index.inputs(writer))
 
 
 def _text(value: str | None) -> str:
