@@ -47,6 +47,7 @@ from memtrace_otel.attribution._index import GraphIndex, graph_index, order_key
 from memtrace_otel.attribution._locate import (
     NAME,
     PLACE,
+    THING,
     Question,
     Reading,
     addressed,
@@ -90,6 +91,7 @@ _SURE_QUESTION = 0.8  # found by the question alone, well ahead of the runner-up
 _SURE_QUESTION_UNCLEAR = 0.55
 _SURE_RUNNER_UP = 0.45
 _SURE_NEAREST = 0.35  # the speaker's nearest statement of the asked kind: a weak clue
+_SURE_THING = 0.3  # a "what" question: any content word bears the answer
 _SEMANTIC_LEAD = 0.05  # cosine lead of the best statement over the next (all-MiniLM-L6-v2)
 _SEMANTIC_FLOOR = 0.2  # below this cosine a statement is not about what the question asks
 _SURE_DECLINED = 0.75  # an answer-bearing message reached the context and the answer declined
@@ -849,6 +851,10 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
         rest = [score for i, score in scored if i != first]
         margin = (best - rest[0]) / best if rest and best > 0 else 1.0
         sure = _SURE_QUESTION if margin >= _CLEAR_MARGIN else _SURE_QUESTION_UNCLEAR
+        if question.kind == THING:
+            # The question names no kind of answer ("what does she do now?"): any content
+            # word bears it, so the best match is a weak clue.
+            sure = min(sure, _SURE_THING)
         if not (reading(first).first_person or reading(first).mentions):
             # Neither the speaker's own words nor naming the question's subject ("everyone
             # says Oskar runs the data team"): what ties it to the subject is not seen.
