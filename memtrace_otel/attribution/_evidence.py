@@ -941,18 +941,34 @@ def _latest_restatement(
         return None
     later = [
         i
-        for i in range(len(order))
-        if order[i] > order[first]
-        and reading(i).first_person
-        and not reading(i).other_subject
-        and reading(i).slots
-        and bears(i) - said
+        for i in _statements(first, 1, order, reading, bears)
+        if reading(i).slots and bears(i) - said
     ]
     meant = _by_meaning(later, question, texts)
     if meant is not None:
         return meant
     shaped = [i for i in later if reading(i).slots & slots]
     return max(shaped, key=lambda i: order[i]) if shaped else None
+
+
+def _statements(
+    anchor: int,
+    side: int,
+    order: list[tuple[int, int]],
+    reading: Callable[[int], Reading],
+    bears: Callable[[int], frozenset[str]],
+) -> list[int]:
+    """The speaker's own statements of the asked kind on ``side`` (1 after, -1 before) of
+    ``anchor`` in time."""
+    return [
+        i
+        for i in range(len(order))
+        if i != anchor
+        and (order[i] > order[anchor]) == (side > 0)
+        and reading(i).first_person
+        and not reading(i).other_subject
+        and bears(i)
+    ]
 
 
 def _nearest_statement(
@@ -969,15 +985,7 @@ def _nearest_statement(
     model, or when no statement leads clearly, the nearest one of the anchor's own shape (the
     same preposition before a place)."""
     slots = reading(anchor).slots
-    pool = [
-        i
-        for i in range(len(order))
-        if i != anchor
-        and (order[i] > order[anchor]) == (side > 0)
-        and reading(i).first_person
-        and not reading(i).other_subject
-        and bears(i)
-    ]
+    pool = _statements(anchor, side, order, reading, bears)
     if not pool:
         return None
     meant = _by_meaning(pool, question, texts)
