@@ -38,9 +38,15 @@ class Pipe:
             f"msg:{self.n}", text, category="message", meta={"date": date, "speaker": "Rosa"}
         )
 
-    def extract(self, sources: Sequence[Variable], text: str, **meta: Any) -> Variable:
+    def extract(
+        self, sources: Sequence[Variable], text: str, *, sourced: bool = True, **meta: Any
+    ) -> Variable:
+        """``sourced=False``: the fact records no source refs (they are optional)."""
         self.n += 1
         with self.mt.extract("t.extract", inputs=list(sources)) as op:
+            if not sourced:
+                ident = f"fact:{self.n}"
+                return op.output(self.mt.variable(ident, text, category="memory", meta=meta))
             return op.output(self._memory(f"fact:{self.n}", text, sources, meta))
 
     def create(self, fact: Variable, text: str | None = None) -> Variable:
@@ -191,6 +197,40 @@ def test_an_extraction_that_drops_the_paraphrased_answers_name_lost_it(pipe: Pip
     assert verdict.error_type == "ExtractionError", verdict.reason
 
 
+def test_a_record_that_says_its_date_is_unknown_lost_the_date(pipe: Pipe) -> None:
+    # Its stamp is the day it was written, not the day of the event.
+    msg = pipe.message("I got engaged today, still buzzing!")
+    fact = pipe.extract([msg], "Rosa got engaged (date not given).", date="3 February 2023")
+    pipe.ask("When did Rosa get engaged?", [pipe.create(fact)], "I don't know")
+    verdict = pipe.verdict(gold=["3 February 2023"], evidence=[msg])
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
+def test_a_date_on_another_line_of_the_record_does_not_date_the_event(pipe: Pipe) -> None:
+    msg = pipe.message("Guess what: today I finally got my licence.")
+    cell = pipe.extract(
+        [msg],
+        "On 3 February 2023 Rosa adopted a parrot, Rex.\nRosa passed the driving test recently.",
+        date="3 February 2023",
+    )
+    pipe.ask("When did Rosa pass the driving test?", [pipe.create(cell)], "I don't know")
+    verdict = pipe.verdict(gold=["3 February 2023"], evidence=[msg])
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
+def test_a_reworded_fact_without_source_refs_is_followed_from_what_its_op_read(
+    pipe: Pipe,
+) -> None:
+    # Source refs are optional: the fact shares no word with the message but the answer, and
+    # its extraction read the message, so the NONE decision that discarded it lost the answer.
+    msg = pipe.message("I finally settled in Philadelphia, signed the lease and everything.")
+    fact = pipe.extract([msg], "Rosa relocated to Philadelphia.", sourced=False)
+    pipe.discard(fact)
+    pipe.ask("Which city is Rosa living in these days?", [], "I don't know")
+    verdict = pipe.verdict(gold=["Philadelphia"], evidence=[msg])
+    assert _culprit(verdict) == ("UpdateError", "t.decide_none"), verdict.reason
+
+
 # --- paths: every fact, every branch --------------------------------------------------------------
 def test_a_two_fact_question_follows_the_link_fact(pipe: Pipe) -> None:
     link = pipe.message("I changed teams: I am on the data team now.")
@@ -216,6 +256,22 @@ def test_content_that_survived_on_another_branch_is_not_lost_there(pipe: Pipe) -
     pipe.ask("What is Rosa allergic to?", [], "I don't know")
     verdict = pipe.verdict(gold=["penicillin"], evidence=[msg])
     assert _culprit(verdict) == ("DeletionError", "t.delete"), verdict.reason
+
+
+def test_a_chunk_without_source_refs_took_the_buffer_before_its_reset(pipe: Pipe) -> None:
+    # The chunk records no source refs: it read the buffer, so it was the one meant to carry
+    # the content on; the reset afterwards is by design.
+    greeting = pipe.message("Hello there!")
+    msg = pipe.message("I'm allergic to penicillin.")
+    mt = pipe.mt
+    with mt.update("t.buffer_append", inputs=[greeting, msg]) as op:
+        text = f"{greeting.value}\n{msg.value}"
+        buffer = op.output(mt.variable("buffer:1", text, category="memory"))
+    chunk = pipe.extract([buffer], "Hello there!", sourced=False)  # dropped the line
+    pipe.update(buffer, "", name="t.buffer_reset")
+    pipe.ask("What is Rosa allergic to?", [pipe.create(chunk)], "I don't know")
+    verdict = pipe.verdict(gold=["penicillin"], evidence=[msg])
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
 
 
 # --- retrieval: filters by what they keep, searchable records, stale versions ------------------
@@ -264,13 +320,92 @@ def test_without_gold_the_wrong_answer_leads_to_the_discarded_fact(pipe: Pipe) -
     assert "evidence located by search, not given" in verdict.unchecked
 
 
-def test_without_gold_a_declined_answer_with_the_match_in_context_abstains(pipe: Pipe) -> None:
-    msg = pipe.message("I live in Prague.")
-    rec = pipe.create(pipe.extract([msg], "Rosa lives in Prague"))
-    pipe.ask("Where does Rosa live?", [rec], "I don't know")
+def test_without_gold_a_declined_answer_with_the_bearing_message_in_context_blames_it(
+    pipe: Pipe,
+) -> None:
+    msg = pipe.message("These days I rent a flat in Ljubljana.")
+    rec = pipe.create(pipe.extract([msg], "Rosa rents a flat in Ljubljana"))
+    pipe.ask("Where does Rosa rent a flat?", [rec], "I don't know")
     verdict = pipe.verdict(prediction="I don't know")
-    assert verdict.error_type is None and verdict.confidence == 0.0
-    assert "expected answer" in verdict.reason
+    # The message holds a place the question does not name, it reached the context, and the
+    # answer declined: the definition's ResponseError, said with a moderate confidence.
+    assert _culprit(verdict) == ("ResponseError", "t.answer"), verdict.reason
+    assert 0.3 < verdict.confidence < 0.8
+    assert "ljubljana" in verdict.reason and "expected answer" in verdict.unchecked
+
+
+def test_without_gold_a_declined_answer_with_only_a_restatement_in_context_abstains(
+    pipe: Pipe,
+) -> None:
+    # The best match restates the question's own place: it is a link, not the answer, and no
+    # other message says where she rented before: nothing to blame.
+    msg = pipe.message("Finally signed the lease for my flat in Ljubljana!")
+    rec = pipe.create(pipe.extract([msg], "Rosa signed a lease in Ljubljana"))
+    pipe.ask("Where did Rosa rent before her flat in Ljubljana?", [rec], "I don't know")
+    verdict = pipe.verdict(prediction="I don't know")
+    assert verdict.error_type is None and verdict.confidence == 0.0, verdict.reason
+
+
+def test_without_gold_a_link_anchors_a_before_question_on_the_older_statement(
+    pipe: Pipe,
+) -> None:
+    old = pipe.message("I've rented a tiny studio in Graz since college.", date="2 March 2022")
+    other = pipe.message("Marta rents a loft in Bern.", date="9 March 2022")
+    pipe.message("My cousin's name is Marta.", date="9 March 2022")
+    moved = pipe.message("Signed the lease in Ljubljana, I rent there now!", date="5 May 2023")
+    rec = pipe.create(pipe.extract([old], "Rosa rents a studio in Graz"))
+    fact = pipe.extract([moved], "Rosa rents in Ljubljana")
+    now = pipe.update(rec, "Rosa rents in Ljubljana", inputs=[fact])
+    pipe.create(pipe.extract([other], "Marta rents a loft in Bern"))
+    pipe.ask("Where did Rosa rent before Ljubljana?", [now], "I don't know")
+    verdict = pipe.verdict(prediction="I don't know")
+    # Not Marta's loft (another person's), not the Ljubljana message (it restates the
+    # question): the older statement, which the update overwrote.
+    assert old.ref in verdict.evidence_refs and other.ref not in verdict.evidence_refs
+    assert _culprit(verdict) == ("UpdateError", "t.update"), verdict.reason
+
+
+def test_without_gold_a_name_a_link_introduces_is_followed_to_its_facts(pipe: Pipe) -> None:
+    link = pipe.message("My manager is called Oskar.")
+    fact = pipe.message("Oskar teaches a pottery class on weekends.")
+    noise = pipe.message("Honestly the weekends fly by.")
+    pipe.create(pipe.extract([link], "Rosa's manager is Oskar"))
+    kept = pipe.create(pipe.extract([noise], "Weekends fly by"))
+    pipe.discard(pipe.extract([fact], "Oskar teaches pottery on weekends"))
+    pipe.ask("What does Rosa's manager teach?", [kept], "I don't know")
+    verdict = pipe.verdict(prediction="I don't know")
+    assert set(verdict.evidence_refs) == {fact.ref, link.ref}, verdict.reason
+    assert _culprit(verdict) == ("UpdateError", "t.decide_none"), verdict.reason
+
+
+def test_without_gold_another_persons_statement_is_not_the_evidence(pipe: Pipe) -> None:
+    mine = pipe.message("I rent a small flat in Graz.", date="2 March 2022")
+    cousin = pipe.message("My cousin's name is Marta.", date="9 March 2022")
+    theirs = pipe.message("Marta rents a house in Bern.", date="9 March 2022")
+    pipe.create(pipe.extract([cousin], "Rosa's cousin is Marta"))
+    newer = pipe.message("Moving day is over, my flat in Ljubljana is home now.", date="5 May 2023")
+    old_rec = pipe.create(pipe.extract([mine], "Rosa rents a flat in Graz"))
+    pipe.create(pipe.extract([theirs], "Marta rents a house in Bern"))
+    pipe.create(pipe.extract([newer], "Rosa's home is a flat in Ljubljana"))
+    pipe.ask("Where does Rosa rent now?", [old_rec], "Graz")
+    verdict = pipe.verdict(prediction="Graz")
+    # The wrong answer's source is passed over, Marta's house is about someone else: the later
+    # statement of a place by the speaker superseded the old one, and it was not retrieved.
+    assert verdict.evidence_refs == (newer.ref,), verdict.reason
+    assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason
+    assert verdict.confidence <= 0.5
+
+
+def test_without_gold_a_time_question_keeps_a_memory_that_wrote_the_day_out(pipe: Pipe) -> None:
+    msg = pipe.message(
+        "Picked up my new kayak this morning, took it out today!", date="7 June 2023"
+    )
+    rec = pipe.create(pipe.extract([msg], "Rosa got a new kayak on 7 June 2023"))
+    pipe.ask("When did Rosa get the kayak?", [rec], "I don't know")
+    verdict = pipe.verdict(prediction="I don't know")
+    # "today" in a message of 7 June is 7 June: the memory kept it, so nothing was lost in
+    # extraction; the answer declined with it in its context.
+    assert _culprit(verdict) == ("ResponseError", "t.answer"), verdict.reason
 
 
 def test_without_gold_an_unmatched_question_abstains(pipe: Pipe) -> None:
@@ -293,7 +428,7 @@ def test_without_gold_a_paraphrased_question_is_matched_by_meaning(pipe: Pipe) -
     verdict = pipe.verdict(prediction="I don't know")
     assert _culprit(verdict) == ("DeletionError", "t.delete"), verdict.reason
     assert verdict.evidence_refs == (msg.ref,)
-    assert 0.3 < verdict.confidence < 0.8
+    assert verdict.confidence <= 0.5  # a "what" question found by meaning: a weak clue
     assert "evidence located by search, not given" in verdict.unchecked
 
 
@@ -353,7 +488,7 @@ def test_evidence_on_the_generated_benchmarks(tmp_path: Path, difficulty: str) -
     )
 
     if difficulty == "hard":
-        generate_hard_benchmark(tmp_path, stores=6, seed=3)
+        generate_hard_benchmark(tmp_path, stores=20, seed=3)
     else:
         generate_benchmark(tmp_path, workload=generate_workload(4, 3), seed=3, faults="all=0.05")
     out = tmp_path / "scores.json"
@@ -361,7 +496,16 @@ def test_evidence_on_the_generated_benchmarks(tmp_path: Path, difficulty: str) -
     scores = json.loads(out.read_text())["evidence"]
     overall = scores["all"]["overall"]
     assert overall["total"] >= 15
-    assert overall["error_type_accuracy"] >= 0.9 and overall["op_id_accuracy"] >= 0.85, overall
+    if difficulty == "hard":
+        # issue 18: error type >= 0.92 and op >= 0.88 on every system
+        for system, score in scores["all"]["by_system"].items():
+            assert score["total"] >= 15, system
+            assert score["error_type_accuracy"] >= 0.92, (system, score)
+            assert score["op_id_accuracy"] >= 0.88, (system, score)
+    else:
+        # a small, fault-dense easy sample (the full easy benchmark's figure, >= 0.97, is in
+        # benchmarks/bench_attribution.py)
+        assert overall["error_type_accuracy"] >= 0.9 and overall["op_id_accuracy"] >= 0.85
     assert scores["correct_cases_blamed"] == 0
     trusted = scores["production"]["trusted"]
     assert trusted["total"] == 0 or trusted["accuracy"] >= 0.9

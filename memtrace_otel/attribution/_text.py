@@ -38,6 +38,7 @@ __all__ = [
     "has_tokens",
     "is_non_answer",
     "recall",
+    "says_undated",
     "segment_words",
 ]
 
@@ -72,6 +73,13 @@ _MONTHS = frozenset(
 )
 _TIME_QUESTION = re.compile(
     r"\b(when|what (?:date|day|month|year|time)|which (?:date|day|month|year)|how long ago)\b",
+    re.IGNORECASE,
+)
+_UNDATED = re.compile(
+    r"\bdates?\b(?: (?:is|was|were|has been|had been))? (?:not|never) (?:given|known|"
+    r"mentioned|stated|specified|said|recorded)\b|\bdates? (?:unknown|unclear|unspecified|"
+    r"uncertain|missing)\b|\b(?:no|unknown|unspecified|unclear|uncertain|without an?y?) dates?\b"
+    r"|\bundated\b",
     re.IGNORECASE,
 )
 _NON_ANSWER = re.compile(
@@ -163,6 +171,15 @@ def asks_for_time(question: str) -> bool:
     (True, False)
     """
     return bool(_TIME_QUESTION.search(question))
+
+
+def says_undated(text: str) -> bool:
+    """Whether a text says that its date is unknown ("date not given", "no date", "undated").
+
+    >>> says_undated("Ana got engaged (date not given)."), says_undated("Ana got engaged.")
+    (True, False)
+    """
+    return bool(_UNDATED.search(text))
 
 
 def is_non_answer(text: str) -> bool:

@@ -328,7 +328,13 @@ def swapped(fact: Fact, other: str) -> tuple[str, tuple[Claim, ...]]:
 def undated(fact: Fact, rng: random.Random) -> tuple[str, tuple[Claim, ...]]:
     """The memory sentence without its date (an event's date is its value: the claim is gone)."""
     if fact.kind == "event":
-        text = _pick(rng, _EVENT_NODATE).format(s=fact.subject, e=_event_of(fact))
+        # Records are stamped with the day they were written. When the message said "today",
+        # a record that silently drops the date still shows the event's day in its stamp, and
+        # an answer reading the stamp is right: the loss is a loss only when the record says
+        # the date is vague or unknown.
+        said_today = "today" in fact.message.lower()
+        templates = _EVENT_NODATE[1:] if said_today else _EVENT_NODATE
+        text = _pick(rng, templates).format(s=fact.subject, e=_event_of(fact))
         return text, ()
     text = fact.memory.replace(f" on {fact.date}", "").replace(f" ({fact.date})", "")
     text = text.replace(f" (since {fact.date})", "").replace(f" (as of {fact.date})", "")
