@@ -67,6 +67,7 @@ _INPUT, _OUTPUT = Role.INPUT.value, Role.OUTPUT.value
 _MAX_STATIC = 1024
 """Distinct (kind, name, stage, system, store, operation) combinations whose attributes are cached."""
 _REF = A.MEMTRACE_VARIABLE_REF
+_ONE_INPUT = (str, Variable)  # a tuple: ``str | Variable`` builds a new union on every op
 
 InputLike = Variable | str
 """An op input: a :class:`Variable`, or the ref string of a variable a traced op wrote."""
@@ -646,7 +647,7 @@ class MemTracer:
             except ValueError:
                 allowed = ", ".join(s.value for s in Stage)
                 raise ValueError(f"unknown stage {stage!r}: expected one of {allowed}") from None
-        if isinstance(inputs, str | Variable):
+        if isinstance(inputs, _ONE_INPUT):
             inputs = (inputs,)
         return Op(
             self,

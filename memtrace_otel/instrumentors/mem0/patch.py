@@ -934,7 +934,7 @@ class _SearchExistingCall(_PhaseCall):
 
     def finish(self, result: Any) -> Any:
         op, state = self.op, self.state
-        if op is None or not op.is_traced or not isinstance(result, list | tuple):
+        if op is None or not op.is_traced or not isinstance(result, (list, tuple)):
             return result
         candidates: list[dict[str, Any]] = []
         found: list[Variable] = []
