@@ -589,14 +589,14 @@ class Retrieval:
     store_id: str | None
     case_id: str | None
     records: tuple[RecordTuple, ...]
-    nbytes: int = field(init=False, default=0, compare=False)
-    """Bytes held: the strings' sizes plus a fixed overhead per record."""
+    nbytes: int = field(default=0, compare=False)
+    """Bytes held: the strings' sizes plus a fixed overhead per record (counted here when 0)."""
 
     def __post_init__(self) -> None:
-        records = self.records
-        if any(type(r) is not tuple for r in records):
-            records = tuple((r[0], r[1], r[2]) for r in records)
-            object.__setattr__(self, "records", records)
+        if self.nbytes:
+            return  # made by remember_retrieval: plain tuples, counted in the same pass
+        records = tuple(r if type(r) is tuple else (r[0], r[1], r[2]) for r in self.records)
+        object.__setattr__(self, "records", records)
         size = sys.getsizeof
         object.__setattr__(
             self, "nbytes", sum(size(r[0]) + size(r[1]) + _RECORD_OVERHEAD for r in records)
@@ -709,11 +709,19 @@ def remember_retrieval(
     span = op.span
     ctx = span.get_span_context()
     limit = op.max_value_length
-    kept = tuple(
-        r if type(r) is tuple and len(r[1]) <= limit else (r[0], r[1][:limit], r[2])
-        for r in records
-    )
-    retrieval = Retrieval(ctx.trace_id, store_id, case_id, kept)
+    size = sys.getsizeof
+    kept: list[RecordTuple] = []
+    nbytes = 0
+    for record in records:  # one pass: cut, made plain tuples, counted
+        ref, text, traceparent = record
+        if len(text) > limit:
+            text = text[:limit]
+            record = (ref, text, traceparent)
+        elif type(record) is not tuple:
+            record = (ref, text, traceparent)
+        kept.append(record)
+        nbytes += size(ref) + size(text) + _RECORD_OVERHEAD
+    retrieval = Retrieval(ctx.trace_id, store_id, case_id, tuple(kept), nbytes)
     retrieval_memory.add(retrieval)
     if getattr(span, "parent", None) is None:
         # A root op: no enclosing request span groups it with the LLM call that follows, so
