@@ -42,13 +42,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from memtrace_otel.attribution import get_method, run_batch
 from memtrace_otel.cli import main as cli_main
-from memtrace_otel.instrumentation import (
-    CaptureConfig,
-    MemTracer,
-    WriterRegistry,
-    dumps_request,
-    span_to_record,
-)
+from memtrace_otel.export import dumps_request, span_to_record
+from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
 from memtrace_otel.processing import EvolutionGraphProcessor
 
 THREADS = 8

@@ -24,7 +24,7 @@ import tempfile
 import time
 from types import MappingProxyType
 
-from memtrace_otel.instrumentation import dumps_request
+from memtrace_otel.export import dumps_request
 from memtrace_otel.semconv import EventRecord, LinkRecord, SpanRecord
 from memtrace_otel.semconv import attributes as attr
 from memtrace_otel.sources import _files, iter_records

@@ -16,14 +16,16 @@ would otherwise stay held forever in the child, which has only the forking threa
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import sys
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from typing import Protocol
+from typing import Any, Protocol
 
 logger = logging.getLogger("memtrace_otel")
 
@@ -105,6 +107,29 @@ def data_warning(key: str, message: str, *args: object) -> None:
     """Log a problem with the user's *data* (not our bug) once per ``key``; never raises."""
     if _first(("data", key), key):
         logger.warning(message, *args)
+
+
+def lazy_names(package: str, homes: dict[str, str], *, moved: bool = True) -> Callable[[str], Any]:
+    """A module ``__getattr__`` serving names that live in other modules, imported on first use.
+
+    ``homes`` maps each name to its module. A package that must not import the OpenTelemetry SDK
+    can so still offer names from :mod:`memtrace_otel.export`. ``moved=True`` marks old import
+    paths: they keep working, with a ``DeprecationWarning`` naming the new one.
+    """
+
+    def __getattr__(name: str) -> Any:
+        home = homes.get(name)
+        if home is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        if moved:
+            warnings.warn(
+                f"{package}.{name} moved to {home}.{name}; import it from there",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        return getattr(importlib.import_module(home), name)
+
+    return __getattr__
 
 
 class _ForkReinit(Protocol):

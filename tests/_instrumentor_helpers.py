@@ -19,7 +19,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 
 from memtrace_otel.attribution import Verdict, get_method, run_batch
-from memtrace_otel.instrumentation import dumps_request, span_to_record
+from memtrace_otel.export import dumps_request, span_to_record
 from memtrace_otel.semconv import attributes as A
 from tests._openai_server import Reply
 

@@ -13,11 +13,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Tracer
 
+from memtrace_otel.export import OtlpJsonLinesExporter
 from memtrace_otel.instrumentation import (
     AnswerRef,
     CaptureConfig,
     MemTracer,
-    OtlpJsonLinesExporter,
     Variable,
     WriterRegistry,
     last_answer,

@@ -12,13 +12,8 @@ from pathlib import Path
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from memtrace_otel.instrumentation import (
-    CaptureConfig,
-    MemTracer,
-    OtlpJsonLinesExporter,
-    Variable,
-    WriterRegistry,
-)
+from memtrace_otel.export import OtlpJsonLinesExporter
+from memtrace_otel.instrumentation import CaptureConfig, MemTracer, Variable, WriterRegistry
 
 # Would run script if any of it reached the page as HTML: every path sets window.__pwned.
 INJECTION = (

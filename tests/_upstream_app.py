@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Tracer
 
-from memtrace_otel.instrumentation import OtlpJsonLinesExporter
+from memtrace_otel.export import OtlpJsonLinesExporter
 from memtrace_otel.semconv import attributes as A
 from tests._openai_server import Reply
 

@@ -9,14 +9,8 @@ import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 
-from memtrace_otel.instrumentation import (
-    CaptureConfig,
-    MemTracer,
-    OtlpJsonLinesExporter,
-    WriterRegistry,
-    configure,
-    resolve_exporter,
-)
+from memtrace_otel.export import OtlpJsonLinesExporter, configure, resolve_exporter
+from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
 from memtrace_otel.semconv import attributes as A
 
 OTEL_VARS = [

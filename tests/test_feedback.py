@@ -10,12 +10,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from memtrace_otel.attribution import EvidenceMethod, run_batch
-from memtrace_otel.instrumentation import (
-    AnswerRef,
-    CaptureConfig,
-    OtlpJsonLinesExporter,
-    send_feedback,
-)
+from memtrace_otel.export import OtlpJsonLinesExporter
+from memtrace_otel.instrumentation import AnswerRef, CaptureConfig, send_feedback
 from memtrace_otel.semconv import EventRecord, LinkRecord, SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (

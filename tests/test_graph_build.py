@@ -20,9 +20,9 @@ from memtrace_otel.graph import (
     from_node_link_json,
     lineage,
     new_graph,
+    remove_ops,
     to_node_link_json,
 )
-from memtrace_otel.processing import remove_ops
 from memtrace_otel.semconv import EventRecord, LinkRecord, SpanRecord
 from memtrace_otel.semconv import attributes as sc
 

@@ -9,6 +9,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from memtrace_otel.export import span_to_record
 from memtrace_otel.graph import (
     add_records,
     build_graph,
@@ -19,7 +20,7 @@ from memtrace_otel.graph import (
     linked_trace_ids,
     new_graph,
 )
-from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry, span_to_record
+from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
 from memtrace_otel.processing import EvolutionGraphProcessor
 from memtrace_otel.semconv import CaptureMode, SpanRecord
 

@@ -12,8 +12,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Tracer
 
 from memtrace_otel._internal import quiet_internal_errors
+from memtrace_otel.export import span_to_record
 from memtrace_otel.graph import build_graph, canonical_form
-from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry, span_to_record
+from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
 from memtrace_otel.processing import DEFAULT_MAX_BUFFER, DEFAULT_MAX_OPS, EvolutionGraphProcessor
 from memtrace_otel.semconv import CaptureMode
 from memtrace_otel.semconv import attributes as sc

@@ -27,10 +27,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry, configure
+from memtrace_otel.export import configure
+from memtrace_otel.export._configure import resolve_exporter
+from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
 from memtrace_otel.instrumentation import digest as sha_digest
 from memtrace_otel.instrumentation._capture import redact_pii
-from memtrace_otel.instrumentation._configure import resolve_exporter
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.testing import spans_as_dicts
 from tests._openai_server import closed_port

@@ -496,7 +496,7 @@ def test_truncated_values_are_reported_and_do_not_fail_the_run(
     from types import MappingProxyType
 
     from memtrace_otel.attribution import EvidenceMethod, run_batch, summary_table
-    from memtrace_otel.instrumentation._otlp_json import dumps_request
+    from memtrace_otel.export import dumps_request
     from memtrace_otel.semconv import SpanRecord
     from memtrace_otel.semconv import attributes as A
 

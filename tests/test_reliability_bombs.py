@@ -28,7 +28,7 @@ import zstandard
 
 from memtrace_otel.attribution import load_cases
 from memtrace_otel.errors import BackendError, DecodeError
-from memtrace_otel.instrumentation._otlp_json import dumps_request
+from memtrace_otel.export import dumps_request
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (

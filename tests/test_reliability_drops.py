@@ -29,15 +29,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from memtrace_otel._internal import internal_error_counts, quiet_internal_errors
-from memtrace_otel.instrumentation import (
-    CaptureConfig,
-    CountingBatchSpanProcessor,
-    MemTracer,
-    WriterRegistry,
-    _batch,
-    configure,
-    resolve_exporter,
-)
+from memtrace_otel.export import CountingBatchSpanProcessor, _batch, configure, resolve_exporter
+from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
 from memtrace_otel.semconv import attributes as A
 from tests._otlp_receiver import SilentServer
 

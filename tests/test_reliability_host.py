@@ -25,13 +25,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from memtrace_otel._internal import internal_error_counts, quiet_internal_errors
-from memtrace_otel.instrumentation import (
-    CaptureConfig,
-    MemTracer,
-    OtlpJsonLinesExporter,
-    WriterRegistry,
-    configure,
-)
+from memtrace_otel.export import OtlpJsonLinesExporter, configure
+from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
 from memtrace_otel.instrumentors._common import retrieval_memory
 from memtrace_otel.instrumentors.langgraph import LangGraphInstrumentor
 from memtrace_otel.instrumentors.openai import OpenAIInstrumentor

@@ -93,19 +93,22 @@ def _imports(path: Path) -> set[str]:
 
 STAGES = [
     "semconv",
+    "export",
     "instrumentation",
     "instrumentors",
     "systems",
+    "graph",
     "processing",
     "sources",
-    "graph",
     "attribution",
     "optimize",
     "reporting",
     "cli",
 ]
-# Instrumentors are built on the manual API; the reference memory systems are instrumented
-# applications, so they come right after the instrumentation they use.
+# ``export`` (the SDK side: span_to_record, the JSON Lines exporter, configure) knows only the
+# contract, so it comes first; the manual API does not import it (a test checks that importing
+# the API loads no SDK module). Instrumentors are built on the manual API; the reference memory
+# systems are instrumented applications, so they come right after the instrumentation they use.
 RANK = {name: i for i, name in enumerate(STAGES)}
 
 

@@ -29,7 +29,7 @@ import pytest
 
 from memtrace_otel.cli import main
 from memtrace_otel.errors import BackendError, DecodeError
-from memtrace_otel.instrumentation import encode_request
+from memtrace_otel.export import encode_request
 from memtrace_otel.semconv import LinkRecord, SpanRecord
 from memtrace_otel.sources import HttpOptions, JaegerSource, TempoSource, open_source
 from tests.conftest import shared_path

@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from memtrace_otel.errors import DecodeError, SourceError, UnsupportedFormatError
-from memtrace_otel.instrumentation import OtlpJsonLinesExporter, dumps_request, span_to_record
+from memtrace_otel.export import OtlpJsonLinesExporter, dumps_request, span_to_record
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.sources import (
     FileSource,

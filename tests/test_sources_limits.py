@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from memtrace_otel.instrumentation._otlp_json import dumps_request
+from memtrace_otel.export import dumps_request
 from memtrace_otel.semconv import EventRecord, LinkRecord, SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link
 
-from memtrace_otel.instrumentation import span_to_record
+from memtrace_otel.export import span_to_record
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import HttpOptions, JaegerSource, open_source

@@ -23,7 +23,7 @@ from opentelemetry.trace import Link, SpanContext, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
 from memtrace_otel.attribution._model import Verdict
-from memtrace_otel.instrumentation._configure import PROTOCOL_VARS
+from memtrace_otel.export._configure import PROTOCOL_VARS
 from memtrace_otel.semconv import attributes as A
 
 

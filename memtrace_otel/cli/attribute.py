@@ -25,7 +25,7 @@ from memtrace_otel.attribution._executors import parse_executor, parse_size
 from memtrace_otel.attribution._verdict_log import VerdictLog
 from memtrace_otel.attribution._writeback import otlp_target, protocol_hint, send_verdicts
 from memtrace_otel.cli import EXIT_NOTHING_TO_ATTRIBUTE
-from memtrace_otel.instrumentation._configure import ENDPOINT_VARS, resolve_exporter
+from memtrace_otel.export._configure import ENDPOINT_VARS, resolve_exporter
 from memtrace_otel.reporting import check_base_url, label_accuracy, load_labels, write_report
 from memtrace_otel.sources import Outcome, OutcomeRule
 

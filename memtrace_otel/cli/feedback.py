@@ -72,7 +72,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Send the feedback; exit 0 when every one was sent, 2 on a bad argument or line."""
-    from memtrace_otel.instrumentation import CaptureConfig, configure, send_feedback
+    from memtrace_otel.export import configure
+    from memtrace_otel.instrumentation import CaptureConfig, send_feedback
     from memtrace_otel.semconv import Category
 
     try:

@@ -3,8 +3,8 @@
 The graph is a ``networkx.MultiDiGraph`` with op nodes (keyed by span id) and variable nodes
 (keyed by ref ``<id>@<version>``); edges run variable -> op (key ``"read"``), op -> variable
 (``"write"``) and ``<id>@v -> <id>@v+1`` (``"version"``). ``docs/graph.md`` describes every
-attribute. :func:`build_graph` and :func:`add_records` are the one builder, shared with the live
-:class:`~memtrace_otel.processing.EvolutionGraphProcessor`.
+attribute. :func:`build_graph` and :func:`add_records` (``_build.py``) are the one builder, shared
+with the live :class:`~memtrace_otel.processing.EvolutionGraphProcessor`.
 
 >>> from memtrace_otel.graph import example_graph, lineage, writers_of
 >>> G = example_graph()
@@ -12,6 +12,15 @@ attribute. :func:`build_graph` and :func:`add_records` are the one builder, shar
 ['b000000000000002']
 """
 
+from memtrace_otel.graph._build import (
+    READ,
+    VERSION,
+    WRITE,
+    add_records,
+    build_graph,
+    new_graph,
+    remove_ops,
+)
 from memtrace_otel.graph._example import example_graph, example_records
 from memtrace_otel.graph._io import from_node_link_json, to_dot, to_node_link_json, write_graphml
 from memtrace_otel.graph._queries import (
@@ -26,7 +35,6 @@ from memtrace_otel.graph._queries import (
     readers_of,
     writers_of,
 )
-from memtrace_otel.processing import READ, VERSION, WRITE, add_records, build_graph, new_graph
 
 __all__ = [
     "READ",
@@ -47,6 +55,7 @@ __all__ = [
     "linked_trace_ids",
     "new_graph",
     "readers_of",
+    "remove_ops",
     "to_dot",
     "to_node_link_json",
     "write_graphml",

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import networkx as nx
 
-from memtrace_otel.processing import build_graph
+from memtrace_otel.graph._build import build_graph
 from memtrace_otel.semconv import EventRecord, LinkRecord, SpanRecord
 from memtrace_otel.semconv import attributes as sc
 

@@ -12,7 +12,7 @@ from typing import Any
 import networkx as nx
 
 from memtrace_otel.errors import GraphError
-from memtrace_otel.processing import READ, WRITE, op_order_key
+from memtrace_otel.graph._build import READ, WRITE, op_order_key
 from memtrace_otel.semconv.values import JudgeVerdict, OpKind
 
 __all__ = [

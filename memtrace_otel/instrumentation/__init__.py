@@ -7,9 +7,15 @@
 ...     rec = op.output(doc.next("Ana moved to Porto in May."))
 >>> rec.ref
 'doc:1@2'
+
+Only ``opentelemetry-api`` is needed here, as in opentelemetry-python-contrib: the SDK pieces
+(``configure``, the file exporter, ``span_to_record``) live in :mod:`memtrace_otel.export`. Their
+old names here still work, with a ``DeprecationWarning``, and import the SDK only when used.
 """
 
-from memtrace_otel.instrumentation._batch import CountingBatchSpanProcessor
+from typing import Any
+
+from memtrace_otel._internal import lazy_names
 from memtrace_otel.instrumentation._capture import (
     DEFAULT_MAX_VALUE_LENGTH,
     CaptureConfig,
@@ -18,22 +24,11 @@ from memtrace_otel.instrumentation._capture import (
     parse_capture_mode,
     redact_pii,
 )
-from memtrace_otel.instrumentation._configure import (
-    DEFAULT_TRACES_FILE,
-    configure,
-    resolve_exporter,
-)
 from memtrace_otel.instrumentation._feedback import (
     AnswerRef,
     last_answer,
     note_answer,
     send_feedback,
-)
-from memtrace_otel.instrumentation._otlp_json import (
-    OtlpJsonLinesExporter,
-    dumps_request,
-    encode_request,
-    span_to_record,
 )
 from memtrace_otel.instrumentation._registry import (
     WriterRegistry,
@@ -46,22 +41,16 @@ from memtrace_otel.instrumentation._variables import Variable
 
 __all__ = [
     "DEFAULT_MAX_VALUE_LENGTH",
-    "DEFAULT_TRACES_FILE",
     "AnswerRef",
     "CaptureConfig",
-    "CountingBatchSpanProcessor",
     "InputLike",
     "MemTracer",
     "Op",
-    "OtlpJsonLinesExporter",
     "Variable",
     "WriterRegistry",
     "canonical_value",
-    "configure",
     "current_op",
     "digest",
-    "dumps_request",
-    "encode_request",
     "format_traceparent",
     "is_tracing_suppressed",
     "last_answer",
@@ -69,8 +58,27 @@ __all__ = [
     "parse_capture_mode",
     "parse_traceparent",
     "redact_pii",
-    "resolve_exporter",
     "send_feedback",
-    "span_to_record",
     "suppress_tracing",
 ]
+
+_moved = lazy_names(
+    __name__,
+    dict.fromkeys(
+        [
+            "DEFAULT_TRACES_FILE",
+            "CountingBatchSpanProcessor",
+            "OtlpJsonLinesExporter",
+            "configure",
+            "dumps_request",
+            "encode_request",
+            "resolve_exporter",
+            "span_to_record",
+        ],
+        "memtrace_otel.export",
+    ),
+)
+
+
+def __getattr__(name: str) -> Any:
+    return _moved(name)

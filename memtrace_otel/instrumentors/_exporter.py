@@ -1,23 +1,9 @@
-"""The ``memtrace_file`` span exporter for ``opentelemetry-instrument``.
+"""The old home of :class:`~memtrace_otel.export.TracesFileExporter`.
 
-``OTEL_TRACES_EXPORTER=memtrace_file`` makes the OpenTelemetry distro append OTLP JSON Lines
-(the Collector file exporter's format) to ``MEMTRACE_TRACES_FILE`` (default
-``./memtrace-traces.jsonl``), which ``memtrace attribute`` reads with no server running.
+The ``memtrace_file`` exporter entry point now names ``memtrace_otel.export``; this module keeps
+entry points installed from an older version of the package loading.
 """
 
-from __future__ import annotations
-
-import os
-
-from memtrace_otel.instrumentation import DEFAULT_TRACES_FILE, OtlpJsonLinesExporter
-from memtrace_otel.semconv.attributes import ENV_MEMTRACE_TRACES_FILE
-
-
-class TracesFileExporter(OtlpJsonLinesExporter):
-    """An :class:`OtlpJsonLinesExporter` built with no arguments, as exporter entry points are."""
-
-    def __init__(self) -> None:
-        super().__init__(os.environ.get(ENV_MEMTRACE_TRACES_FILE) or DEFAULT_TRACES_FILE)
-
+from memtrace_otel.export import TracesFileExporter
 
 __all__ = ["TracesFileExporter"]

@@ -27,10 +27,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from memtrace_otel.attribution import ChatModel, Verdict, get_method, load_store_graphs, run_batch
 from memtrace_otel.errors import ModelError
+from memtrace_otel.export import OtlpJsonLinesExporter
 from memtrace_otel.instrumentation import (
     CaptureConfig,
     MemTracer,
-    OtlpJsonLinesExporter,
     Variable,
     WriterRegistry,
     suppress_tracing,

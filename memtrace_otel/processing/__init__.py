@@ -1,20 +1,13 @@
-"""Folding spans into the memory evolution graph: the one builder and the live span processor.
+"""The live span processor: folding spans into the memory evolution graph as the app runs.
 
-:func:`build_graph` and :func:`add_records` turn neutral :class:`~memtrace_otel.semconv.SpanRecord`
-objects into a ``networkx.MultiDiGraph`` (schema in ``docs/graph.md``); offline sources and the
-live :class:`EvolutionGraphProcessor` both use them.
+:class:`EvolutionGraphProcessor` feeds finished spans to the one builder in
+:mod:`memtrace_otel.graph`. The builder's names (``build_graph``, ``add_records``, ...) used to be
+exported here; they still import from here, with a ``DeprecationWarning``.
 """
 
-from memtrace_otel.processing._fold import (
-    READ,
-    VERSION,
-    WRITE,
-    add_records,
-    build_graph,
-    new_graph,
-    op_order_key,
-    remove_ops,
-)
+from typing import Any
+
+from memtrace_otel._internal import lazy_names
 from memtrace_otel.processing._processor import (
     DEFAULT_FOLD_INTERVAL,
     DEFAULT_MAX_BUFFER,
@@ -26,13 +19,20 @@ __all__ = [
     "DEFAULT_FOLD_INTERVAL",
     "DEFAULT_MAX_BUFFER",
     "DEFAULT_MAX_OPS",
-    "READ",
-    "VERSION",
-    "WRITE",
     "EvolutionGraphProcessor",
-    "add_records",
-    "build_graph",
-    "new_graph",
-    "op_order_key",
-    "remove_ops",
 ]
+
+_moved = lazy_names(
+    __name__,
+    {
+        **dict.fromkeys(
+            ["READ", "VERSION", "WRITE", "add_records", "build_graph", "new_graph", "remove_ops"],
+            "memtrace_otel.graph",
+        ),
+        "op_order_key": "memtrace_otel.graph._build",
+    },
+)
+
+
+def __getattr__(name: str) -> Any:
+    return _moved(name)

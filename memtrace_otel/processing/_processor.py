@@ -25,8 +25,8 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from memtrace_otel._internal import internal_error, logger
-from memtrace_otel.instrumentation._otlp_json import span_to_record
-from memtrace_otel.processing._fold import fold_records, new_graph, remove_ops
+from memtrace_otel.export import span_to_record
+from memtrace_otel.graph._build import fold_records, new_graph, remove_ops
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.semconv import attributes as sc
 

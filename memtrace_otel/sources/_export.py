@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memtrace_otel.errors import SourceError
-from memtrace_otel.instrumentation import dumps_request
+from memtrace_otel.export import dumps_request
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.sources._common import SourceStats
 from memtrace_otel.sources._source import Source

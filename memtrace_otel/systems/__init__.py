@@ -28,15 +28,8 @@ from memtrace_otel.systems._base import (
 )
 from memtrace_otel.systems._engine import (
     ENGINES,
-    Decision,
-    Engine,
-    EngineError,
-    EngineReplyError,
-    EngineUnavailableError,
-    MemCellContent,
     OfflineEngine,
     OpenAIEngine,
-    Sufficiency,
     make_engine,
     render_prompt,
 )
@@ -67,6 +60,15 @@ from memtrace_otel.systems._judge import (
 from memtrace_otel.systems._locomo import CATEGORY_NAMES, default_locomo_path, load_locomo
 from memtrace_otel.systems._long_context import LongContextConfig, LongContextSystem
 from memtrace_otel.systems._mem0 import Mem0Config, Mem0System
+from memtrace_otel.systems._protocol import (
+    Decision,
+    Engine,
+    EngineError,
+    EngineReplyError,
+    EngineUnavailableError,
+    MemCellContent,
+    Sufficiency,
+)
 from memtrace_otel.systems._rag import RagConfig, RagSystem
 from memtrace_otel.systems._replay import (
     NO_SINGLE_FIX,

@@ -29,9 +29,9 @@ from typing import Any, ClassVar
 from memtrace_otel.instrumentation import MemTracer, Op, Variable
 from memtrace_otel.semconv import Category, OpKind, Stage
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.systems._engine import Engine, EngineReplyError
 from memtrace_otel.systems._faults import FaultPlan
 from memtrace_otel.systems._judge import DeterministicJudge, Judgement, LLMJudge
+from memtrace_otel.systems._protocol import Engine, EngineReplyError
 from memtrace_otel.systems._text import content_tokens, normalize_answer, overlap
 from memtrace_otel.systems._workload import Conversation, Evidence, Question, Session, Turn
 

@@ -26,112 +26,24 @@ import os
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, TypeVar
 
-from memtrace_otel.errors import MemtraceError
 from memtrace_otel.systems import _facts as F
 from memtrace_otel.systems._judge import judge_answer
+from memtrace_otel.systems._protocol import (
+    Decision,
+    Engine,
+    EngineReplyError,
+    EngineUnavailableError,
+    MemCellContent,
+    Sufficiency,
+)
 from memtrace_otel.systems._text import content_tokens, overlap
 
 T = TypeVar("T")
 
 EMBEDDING_DIMS = 256
 """Width of the offline engine's hashed bag-of-words vectors."""
-
-
-class EngineError(MemtraceError):
-    """An engine could not do what a step asked."""
-
-
-class EngineUnavailableError(EngineError):
-    """The LLM endpoint could not be reached or kept failing (after the client's retries)."""
-
-    def __init__(self, reason: str, *, endpoint: str) -> None:
-        self.endpoint = endpoint
-        super().__init__(f"LLM endpoint {endpoint}: {reason}")
-
-
-class EngineReplyError(EngineError):
-    """The model's reply could not be used, also after one retry."""
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One mem0 memory decision: ``ADD``, ``UPDATE``, ``DELETE`` or ``NONE``."""
-
-    event: str
-    text: str
-    id: str | None = None
-    old_text: str | None = None
-
-
-@dataclass(frozen=True)
-class MemCellContent:
-    """What EverMemOS extracts from a closed segment."""
-
-    episode: str
-    facts: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Sufficiency:
-    """EverMemOS's verdict on first-round candidates, with queries for a second round."""
-
-    sufficient: bool
-    queries: tuple[str, ...] = ()
-
-
-@runtime_checkable
-class Engine(Protocol):
-    """The steps a memory system asks a model to do. Lines are ``[date] Speaker: text``."""
-
-    name: str
-    model: str
-
-    def extract_facts(self, prompt: str, lines: Sequence[str]) -> list[str]:
-        """Facts stated in the lines (mem0 fact extraction)."""
-        ...
-
-    def decide(
-        self, prompt: str, facts: Sequence[str], existing: Sequence[tuple[str, str]]
-    ) -> list[Decision]:
-        """ADD/UPDATE/DELETE/NONE for new facts against ``(id, text)`` existing memories."""
-        ...
-
-    def answer(self, prompt: str, question: str, context: Sequence[str]) -> str:
-        """A short answer from context lines."""
-        ...
-
-    def judge(
-        self, prompt: str, question: str, gold_answers: Sequence[str], prediction: str
-    ) -> bool:
-        """Whether the prediction answers the question as the gold answers do."""
-        ...
-
-    def detect_boundary(self, prompt: str, buffer: Sequence[str], message: str) -> bool:
-        """Whether ``message`` starts a new episode after the buffered lines."""
-        ...
-
-    def memcell(self, prompt: str, lines: Sequence[str]) -> MemCellContent:
-        """An episode narrative and atomic facts for a closed segment."""
-        ...
-
-    def update_profile(
-        self, prompt: str, profile: Sequence[str], facts: Sequence[str]
-    ) -> list[str]:
-        """The user profile (one attribute per line) after new facts."""
-        ...
-
-    def check_sufficiency(
-        self, prompt: str, question: str, documents: Sequence[str]
-    ) -> Sufficiency:
-        """Whether the documents answer the question; if not, refined queries."""
-        ...
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One unit vector per text."""
-        ...
 
 
 def render_prompt(template: str, **values: object) -> str:

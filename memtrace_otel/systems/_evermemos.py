@@ -38,7 +38,7 @@ from memtrace_otel.systems._base import (
     source_refs_of,
     truncate_before_evidence,
 )
-from memtrace_otel.systems._engine import MemCellContent, Sufficiency
+from memtrace_otel.systems._protocol import MemCellContent, Sufficiency
 from memtrace_otel.systems._text import content_tokens
 from memtrace_otel.systems._workload import Question, Session, Turn
 

@@ -30,17 +30,14 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from memtrace_otel.instrumentation import (
-    CaptureConfig,
-    MemTracer,
-    OtlpJsonLinesExporter,
-    WriterRegistry,
-)
+from memtrace_otel.export import OtlpJsonLinesExporter
+from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.systems._base import Judge, make_config, message_ref
-from memtrace_otel.systems._engine import Engine, OfflineEngine
+from memtrace_otel.systems._engine import OfflineEngine
 from memtrace_otel.systems._faults import FaultSpec
 from memtrace_otel.systems._judge import LLM_JUDGE_PROMPT, DeterministicJudge, LLMJudge
+from memtrace_otel.systems._protocol import Engine
 from memtrace_otel.systems._replay import (
     SYSTEMS,
     ConversationRun,

@@ -27,13 +27,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import SpanKind, Tracer
 
-from memtrace_otel.instrumentation import (
-    CaptureConfig,
-    MemTracer,
-    OtlpJsonLinesExporter,
-    Variable,
-    WriterRegistry,
-)
+from memtrace_otel.export import OtlpJsonLinesExporter
+from memtrace_otel.instrumentation import CaptureConfig, MemTracer, Variable, WriterRegistry
 from memtrace_otel.semconv import ERROR_TYPE_BY_KIND, Category, OpKind
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.systems._hard import OpExec, Rec, Run, Scenario, judged

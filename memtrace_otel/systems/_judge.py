@@ -15,12 +15,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from memtrace_otel.systems._protocol import Engine
 from memtrace_otel.systems._text import normalize_answer, token_f1
-
-if TYPE_CHECKING:
-    from memtrace_otel.systems._engine import Engine
 
 F1_THRESHOLD = 0.5
 """Token F1 at or above which an answer counts as right when no gold answer is contained in it."""

@@ -35,7 +35,7 @@ from memtrace_otel.systems._base import (
     source_refs_of,
     truncate_before_evidence,
 )
-from memtrace_otel.systems._engine import Decision
+from memtrace_otel.systems._protocol import Decision
 from memtrace_otel.systems._workload import Question, Turn
 
 FACT_EXTRACTION_PROMPT = """You organise personal information. From the conversation lines below, extract

@@ -42,12 +42,13 @@ from memtrace_otel.systems._base import (
     case_id_for,
     message_ref,
 )
-from memtrace_otel.systems._engine import Engine, OfflineEngine
+from memtrace_otel.systems._engine import OfflineEngine
 from memtrace_otel.systems._evermemos import EverMemOSSystem
 from memtrace_otel.systems._faults import FaultPlan, FaultSpec
 from memtrace_otel.systems._judge import DeterministicJudge
 from memtrace_otel.systems._long_context import LongContextSystem
 from memtrace_otel.systems._mem0 import Mem0System
+from memtrace_otel.systems._protocol import Engine
 from memtrace_otel.systems._rag import RagSystem
 from memtrace_otel.systems._workload import Conversation, Question, Workload
 

@@ -27,7 +27,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
-from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry, span_to_record
+from memtrace_otel.export import span_to_record
+from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
 from memtrace_otel.semconv import CaptureMode
 
 __all__ = [

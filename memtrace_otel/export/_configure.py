@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.util.types import AttributeValue
 
-from memtrace_otel.instrumentation._batch import CountingBatchSpanProcessor
-from memtrace_otel.instrumentation._otlp_json import OtlpJsonLinesExporter
+from memtrace_otel.export._batch import CountingBatchSpanProcessor
+from memtrace_otel.export._otlp_json import OtlpJsonLinesExporter
 from memtrace_otel.semconv.attributes import ENV_MEMTRACE_TRACES_FILE, SERVICE_NAME
 
 DEFAULT_TRACES_FILE = "memtrace-traces.jsonl"
