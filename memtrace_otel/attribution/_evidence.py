@@ -35,6 +35,7 @@ the default of blaming the answer); see ``docs/attribution.md`` for the calibrat
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 from collections.abc import Iterable, Sequence
@@ -145,13 +146,12 @@ class Signature:
         # A date is shared by every fact of its day: in a value of several lines, a date
         # carries only in a line about the event (by the evidence's words or the question's).
         derived_about = derived and (single or not self.dated)
+        subject = self.topic | self.event
         for words in segments:
-            about = (
-                derived_about
-                or bool(self.topic & words)
-                or not self.topic
-                or (self.dated and len(self.event & words) >= min(2, len(self.event) or 3))
-            )
+            if self.dated:  # two of its words: one ("talk") is too easily met by chance
+                about = derived_about or len(subject & words) >= min(2, len(subject))
+            else:
+                about = derived_about or bool(self.topic & words) or not self.topic
             if about and has_tokens(self.gold, self.gold_strict, words):
                 return True
             if self.key:
@@ -162,6 +162,16 @@ class Signature:
             elif recall(self.words, words) >= 0.6 or len(self.topic & words) >= 2:
                 return True
         return False
+
+    def mentions(self, text: str) -> int:
+        """How many lines of ``text`` hold the answer-bearing tokens, whatever they are about
+        (the expected answer, or a key that is not a guess)."""
+        return sum(
+            1
+            for words in segment_words(text)
+            if has_tokens(self.gold, self.gold_strict, words)
+            or (not self.loose and has_tokens(self.key, self.strict, words))
+        )
 
 
 @dataclass
@@ -478,7 +488,7 @@ class EvidenceMethod:
                 outs = _kept(G, index, op, reads)
             carrying, unknown = [], False
             for o in outs:
-                verdict = _carries(G, o, signature, carriers)
+                verdict = _carries(index, o, signature, carriers)
                 if verdict is None:
                     unknown = True
                     unchecked.append(f"value of {o}")
@@ -595,7 +605,7 @@ def _construction(scope: _Scope, signature: Signature) -> _Trail:
         if data["kind"] == OpKind.FILTER:
             outs = _kept(G, index, op, [v for v in index.inputs(op) if v in trail.carriers])
         for out in outs:
-            verdict = _carries(G, out, signature, trail.carriers)
+            verdict = _carries(index, out, signature, trail.carriers)
             if verdict is None:
                 trail.unchecked.append(f"value of {out}")
                 verdict = not G.nodes[out].get("deleted")  # structure stands in for content
@@ -943,8 +953,9 @@ _ASKING_TIME = frozenset(content_tokens("when what which date day month year tim
 _COMMON = frozenset(content_tokens("today yesterday recently lately new just really week day"))
 
 
-def _carries(G: nx.MultiDiGraph, var: str, signature: Signature, carriers: set[str]) -> bool | None:
+def _carries(index: GraphIndex, var: str, signature: Signature, carriers: set[str]) -> bool | None:
     """Whether ``var`` carries the evidence; ``None`` when its value was not captured."""
+    G = index.G
     data = G.nodes[var]
     if data.get("deleted"):
         return False
@@ -958,11 +969,19 @@ def _carries(G: nx.MultiDiGraph, var: str, signature: Signature, carriers: set[s
     text = _text(value)
     if sources:
         derived = any(s == signature.ref or s in carriers for s in sources)
+        if derived and len(content_tokens(text)) > _SHORT:
+            # A window lists every message it holds: that it names the evidence does not say
+            # which of its lines is the evidence's, unless the answer had one source.
+            derived = _sole_source(index, var, signature, carriers)
     else:
         # No source refs recorded (they are optional): a short value is derived from what its
         # writer read, so a fact reworded from a carrier need only keep the answer-bearing
-        # tokens. A long value (a window, a summary) holds other facts too: not assumed.
-        derived = len(content_tokens(text)) <= _SHORT and _written_from(G, var, carriers)
+        # tokens. A long value (a window, a summary) holds other facts too: only when what its
+        # writer read mentions the answer at most once, in a carrier.
+        if len(content_tokens(text)) <= _SHORT:
+            derived = _written_from(index, var, carriers)
+        else:
+            derived = _sole_source(index, var, signature, carriers)
     stamp = ""
     if signature.dated and len(content_tokens(text)) <= _SHORT and not says_undated(text):
         # A record's date stamp dates what it says, unless it says "recently" (or another
@@ -972,13 +991,43 @@ def _carries(G: nx.MultiDiGraph, var: str, signature: Signature, carriers: set[s
     return signature.carries(text, derived=derived, stamp=stamp)
 
 
-def _written_from(G: nx.MultiDiGraph, var: str, carriers: set[str]) -> bool:
+def _written_from(index: GraphIndex, var: str, carriers: set[str]) -> bool:
     """Whether the op that wrote ``var`` read a carrier."""
-    index = graph_index(G)
     writer = index.writer(var)
     return writer is not None and any(v in carriers for v in index.inputs(writer))
 
 
+def _sole_source(index: GraphIndex, var: str, signature: Signature, carriers: set[str]) -> bool:
+    """Whether the op that wrote ``var`` read a carrier, and what it read mentions the answer
+    at most once, in a carrier: then a mention in ``var`` can only have come from the evidence
+    (copied into a context, or a paraphrase resolved by a summary). Not for a time question
+    (a date is shared by every fact of its day) nor for a guessed key without an answer."""
+    if signature.dated or (signature.loose and not signature.gold):
+        return False
+    G = index.G
+    writer = index.writer(var)
+    if writer is None:
+        return False
+    seen, from_carrier = 0, False
+    for v in index.inputs(writer):
+        value = G.nodes[v].get("value")
+        if v in carriers:
+            from_carrier = True
+        if value is None:
+            continue
+        count = _mentions(signature, value)
+        if count and v not in carriers:
+            return False
+        seen += count
+    return from_carrier and seen <= 1
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _mentions(signature: Signature, value: str) -> int:
+    return signature.mentions(_text(value))
+
+
+@functools.lru_cache(maxsize=1 << 14)
 def _text(value: str | None) -> str:
     if value is None:
         return ""
