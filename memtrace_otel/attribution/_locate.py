@@ -1,0 +1,345 @@
+"""Reading messages against a question when no expected answer is known.
+
+Without an expected answer the question alone says what to look for, and word overlap is not
+enough: the message that shares most words with the question often only restates it. Three
+properties of English questions and statements decide instead (none of them is a list of one
+benchmark's predicates):
+
+* **The answer's kind.** A question asks for a place ("where"), a time ("when"), a name ("who",
+  "what is X called"), a number ("how many") or some other thing ("what"). A message *bears*
+  the answer only when it holds content of that kind that the question does not already name:
+  a name after a locative preposition for a place, a date or a relative time for a time, a new
+  name for a name, a number, else content words.
+* **Links.** A message that only restates the question's own names ("I moved to Zurich", for
+  "where did I live before moving to Zurich?") is a link, not the evidence: it anchors the
+  search in time ("before", "after"). A message whose only new content is a name it introduces
+  ("my sister is called Kate", for "what does my sister do?") links to that name's messages.
+* **The subject.** The user's own messages speak in the first person; a message whose subject
+  is another named person, one the question and its links do not name ("Sara lives in
+  Valencia", for "where does Kofi live?"), is about someone else.
+
+The tense of the question says which of two statements of the same kind wins: a present-tense
+question ("where does she live?") asks for the latest one (a later statement supersedes an
+older one), a past-tense one anchored by "before" for the one preceding its link.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from memtrace_otel.attribution._text import asks_for_time, content_tokens, entity_tokens
+from memtrace_otel.systems._text import STOPWORDS, stem
+
+__all__ = [
+    "NAME",
+    "NUMBER",
+    "PLACE",
+    "THING",
+    "TIME",
+    "Question",
+    "Reading",
+    "addressed",
+    "name_lexicon",
+    "read",
+    "resolved_date",
+]
+
+TIME = "time"
+PLACE = "place"
+NAME = "name"
+NUMBER = "number"
+THING = "thing"
+
+_RAW = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")
+_SENTENCE_END = re.compile(r"[.!?:;\n\"(\[]\s*$")
+_NUMBER_Q = re.compile(r"\bhow (?:many|much|old|often)\b", re.IGNORECASE)
+_PLACE_Q = re.compile(
+    r"\bwhere\b|\b(?:which|what) (?:city|country|town|place|village|state)\b", re.IGNORECASE
+)
+_NAME_Q = re.compile(r"\bwho(?:m|se)?\b|\bname\b|\bcalled\b|\bnamed\b", re.IGNORECASE)
+_PAST_Q = re.compile(r"\b(?:did|was|were|had|used to)\b", re.IGNORECASE)
+_PRESENT_Q = re.compile(r"\b(?:does|do|is|are|has|have)\b|\bnow\b|\bcurrent", re.IGNORECASE)
+# A name set off as the one spoken to ("Thanks, Jon!", "Hey Deborah!", "Jolene, sorry ..."):
+# the speaker is someone else, so the message's "I" is not that person.
+_CAPITALISED = re.compile(r"\b[A-Z][A-Za-z]+\b")
+_GREETINGS = frozenset(
+    [
+        "hey",
+        "hi",
+        "hello",
+        "thanks",
+        "thank",
+        "dear",
+        "yo",
+        "congrats",
+        "congratulations",
+        "wow",
+        "sorry",
+        "welcome",
+    ]
+)
+_BEFORE = re.compile(r"\b(?:before|prior to|until)\b", re.IGNORECASE)
+_AFTER = re.compile(r"\b(?:after|since)\b", re.IGNORECASE)
+
+# Prepositions that put a place after them ("living in Porto", "moved to Oslo").
+_LOCATIVE = frozenset({"in", "to", "from", "at", "near", "into", "around", "outside"})
+_FIRST_SUBJECT = frozenset(
+    {"i", "i'm", "i've", "i'd", "i'll", "we", "we're", "we've", "we'd", "we'll"}
+)
+_FIRST_PERSON = _FIRST_SUBJECT | {"me", "my", "mine", "myself", "us", "our", "ours"}
+# Words that give a name to something ("called Kate", "my sister's name is Dora").
+_NAMING = frozenset({"name", "named", "call", "called", "calls", "names", "is"})
+_NAMING_STEMS = frozenset(stem(w) for w in ("name", "named", "called", "call", "names"))
+# Words that say when, relative to the message's own date.
+_TIME_WORDS = frozenset(
+    content_tokens(
+        "today tonight yesterday tomorrow now ago last week weekend month year morning evening "
+        "january february march april may june july august september october november december"
+    )
+)
+_NUMBER_WORDS = frozenset(
+    [
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "dozen",
+        "twenty",
+        "thirty",
+        "hundred",
+    ]
+)
+# Relative days the message's date resolves ("yesterday" in a message of 4 May is 3 May).
+_DAY_SHIFT = {"today": 0, "tonight": 0, "now": 0, "yesterday": -1, "tomorrow": 1}
+
+
+@dataclass(frozen=True)
+class Question:
+    """What a question asks for.
+
+    Attributes:
+        text: the question.
+        kind: ``time``, ``place``, ``name``, ``number`` or ``thing``.
+        asked: the question's content tokens (stemmed).
+        present: it asks about the current state ("where does she live?").
+        before: it asks about what preceded something it names ("before moving to Zurich").
+        after: it asks about what followed something it names.
+    """
+
+    text: str
+    kind: str
+    asked: frozenset[str]
+    present: bool
+    before: bool
+    after: bool
+
+    @classmethod
+    def of(cls, text: str) -> Question:
+        """Read a question.
+
+        >>> q = Question.of("Where did Nina live before moving to Zurich?")
+        >>> q.kind, q.present, q.before
+        ('place', False, True)
+        >>> Question.of("What does Ada's sister do for work?").kind
+        'thing'
+        """
+        if asks_for_time(text):
+            kind = TIME
+        elif _NUMBER_Q.search(text):
+            kind = NUMBER
+        elif _PLACE_Q.search(text):
+            kind = PLACE
+        elif _NAME_Q.search(text):
+            kind = NAME
+        else:
+            kind = THING
+        past = bool(_PAST_Q.search(text))
+        return cls(
+            text=text,
+            kind=kind,
+            asked=frozenset(content_tokens(text)),
+            present=bool(_PRESENT_Q.search(text)) and not past,
+            before=bool(_BEFORE.search(text)),
+            after=bool(_AFTER.search(text)),
+        )
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What one message says, read against a question.
+
+    Attributes:
+        bearing: content of the asked kind the question does not name (empty: it bears no
+            answer, it is at most a link).
+        introduced: names the message introduces ("called Kate") that the question does not
+            name: what a link leads to.
+        subjects: names in subject position (not after a locative preposition) the question
+            does not name.
+        other_subject: its subject is another named person, not the user.
+        first_person: it speaks of the speaker (I, we, my ...).
+        slots: the prepositions before its new places ("in", "to"): the shape of a statement
+            of where.
+    """
+
+    bearing: frozenset[str]
+    introduced: frozenset[str]
+    subjects: frozenset[str]
+    other_subject: bool
+    first_person: bool
+    slots: frozenset[str]
+
+
+def addressed(text: str) -> frozenset[str]:
+    """The (stemmed) names ``text`` speaks to, as in "Thanks, Jon!" or "Hey Deborah!".
+
+    >>> sorted(addressed("Thanks, Jon! Since I lost my job things have been tough."))
+    ['jon']
+    >>> sorted(addressed("Hey Deborah! Sounds fun.")), sorted(addressed("I live in Paris."))
+    (['deborah'], [])
+    """
+    out = set()
+    for m in _CAPITALISED.finditer(text):
+        low = m.group().lower()
+        if low in _GREETINGS or low in STOPWORDS:
+            continue
+        before = text[: m.start()].rstrip()
+        after = text[m.end() :].lstrip()
+        opens = not before or before[-1] in ".!?,;" or before.split()[-1].lower() in _GREETINGS
+        closes = not after or after[0] in ",!?" or (after[0] == "." and after[1:2] in ("", " "))
+        if opens and closes:
+            out.add(stem(low))
+    return frozenset(out)
+
+
+def name_lexicon(texts: Iterable[str]) -> frozenset[str]:
+    """The names of a store: words its messages capitalise where a sentence does not start.
+
+    A capital at a sentence's start says nothing; the same word capitalised mid-sentence
+    elsewhere ("my sister's name is Dora") makes "Dora just moved" a name too.
+
+    >>> sorted(name_lexicon(["My sister is Dora.", "Dora moved to Oslo in May."]))
+    ['dora', 'oslo']
+    """
+    out: set[str] = set()
+    for text in texts:
+        out |= {t for t in entity_tokens(text) if not t.isdigit() and t not in _TIME_WORDS}
+    return frozenset(out)
+
+
+def read(
+    text: str, question: Question, lexicon: frozenset[str], linked: frozenset[str] = frozenset()
+) -> Reading:
+    """Read ``text`` against ``question``; ``lexicon``: the store's names (:func:`name_lexicon`);
+    ``linked``: names a link introduced, which count as named by the question.
+
+    >>> q = Question.of("Where does Kofi live now?")
+    >>> lex = name_lexicon(["My sister is Sara.", "I'm now settled in Oslo.", "Hi Kofi"])
+    >>> r = read("Sara lives in Valencia.", q, lex)
+    >>> sorted(r.bearing), r.other_subject
+    (['valencia'], True)
+    >>> r = read("Packing is done and I'm now settled in Oslo.", q, lex)
+    >>> sorted(r.bearing), r.other_subject, sorted(r.slots)
+    (['oslo'], False, ['in'])
+    """
+    return _read(text, question, lexicon, linked)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _read(
+    text: str, question: Question, lexicon: frozenset[str], linked: frozenset[str]
+) -> Reading:
+    asked = question.asked | linked
+    words = [(m.group(), m.start()) for m in _RAW.finditer(text)]
+    lowered = [w.lower() for w, _ in words]
+    first_subject_at = next((i for i, w in enumerate(lowered) if w in _FIRST_SUBJECT), None)
+    first_person = any(w in _FIRST_PERSON for w in lowered)
+    places: set[str] = set()
+    subjects: set[str] = set()
+    subject_first: list[str] = []  # new subject names before the speaker's "I"
+    introduced: set[str] = set()
+    slots: set[str] = set()
+    for i, (word, start) in enumerate(words):
+        low = lowered[i]
+        token = stem(low.split("'")[0])
+        if not word[0].isupper() or low in STOPWORDS or low in _FIRST_PERSON:
+            continue
+        initial = i == 0 or bool(_SENTENCE_END.search(text, max(0, start - 3), start))
+        if initial and token not in lexicon:
+            continue  # a capital that only opens a sentence
+        if token in _TIME_WORDS or token.isdigit():
+            continue
+        if token in asked:
+            continue
+        previous = lowered[i - 1] if i else ""
+        if previous in _LOCATIVE:
+            places.add(token)
+            slots.add(previous)
+            continue
+        subjects.add(token)
+        if any(w in _NAMING for w in lowered[max(0, i - 2) : i]):
+            introduced.add(token)  # a naming statement is about the speaker's relation
+        elif first_subject_at is None or i < first_subject_at:
+            subject_first.append(token)
+    tokens = frozenset(content_tokens(text))
+    kind = question.kind
+    if kind == TIME:
+        relative = frozenset(w for w in lowered if w in _DAY_SHIFT)  # "now" is a stop word
+        bearing = frozenset(t for t in tokens if t in _TIME_WORDS or t.isdigit()) | relative
+        bearing -= asked
+    elif kind == NUMBER:
+        bearing = frozenset(t for t in tokens if t.isdigit() or t in _NUMBER_WORDS) - asked
+    elif kind == PLACE:
+        bearing = frozenset(places)
+    elif kind == NAME:
+        bearing = frozenset(subjects | places)
+    elif introduced:
+        bearing = frozenset()  # a naming statement links to the name it gives
+    else:
+        bearing = frozenset(t for t in tokens - asked - _NAMING_STEMS - _TIME_WORDS if len(t) > 2)
+    # For a name question the answer is itself a new name: a second one says whose it is
+    # ("my neighbour Tom has a parrot named Pickle" is about Tom's parrot).
+    other = len(set(subject_first) | introduced) >= 2 if kind == NAME else bool(subject_first)
+    if addressed(text) & question.asked:
+        other = True  # spoken to the question's subject: the "I" is someone else
+    return Reading(
+        bearing=bearing,
+        introduced=frozenset(introduced),
+        subjects=frozenset(subjects),
+        other_subject=other,
+        first_person=first_person,
+        slots=frozenset(slots),
+    )
+
+
+def resolved_date(text: str, date: str) -> frozenset[str]:
+    """The tokens of the day ``text`` speaks of, resolved against its message's ``date``
+    ("yesterday" in a message of 4 May 2023 is 3 May 2023); empty when it names no day.
+
+    >>> sorted(resolved_date("I adopted a cat yesterday!", "4 May 2023"))
+    ['2023', '3', 'may']
+    >>> sorted(resolved_date("Say hi to Tofu, I brought him home today!", "4 May 2023"))
+    ['2023', '4', 'may']
+    >>> resolved_date("I went hiking last week.", "4 May 2023")
+    frozenset()
+    """
+    shifts = {_DAY_SHIFT[w.lower()] for w in _RAW.findall(text) if w.lower() in _DAY_SHIFT}
+    if len(shifts) != 1:
+        return frozenset()
+    try:
+        day = _dt.datetime.strptime(date.strip().replace(",", ""), "%d %B %Y").date()
+    except ValueError:
+        return frozenset()
+    day += _dt.timedelta(days=shifts.pop())
+    return frozenset(content_tokens(f"{day.day} {day.strftime('%B')} {day.year}"))
