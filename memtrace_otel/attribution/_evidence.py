@@ -8,7 +8,10 @@
 2. **Construction.** The evidence is followed forward, in execution order, through the ops that
    ran before the question. A variable *carries* it when it keeps the answer-bearing tokens (the
    answer when known, else the names, numbers and dates the question does not already name: a
-   rewrite that swapped the city or dropped the date does not carry). A carrier dies when its
+   rewrite that swapped the city or dropped the date does not carry), in a line about the
+   evidence unless the value derives from it (its source refs name a carrier, or, without source
+   refs, its op read one; a long value only when what its op read mentions the answer once, in
+   a carrier; a date only in a line that names the asked event). A carrier dies when its
    record gets a next version that does not carry it (an update, a tombstone) or, for an
    intermediate (a fact, a buffer, a decision), when its last consumer ran. The evidence is
    *lost* when no carrier survives to the question (none is searchable then, none is read by
