@@ -328,6 +328,19 @@ def test_a_context_copying_the_answer_from_its_one_source_carries_it(pipe: Pipe)
     assert _culprit(verdict) == ("ResponseError", "t.answer"), verdict.reason
 
 
+def test_a_context_copying_a_carrying_line_carries_it_beside_another_mention(pipe: Pipe) -> None:
+    # Another record also says Rome, so the answer had two sources; the context's line is a
+    # copy of the one that carried the evidence.
+    msg = pipe.message("After years of talking about it I'm officially a Rome resident.")
+    rec = pipe.create(pipe.extract([msg], "Rosa has lived in Rome since 20 April 2022."))
+    trip = pipe.message("As a kid I once spent a rainy week visiting Rome with my aunt.")
+    other = pipe.create(pipe.extract([trip], "Rosa visited Rome as a child."))
+    others = [pipe.create(pipe.extract([pipe.message(c)], c)) for c in CHAT]
+    pipe.ask("What city did Rosa move to?", [*others, other, rec], "Lisbon")
+    verdict = pipe.verdict(gold=["Rome"], evidence=[msg])
+    assert _culprit(verdict) == ("ResponseError", "t.answer"), verdict.reason
+
+
 def test_a_window_naming_the_evidence_carries_it_only_in_a_line_about_it(pipe: Pipe) -> None:
     # The window lists the message among its sources, and it mentions Boston twice: after the
     # rewrite that swapped the city, the other mention is not the evidence.
