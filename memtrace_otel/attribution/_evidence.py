@@ -52,6 +52,7 @@ from memtrace_otel.attribution._index import GraphIndex, graph_index, order_key
 from memtrace_otel.attribution._locate import (
     NAME,
     PLACE,
+    THING,
     Question,
     Reading,
     addressed,
@@ -95,6 +96,7 @@ _SURE_QUESTION = 0.8  # found by the question alone, well ahead of the runner-up
 _SURE_QUESTION_UNCLEAR = 0.55
 _SURE_RUNNER_UP = 0.45
 _SURE_NEAREST = 0.35  # the speaker's nearest statement of the asked kind: a weak clue
+_SURE_THING = 0.3  # a "what" question: any content word bears the answer
 _SEMANTIC_LEAD = 0.05  # cosine lead of the best statement over the next (all-MiniLM-L6-v2)
 _SEMANTIC_FLOOR = 0.2  # below this cosine a statement is not about what the question asks
 _SURE_DECLINED = 0.75  # an answer-bearing message reached the context and the answer declined
@@ -873,7 +875,7 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
         # A question anchored by a link needs both facts (where she lived, that she moved).
         refs = [candidates[first]] + ([candidates[anchor]] if anchor is not None else [])
         later = (
-            _latest_restatement(first, question, order, reading, bears)
+            _latest_restatement(first, question, order, reading, bears, texts)
             if question.present and question.kind == PLACE
             else None
         )
@@ -885,6 +887,14 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
         rest = [score for i, score in scored if i != first]
         margin = (best - rest[0]) / best if rest and best > 0 else 1.0
         sure = _SURE_QUESTION if margin >= _CLEAR_MARGIN else _SURE_QUESTION_UNCLEAR
+        if question.kind == THING:
+            # The question names no kind of answer ("what does she do now?"): any content
+            # word bears it, so the best match is a weak clue.
+            sure = min(sure, _SURE_THING)
+        if not (reading(first).first_person or reading(first).mentions):
+            # Neither the speaker's own words nor naming the question's subject ("everyone
+            # says Oskar runs the data team"): what ties it to the subject is not seen.
+            sure = _SURE_NEAREST
         close = [candidates[i] for i in direct[1:3] if dict(scored)[i] >= _CLOSE * best]
         return _Evidence(refs, sure, "question", close, bearing=bears(first))
     # Nothing on topic bears the answer: a statement of the asked kind by the speaker, on the
@@ -944,9 +954,12 @@ def _latest_restatement(
     order: list[tuple[int, int]],
     reading: Callable[[int], Reading],
     bears: Callable[[int], frozenset[str]],
+    texts: Sequence[str],
 ) -> int | None:
-    """The speaker's latest statement of the same shape as ``first`` ("I live in Geneva",
-    later "I'm now settled in Oslo"), if a later one says something else."""
+    """A later statement by the speaker of what ``first`` says ("I live in Geneva", later
+    "I'm now settled in Oslo"), if one says something else: the later statement that means
+    most what the question asks (sentence similarity), else the latest of ``first``'s own
+    shape (the same preposition before the place)."""
     slots = reading(first).slots
     said = bears(first)
     if not slots or not reading(first).first_person:
@@ -957,10 +970,14 @@ def _latest_restatement(
         if order[i] > order[first]
         and reading(i).first_person
         and not reading(i).other_subject
-        and reading(i).slots & slots
+        and reading(i).slots
         and bears(i) - said
     ]
-    return max(later, key=lambda i: order[i]) if later else None
+    meant = _by_meaning(later, question, texts)
+    if meant is not None:
+        return meant
+    shaped = [i for i in later if reading(i).slots & slots]
+    return max(shaped, key=lambda i: order[i]) if shaped else None
 
 
 def _nearest_statement(

@@ -191,6 +191,7 @@ class Reading:
         first_person: it speaks of the speaker (I, we, my ...).
         slots: the prepositions before its new places ("in", "to"): the shape of a statement
             of where.
+        mentions: it names someone or something the question names.
     """
 
     bearing: frozenset[str]
@@ -199,6 +200,7 @@ class Reading:
     other_subject: bool
     first_person: bool
     slots: frozenset[str]
+    mentions: bool = False
 
 
 def addressed(text: str) -> frozenset[str]:
@@ -269,6 +271,7 @@ def _read(
     subjects: set[str] = set()
     subject_first: list[str] = []  # new subject names before the speaker's "I"
     introduced: set[str] = set()
+    mentioned: set[str] = set()
     slots: set[str] = set()
     for i, (word, start) in enumerate(words):
         low = lowered[i]
@@ -281,6 +284,7 @@ def _read(
         if token in _TIME_WORDS or token.isdigit():
             continue
         if token in asked:
+            mentioned.add(token)
             continue
         previous = lowered[i - 1] if i else ""
         if previous in _LOCATIVE:
@@ -320,6 +324,7 @@ def _read(
         other_subject=other,
         first_person=first_person,
         slots=frozenset(slots),
+        mentions=bool(mentioned),
     )
 
 
