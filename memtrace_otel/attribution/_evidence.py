@@ -147,17 +147,6 @@ class Signature:
     loose: bool = False  # the key is a guess (no answer known, no names): any third will do
     event: frozenset[str] = frozenset()  # a time question's words for the event it asks about
 
-    def carries(
-        self,
-        text: str,
-        *,
-        derived: bool,
-        stamp: str = "",
-        copied: Sequence[frozenset[str]] = (),
-    ) -> bool:
-        """Whether ``text`` still holds the evidence (see :meth:`carrying`)."""
-        return bool(self.carrying(text, derived=derived, stamp=stamp, copied=copied))
-
     def carrying(
         self,
         text: str,
