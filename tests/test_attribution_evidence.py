@@ -465,8 +465,9 @@ def test_without_gold_a_name_a_link_introduces_is_followed_to_its_facts(pipe: Pi
 
 def test_without_gold_another_persons_statement_is_not_the_evidence(pipe: Pipe) -> None:
     mine = pipe.message("I rent a small flat in Graz.", date="2 March 2022")
-    pipe.message("My cousin's name is Marta.", date="9 March 2022")
+    cousin = pipe.message("My cousin's name is Marta.", date="9 March 2022")
     theirs = pipe.message("Marta rents a house in Bern.", date="9 March 2022")
+    pipe.create(pipe.extract([cousin], "Rosa's cousin is Marta"))
     newer = pipe.message("Moving day is over, my flat in Ljubljana is home now.", date="5 May 2023")
     old_rec = pipe.create(pipe.extract([mine], "Rosa rents a flat in Graz"))
     pipe.create(pipe.extract([theirs], "Marta rents a house in Bern"))
@@ -496,26 +497,24 @@ def test_without_gold_an_unmatched_question_abstains(pipe: Pipe) -> None:
     msg = pipe.message("I bought a Toyota Corolla today!")
     rec = pipe.create(pipe.extract([msg], "Rosa bought a Toyota Corolla"))
     pipe.delete(rec)
-    pipe.ask("What is Rosa's blood type?", [], "I don't know")
+    pipe.ask("Which opera does she like best?", [], "I don't know")
     verdict = pipe.verdict(prediction="I don't know")
     assert verdict.error_type is None, verdict.reason
 
 
-def test_without_gold_a_question_no_word_matches_is_located_by_meaning(pipe: Pipe) -> None:
-    from memtrace_otel.attribution._semantic import default_encoder
-
+def test_without_gold_a_paraphrased_question_is_matched_by_meaning(pipe: Pipe) -> None:
+    """No word of the question is in the message: the sentence model finds it (all-MiniLM-L6-v2,
+    installed by `make install`), and the verdict stays unsure (meaning is a hint, not proof)."""
+    pipe.message("Good morning! How was your weekend?")
     msg = pipe.message("I bought a Toyota Corolla today!")
-    pipe.message("My sister is called Ana.")
-    pipe.message("I love hiking in the mountains.")
     rec = pipe.create(pipe.extract([msg], "Rosa bought a Toyota Corolla"))
     pipe.delete(rec)
     pipe.ask("What vehicle does she use?", [], "I don't know")
     verdict = pipe.verdict(prediction="I don't know")
-    if default_encoder() is None:  # without the sentence model: words only, nothing matches
-        assert verdict.error_type is None, verdict.reason
-    else:
-        assert _culprit(verdict) == ("DeletionError", "t.delete"), verdict.reason
-        assert verdict.evidence_refs == (msg.ref,) and verdict.confidence <= 0.5
+    assert _culprit(verdict) == ("DeletionError", "t.delete"), verdict.reason
+    assert verdict.evidence_refs == (msg.ref,)
+    assert verdict.confidence <= 0.5  # a "what" question found by meaning: a weak clue
+    assert "evidence located by search, not given" in verdict.unchecked
 
 
 # --- without captured values: structure where it decides, abstention elsewhere ----------------

@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memtrace_otel.attribution import _semantic
+from memtrace_otel.attribution import EvidenceMethod, _semantic
 from memtrace_otel.attribution._semantic import SentenceEncoder, default_encoder, model_dir
+from memtrace_otel.attribution._text import SEMANTIC_FLOOR, Corpus
 from memtrace_otel.semconv import attributes as A
 
 REFERENCE = [
@@ -99,6 +100,8 @@ def test_cache_is_bounded_and_reused(encoder: SentenceEncoder) -> None:
     assert list(small._cache) == ["two", "three"]
     assert small.similarity("three", ["three"]) == [pytest.approx(1.0, abs=1e-6)]
     np.testing.assert_array_equal(small.encode(["three"])[0], first[2])
+    small.clear_cache()
+    assert not small._cache
 
 
 def test_an_unusable_model_directory_is_a_configuration_error(
@@ -110,6 +113,8 @@ def test_an_unusable_model_directory_is_a_configuration_error(
     monkeypatch.setenv(A.ENV_MEMTRACE_EMBEDDING_MODEL, str(tmp_path))
     with pytest.raises(ValueError, match=A.ENV_MEMTRACE_EMBEDDING_MODEL):
         model_dir()
+    with pytest.raises(ValueError, match=A.ENV_MEMTRACE_EMBEDDING_MODEL):
+        EvidenceMethod()  # at construction, not once per case
 
 
 def test_the_variable_names_a_model_and_none_turns_it_off(
@@ -137,3 +142,51 @@ def test_no_model_installed_means_no_similarity(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(_semantic, "MODEL_PACKAGE", "no_such_model_package_here")
     assert model_dir() is None
     assert default_encoder() is None
+
+
+# --- the corpus: meaning beside words --------------------------------------------------------
+STORE = [
+    "Good morning! How was your weekend?",
+    "My friend Ike lives in Valencia.",
+    "I bought a Tesla Model 3 today!",
+    "Packing is done and I'm now settled in Oslo.",
+    "Say hi to Tofu, the turtle I brought home today!",
+]
+
+
+def test_a_paraphrase_no_word_finds_is_found_by_meaning() -> None:
+    corpus = Corpus(STORE)
+    assert corpus.ranking("What car does Elena drive?") == []  # no shared word
+    meaning = corpus.meaning_ranking("What car does Elena drive?")
+    assert meaning[0][0] == 2 and meaning[0][1] >= SEMANTIC_FLOOR
+    assert corpus.hybrid_ranking("What car does Elena drive?")[0] == (2, 1.0)
+    cosines = corpus.similarity("What car does Elena drive?")
+    assert cosines is not None and len(cosines) == len(STORE)
+    assert max(cosines) == cosines[2]
+
+
+def test_words_and_meaning_agreeing_rank_first() -> None:
+    ranked = Corpus(STORE).hybrid_ranking("What pet did Iris bring home?")
+    assert ranked == [(4, 2.0)]  # first by BM25 (home) and by meaning (pet ~ turtle)
+    # a name is for the words to match: the model reads the question without it
+    assert Corpus(STORE).hybrid_ranking("When did Iris adopt Tofu?")[0] == (4, 1.0)
+
+
+def test_the_model_reads_the_question_without_its_names() -> None:
+    corpus = Corpus(STORE)
+    assert corpus.focus("Where does Kofi live now?") == "Where does live now?"
+    assert corpus.focus("Does Ike still live in Valencia?") == "Does still live in?"
+    assert corpus.focus("What is Kofi's new car, since May?") == "What is new car, since May?"
+    # "Hey Kofi!" would otherwise pull "Where does Kofi live now?" toward the greeting
+    greeting = Corpus(["Hey Kofi, long time no see!", "Packing is done, I'm settled in Oslo."])
+    cosines = greeting.similarity("Where does Kofi live now?")
+    assert cosines is not None and cosines[1] > cosines[0]
+
+
+def test_without_a_model_the_corpus_ranks_by_words_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(A.ENV_MEMTRACE_EMBEDDING_MODEL, "none")
+    corpus = Corpus(STORE)
+    assert corpus.similarity("What car does Elena drive?") is None
+    assert corpus.meaning_ranking("What car does Elena drive?") == []
+    assert corpus.hybrid_ranking("What car does Elena drive?") == []
+    assert corpus.hybrid_ranking("Where does Ike live?") == [(1, 1.0)]

@@ -61,7 +61,7 @@ from memtrace_otel.attribution._locate import (
     resolved_date,
 )
 from memtrace_otel.attribution._model import Case, Verdict
-from memtrace_otel.attribution._semantic import default_encoder
+from memtrace_otel.attribution._semantic import default_encoder, model_dir
 from memtrace_otel.attribution._text import (
     Corpus,
     asks_for_time,
@@ -249,6 +249,9 @@ class EvidenceMethod:
         if max_evidence < 1:
             raise ValueError(f"max_evidence must be >= 1, got {max_evidence}")
         self.max_evidence = max_evidence
+        # A MEMTRACE_EMBEDDING_MODEL naming no model is a configuration error: raise it here,
+        # not once per case (the model itself loads on first use, without an expected answer).
+        model_dir()
 
     def attribute(self, G: nx.MultiDiGraph, case: Case) -> Verdict:
         index = graph_index(G)
@@ -825,14 +828,22 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
     speakers = _speakers(scope)
     votes = _record_votes(scope, case.question, speakers)
     telling = corpus.telling(case.question) - _NAMING_WORDS - speakers
+    # In the running through a word that tells messages apart (its own or its records'), or
+    # through its meaning (near the question: a paraphrase); ranked by both.
+    near = {i for i, _ in corpus.meaning_ranking(case.question)}
     scored = [
         (i, score)
-        for i, score in _rank(corpus, case.question, records=votes)
-        if i not in avoid and (corpus.words[i] & telling or i in votes)
+        for i, score in _rank(corpus, case.question, records=votes, meaning=True)
+        if i not in avoid and (corpus.words[i] & telling or i in votes or i in near)
     ]
     ranked = [i for i, _ in scored]
     direct = [i for i in ranked if bears(i) and not reading(i).other_subject]
-    links = [i for i in ranked if not bears(i) and not reading(i).other_subject]
+    # A link restates the question's own words (a message near it in meaning only is not one).
+    links = [
+        i
+        for i in ranked
+        if not bears(i) and not reading(i).other_subject and corpus.words[i] & telling
+    ]
     # The speaker's own statement links best ("we relocated to Utrecht", not "the weather in
     # Utrecht").
     links.sort(key=lambda i: not reading(i).first_person)
@@ -955,18 +966,34 @@ def _latest_restatement(
         return None
     later = [
         i
-        for i in range(len(order))
-        if order[i] > order[first]
-        and reading(i).first_person
-        and not reading(i).other_subject
-        and reading(i).slots
-        and bears(i) - said
+        for i in _statements(first, 1, order, reading, bears)
+        if reading(i).slots and bears(i) - said
     ]
     meant = _by_meaning(later, question, texts)
     if meant is not None:
         return meant
     shaped = [i for i in later if reading(i).slots & slots]
     return max(shaped, key=lambda i: order[i]) if shaped else None
+
+
+def _statements(
+    anchor: int,
+    side: int,
+    order: list[tuple[int, int]],
+    reading: Callable[[int], Reading],
+    bears: Callable[[int], frozenset[str]],
+) -> list[int]:
+    """The speaker's own statements of the asked kind on ``side`` (1 after, -1 before) of
+    ``anchor`` in time."""
+    return [
+        i
+        for i in range(len(order))
+        if i != anchor
+        and (order[i] > order[anchor]) == (side > 0)
+        and reading(i).first_person
+        and not reading(i).other_subject
+        and bears(i)
+    ]
 
 
 def _nearest_statement(
@@ -983,15 +1010,7 @@ def _nearest_statement(
     model, or when no statement leads clearly, the nearest one of the anchor's own shape (the
     same preposition before a place)."""
     slots = reading(anchor).slots
-    pool = [
-        i
-        for i in range(len(order))
-        if i != anchor
-        and (order[i] > order[anchor]) == (side > 0)
-        and reading(i).first_person
-        and not reading(i).other_subject
-        and bears(i)
-    ]
+    pool = _statements(anchor, side, order, reading, bears)
     if not pool:
         return None
     meant = _by_meaning(pool, question, texts)
@@ -1053,13 +1072,18 @@ def _rank(
     *,
     among: list[int] | None = None,
     records: dict[int, float] | None = None,
+    meaning: bool = False,
 ) -> list[tuple[int, float]]:
-    """Message indexes and scores, best first: reciprocal rank of BM25 over the messages, plus
-    votes from matching records (a record derived from a message often words it like the
+    """Message indexes and scores, best first: reciprocal rank of BM25 over the messages (with
+    ``meaning``, fused with their rank by sentence similarity: :meth:`Corpus.hybrid_ranking`),
+    plus votes from matching records (a record derived from a message often words it like the
     question does)."""
     score: dict[int, float] = {}
-    for rank, (i, _) in enumerate(corpus.ranking(query)):
-        score[i] = score.get(i, 0.0) + 1.0 / (rank + 1)
+    if meaning:
+        score.update(corpus.hybrid_ranking(query))
+    else:
+        for rank, (i, _) in enumerate(corpus.ranking(query)):
+            score[i] = score.get(i, 0.0) + 1.0 / (rank + 1)
     for i, vote in (records or {}).items():
         score[i] = score.get(i, 0.0) + vote
     pool = among if among is not None else list(score)

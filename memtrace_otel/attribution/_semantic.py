@@ -19,14 +19,15 @@ When none is there (or ``tokenizers``/``safetensors`` are not installed: the ``s
 :func:`default_encoder` returns None, says so once in a log line, and callers fall back to
 lexical ranking. A directory that is named but unusable is a configuration error (``ValueError``).
 
-Determinism: the forward pass is plain float32 arithmetic; the same text gives the same vector on
-one machine. Which texts share a batch can move the last bits (~1e-7) through the BLAS kernels,
-far below any threshold this package compares against; each text's vector is cached (bounded LRU),
-so a run reuses the first one it computed.
+Determinism: the forward pass is plain float32 arithmetic on one BLAS thread (``threadpoolctl``),
+so the same text gives the same vector on one machine. Which texts share a batch can move the
+last bits (~1e-7) through the BLAS kernels, far below any threshold this package compares
+against; each text's vector is cached (bounded LRU), so a run reuses the first one it computed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
@@ -226,7 +227,10 @@ class SentenceEncoder:
         """
         with self._lock:
             todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
-            fresh = self._encode(todo) if todo else {}
+            fresh: dict[str, Vectors] = {}
+            if todo:
+                with _one_blas_thread():
+                    fresh = self._encode(todo)
             out = np.empty((len(texts), self.hidden), dtype=np.float32)
             for i, text in enumerate(texts):
                 vector = fresh.get(text)
@@ -239,6 +243,11 @@ class SentenceEncoder:
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
             return out
+
+    def clear_cache(self) -> None:
+        """Forget every cached vector (benchmarks measure cold runs)."""
+        with self._lock:
+            self._cache.clear()
 
     def similarity(self, query: str, texts: Sequence[str]) -> list[float]:
         """Cosine similarity of ``query`` to each of ``texts``."""
@@ -322,6 +331,27 @@ def _erf(x: Vectors) -> Vectors:
     return (np.sign(x) * y).astype(np.float32)
 
 
+def _one_blas_thread() -> contextlib.AbstractContextManager[object]:
+    """Matrix products on one BLAS thread, when threadpoolctl is installed: the same bits on
+    every run (threads split the sums differently), and no threads spinning for a core on a
+    busy machine, where two OpenBLAS threads ran 10x slower than one (bench_semantic.py)."""
+    global _controller
+    if _controller is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            _controller = False
+        else:
+            _controller = ThreadpoolController()
+    if _controller is False:
+        return contextlib.nullcontext()
+    limited: contextlib.AbstractContextManager[object] = _controller.limit(
+        limits=1, user_api="blas"
+    )
+    return limited
+
+
+_controller: Any = None
 _default: SentenceEncoder | None = None
 _default_key: object = object()
 _default_lock = threading.Lock()
