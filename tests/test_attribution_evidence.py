@@ -218,6 +218,21 @@ def test_a_date_on_another_line_of_the_record_does_not_date_the_event(pipe: Pipe
     assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
 
 
+def test_a_dated_line_must_name_the_event_by_two_of_its_words(pipe: Pipe) -> None:
+    # "talked" meets "talk" by chance: one shared word does not make the chat line about the
+    # talk at the conference, so its date does not date that event.
+    msg = pipe.message("I gave a talk at a conference today!")
+    cell = pipe.extract(
+        [msg],
+        "On 3 February 2023, Rosa and Bo talked about the weekend.\n"
+        "Rosa gave a talk at a conference (date not given).",
+        date="3 February 2023",
+    )
+    pipe.ask("When did Rosa give a talk at a conference?", [pipe.create(cell)], "I don't know")
+    verdict = pipe.verdict(gold=["3 February 2023"], evidence=[msg])
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
 def test_a_reworded_fact_without_source_refs_is_followed_from_what_its_op_read(
     pipe: Pipe,
 ) -> None:
@@ -272,6 +287,77 @@ def test_a_chunk_without_source_refs_took_the_buffer_before_its_reset(pipe: Pipe
     pipe.ask("What is Rosa allergic to?", [pipe.create(chunk)], "I don't know")
     verdict = pipe.verdict(gold=["penicillin"], evidence=[msg])
     assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
+CHAT = [
+    "Hey, long time no talk! How have you been since the trip to the lake last spring?",
+    "Work has been hectic, but the weekend hikes with the dog keep me sane and happy.",
+    "My brother keeps sending pictures of his garden; the tomatoes are huge this year.",
+    "We should plan a board game night soon, maybe with the neighbours from upstairs.",
+    "The bakery on the corner finally reopened; their cinnamon rolls are worth the queue.",
+    "I started reading that mystery novel you recommended, the detective is hilarious.",
+]
+
+
+def _window(pipe: Pipe, name: str, lines: Sequence[str], inputs: Sequence[Variable]) -> Variable:
+    """A long window (a rolling context, a summary) written from ``inputs``, without source
+    refs."""
+    with pipe.mt.update(name, inputs=list(inputs)) as op:
+        return op.output(pipe.mt.variable("window:1", "\n".join(lines), category="memory"))
+
+
+def test_a_summary_that_resolved_a_paraphrase_carries_the_answer(pipe: Pipe) -> None:
+    # "Motor City" became "Detroit" in a summary that records no source refs: nothing else the
+    # summary read says Detroit, so its line can only have come from the evidence.
+    msg = pipe.message("I finally settled in Motor City, signed the lease and everything.")
+    window = _window(pipe, "t.append", [*CHAT, f"Rosa: {msg.value}"], [msg])
+    with pipe.mt.update("t.summarize", inputs=[window]) as op:
+        summary = op.output(window.next("\n".join(["Rosa has lived in Detroit since May.", *CHAT])))
+    pipe.ask("Which city is Rosa living in these days?", [summary], "Seattle")
+    verdict = pipe.verdict(gold=["Detroit"], evidence=[msg])
+    assert _culprit(verdict) == ("ResponseError", "t.answer"), verdict.reason
+
+
+def test_a_context_copying_the_answer_from_its_one_source_carries_it(pipe: Pipe) -> None:
+    # The assembled context records no source refs and rewords nothing: the record's line in it
+    # shares no word with the message but the answer, which only the record held.
+    msg = pipe.message("After years of talking about it I'm officially a Rome resident.")
+    rec = pipe.create(pipe.extract([msg], "Rosa has lived in Rome since 20 April 2022."))
+    others = [pipe.create(pipe.extract([pipe.message(c)], c)) for c in CHAT]
+    pipe.ask("What city did Rosa move to?", [*others, rec], "Lisbon")
+    verdict = pipe.verdict(gold=["Rome"], evidence=[msg])
+    assert _culprit(verdict) == ("ResponseError", "t.answer"), verdict.reason
+
+
+def test_a_context_copying_a_carrying_line_carries_it_beside_another_mention(pipe: Pipe) -> None:
+    # Another record also says Rome, so the answer had two sources; the context's line is a
+    # copy of the one that carried the evidence.
+    msg = pipe.message("After years of talking about it I'm officially a Rome resident.")
+    rec = pipe.create(pipe.extract([msg], "Rosa has lived in Rome since 20 April 2022."))
+    trip = pipe.message("As a kid I once spent a rainy week visiting Rome with my aunt.")
+    other = pipe.create(pipe.extract([trip], "Rosa visited Rome as a child."))
+    others = [pipe.create(pipe.extract([pipe.message(c)], c)) for c in CHAT]
+    pipe.ask("What city did Rosa move to?", [*others, other, rec], "Lisbon")
+    verdict = pipe.verdict(gold=["Rome"], evidence=[msg])
+    assert _culprit(verdict) == ("ResponseError", "t.answer"), verdict.reason
+
+
+def test_a_window_naming_the_evidence_carries_it_only_in_a_line_about_it(pipe: Pipe) -> None:
+    # The window lists the message among its sources, and it mentions Boston twice: after the
+    # rewrite that swapped the city, the other mention is not the evidence.
+    msg = pipe.message("Guess who lives in Boston now? Me!")
+    later = pipe.message("I'll let you know when I'm in Boston again. See you soon!")
+    mt = pipe.mt
+    refs = {"source_refs": [msg.ref, later.ref]}
+    with mt.update("t.append", inputs=[msg, later]) as op:
+        text = "\n".join([*CHAT, f"Rosa: {msg.value}", f"Rosa: {later.value}"])
+        window = op.output(mt.variable("window:1", text, category="memory", meta=refs))
+    with mt.update("t.summarize", inputs=[window]) as op:
+        text = "\n".join(["Rosa has lived in Rome since 31 August.", *CHAT, f"Rosa: {later.value}"])
+        window = op.output(window.next(text))
+    pipe.ask("Where does Rosa live now?", [window], "Rome")
+    verdict = pipe.verdict(gold=["Boston"], evidence=[msg])
+    assert _culprit(verdict) == ("UpdateError", "t.summarize"), verdict.reason
 
 
 # --- retrieval: filters by what they keep, searchable records, stale versions ------------------

@@ -210,6 +210,24 @@ def test_a_recovered_or_surviving_loss_is_not_the_label(locomo: Path) -> None:
     assert seen >= 1
 
 
+def test_an_episode_gist_restates_no_fact(locomo: Path) -> None:
+    """An episode's gist is of the chat: a gist restating a fact would carry it past a later
+    loss while the replay (which reads what lines claim) does not see it there."""
+    conversations = load_locomo(locomo).conversations
+    checked = 0
+    for index in range(70, 80):  # seed 2's store 77 had one
+        sc = build_scenario("evermemos", index, conversations, 2)
+        facts = [t.text for s in sc.sessions for t in s.turns if t.fact is not None]
+        for op in execute(sc).log:
+            if op.name != "evermemos.memcell_extraction":
+                continue
+            for rec in op.outputs:
+                gist = rec.lines[0].text.split(" talked: ", 1)[-1]
+                assert not any(" ".join(f.split()[:6]) in gist for f in facts), gist
+                checked += 1
+    assert checked >= 10
+
+
 def test_deterministic_by_seed(hard: Path, locomo: Path, tmp_path: Path) -> None:
     again = _generate(tmp_path / "again", locomo)
     for name in ("cases.jsonl", "labels.jsonl"):

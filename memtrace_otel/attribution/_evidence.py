@@ -8,7 +8,11 @@
 2. **Construction.** The evidence is followed forward, in execution order, through the ops that
    ran before the question. A variable *carries* it when it keeps the answer-bearing tokens (the
    answer when known, else the names, numbers and dates the question does not already name: a
-   rewrite that swapped the city or dropped the date does not carry). A carrier dies when its
+   rewrite that swapped the city or dropped the date does not carry), in a line about the
+   evidence unless the value derives from it (its source refs name a carrier, or, without source
+   refs, its op read one; a long value only when every line its op read that holds the answer
+   is a carrier's line holding the evidence; a line copying such a line; a date only in a line
+   that names the asked event). A carrier dies when its
    record gets a next version that does not carry it (an update, a tombstone) or, for an
    intermediate (a fact, a buffer, a decision), when its last consumer ran. The evidence is
    *lost* when no carrier survives to the question (none is searchable then, none is read by
@@ -35,6 +39,7 @@ the default of blaming the answer); see ``docs/attribution.md`` for the calibrat
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 from collections.abc import Callable, Iterable, Sequence
@@ -142,13 +147,23 @@ class Signature:
     loose: bool = False  # the key is a guess (no answer known, no names): any third will do
     event: frozenset[str] = frozenset()  # a time question's words for the event it asks about
 
-    def carries(self, text: str, *, derived: bool, stamp: str = "") -> bool:
-        """Whether ``text`` still holds the evidence.
+    def carrying(
+        self,
+        text: str,
+        *,
+        derived: bool,
+        stamp: str = "",
+        copied: Sequence[frozenset[str]] = (),
+    ) -> tuple[frozenset[str], ...]:
+        """The lines of ``text`` that hold the evidence (none: it does not carry).
 
         Long values (a window, a document, a candidate list) are tested line by line and
-        sentence by sentence, so an answer word elsewhere in the window does not count.
-        ``derived``: the variable names the evidence (or a carrier) among its sources, so it
-        need not repeat what the fact is about, only the answer-bearing tokens.
+        sentence by sentence, so an answer word elsewhere in the window does not count: a line
+        must be about the evidence (share its salient words), or be a copy of a line that
+        carried it (``copied``: the carrying lines of what the value's op read).
+        ``derived``: the value derives from the evidence (its source refs name it or a carrier,
+        or the answer could only have come from a carrier), so it need not repeat what the
+        fact is about, only the answer-bearing tokens.
         ``stamp``: the value's own date (meta), read with each of its lines that does not
         say the time vaguely ("recently", a time word the evidence did not use).
         """
@@ -164,23 +179,30 @@ class Signature:
         # A date is shared by every fact of its day: in a value of several lines, a date
         # carries only in a line about the event (by the evidence's words or the question's).
         derived_about = derived and (single or not self.dated)
+        subject = self.topic | self.event
+        out: list[frozenset[str]] = []
         for words in segments:
-            about = (
-                derived_about
-                or bool(self.topic & words)
-                or not self.topic
-                or (self.dated and len(self.event & words) >= min(2, len(self.event) or 3))
-            )
+            if self.dated:  # two of its words: one ("talk") is too easily met by chance
+                about = derived_about or len(subject & words) >= min(2, len(subject))
+            else:
+                about = derived_about or bool(self.topic & words) or not self.topic
+            about = about or any(len(c) >= 3 and recall(c, words) >= 0.8 for c in copied)
             if about and has_tokens(self.gold, self.gold_strict, words):
-                return True
-            if self.key:
-                if about and has_tokens(self.key, self.strict, words):
-                    return True
-                if about and self.loose and 3 * len(self.key & words) >= len(self.key):
-                    return True
+                out.append(words)
+            elif self.key:
+                loose = self.loose and 3 * len(self.key & words) >= len(self.key)
+                if about and (has_tokens(self.key, self.strict, words) or loose):
+                    out.append(words)
             elif recall(self.words, words) >= 0.6 or len(self.topic & words) >= 2:
-                return True
-        return False
+                out.append(words)
+        return tuple(out)
+
+    def holds(self, words: frozenset[str]) -> bool:
+        """Whether a line holds the answer-bearing tokens, whatever it is about (the expected
+        answer, or a key that is not a guess)."""
+        return has_tokens(self.gold, self.gold_strict, words) or (
+            not self.loose and has_tokens(self.key, self.strict, words)
+        )
 
 
 @dataclass
@@ -483,6 +505,7 @@ class EvidenceMethod:
         """
         index, G = scope.index, scope.index.G
         carriers = set(trail.carriers)
+        lines = dict(trail.lines)
         unchecked = list(trail.unchecked)
         retrieves = [op for op in scope.ops if G.nodes[op]["kind"] == OpKind.RETRIEVE]
         stale = _stale_reads(scope, trail)
@@ -502,7 +525,7 @@ class EvidenceMethod:
                 outs = _kept(G, index, op, reads)
             carrying, unknown = [], False
             for o in outs:
-                verdict = _carries(G, o, signature, carriers)
+                verdict = _carries(index, o, signature, carriers, lines)
                 if verdict is None:
                     unknown = True
                     unchecked.append(f"value of {o}")
@@ -576,6 +599,8 @@ class _Trail:
     carriers: set[str]
     lost: tuple[str, str, str] | None = None
     unchecked: list[str] = field(default_factory=list)
+    lines: dict[str, tuple[frozenset[str], ...]] = field(default_factory=dict)
+    """The lines of each carrier that hold the evidence."""
 
 
 def _scope(index: GraphIndex, ops: list[str]) -> _Scope:
@@ -619,7 +644,7 @@ def _construction(scope: _Scope, signature: Signature) -> _Trail:
         if data["kind"] == OpKind.FILTER:
             outs = _kept(G, index, op, [v for v in index.inputs(op) if v in trail.carriers])
         for out in outs:
-            verdict = _carries(G, out, signature, trail.carriers)
+            verdict = _carries(index, out, signature, trail.carriers, trail.lines)
             if verdict is None:
                 trail.unchecked.append(f"value of {out}")
                 verdict = not G.nodes[out].get("deleted")  # structure stands in for content
@@ -1253,42 +1278,111 @@ _ASKING_TIME = frozenset(content_tokens("when what which date day month year tim
 _COMMON = frozenset(content_tokens("today yesterday recently lately new just really week day"))
 
 
-def _carries(G: nx.MultiDiGraph, var: str, signature: Signature, carriers: set[str]) -> bool | None:
-    """Whether ``var`` carries the evidence; ``None`` when its value was not captured."""
+Lines = dict[str, tuple[frozenset[str], ...]]
+"""The lines (content tokens) of each carrier that hold the evidence."""
+
+
+def _carries(
+    index: GraphIndex, var: str, signature: Signature, carriers: set[str], lines: Lines
+) -> bool | None:
+    """Whether ``var`` carries the evidence; ``None`` when its value was not captured. The
+    lines of ``var`` that carry it are recorded in ``lines``."""
+    G = index.G
     data = G.nodes[var]
     if data.get("deleted"):
         return False
     value = data.get("value")
     if value is None:
         return None
-    category = data.get("category")
-    if any(c in value for c in carriers if c != signature.ref or category == Category.CANDIDATES):
-        return True  # names a carrier by ref
-    sources = _sources(G, var)
     text = _text(value)
+    writer = index.writer(var)
+    read = [v for v in index.inputs(writer) if v in carriers] if writer is not None else []
+    copied = [c for v in read for c in _lines_of(index, v, signature, lines)]
+    category = data.get("category")
+    named = [c for c in carriers if c in value and (c != signature.ref or category == "candidates")]
+    if named:  # names a carrier by ref: its lines are the ones copying a carrier's
+        held = _held(signature, value)
+        known = [c for v in named for c in _lines_of(index, v, signature, lines)] + copied
+        lines[var] = tuple(w for w in held if any(recall(c, w) >= 0.8 for c in known)) or held
+        return True
+    sources = _sources(G, var)
+    short = len(content_tokens(text)) <= _SHORT
     if sources:
         derived = any(s == signature.ref or s in carriers for s in sources)
-    else:
+        if derived and not short:
+            # A window lists every message it holds: that it names the evidence does not say
+            # which of its lines is the evidence's, unless the answer had no other source.
+            derived = _sole_source(index, var, signature, carriers, lines)
+    elif short:
         # No source refs recorded (they are optional): a short value is derived from what its
         # writer read, so a fact reworded from a carrier need only keep the answer-bearing
-        # tokens. A long value (a window, a summary) holds other facts too: not assumed.
-        derived = len(content_tokens(text)) <= _SHORT and _written_from(G, var, carriers)
+        # tokens.
+        derived = bool(read)
+    else:
+        # A long value (a window, a summary) holds other facts too: derived only when the
+        # answer had no other source.
+        derived = _sole_source(index, var, signature, carriers, lines)
     stamp = ""
-    if signature.dated and len(content_tokens(text)) <= _SHORT and not says_undated(text):
+    if signature.dated and short and not says_undated(text):
         # A record's date stamp dates what it says, unless it says "recently" (or another
         # time word the evidence did not use; tested line by line) or that its date is
         # unknown: then it has dropped the date on purpose.
         stamp = _date_of(data)
-    return signature.carries(text, derived=derived, stamp=stamp)
+    found = signature.carrying(text, derived=derived, stamp=stamp, copied=copied)
+    if found:
+        lines[var] = found
+    return bool(found)
 
 
-def _written_from(G: nx.MultiDiGraph, var: str, carriers: set[str]) -> bool:
-    """Whether the op that wrote ``var`` read a carrier."""
-    index = graph_index(G)
+def _lines_of(
+    index: GraphIndex, var: str, signature: Signature, lines: Lines
+) -> tuple[frozenset[str], ...]:
+    """A carrier's lines that hold the evidence (the evidence message: all that hold its answer,
+    else all of it)."""
+    found = lines.get(var)
+    if found is None:
+        value = index.G.nodes[var].get("value")
+        found = (_held(signature, value) or segment_words(_text(value))) if value else ()
+        lines[var] = found
+    return found
+
+
+def _sole_source(
+    index: GraphIndex, var: str, signature: Signature, carriers: set[str], lines: Lines
+) -> bool:
+    """Whether the op that wrote ``var`` read a carrier, and every line it read that holds the
+    answer is a carrier's line holding the evidence: then the answer in ``var`` can only have
+    come from the evidence (copied into a context, or a paraphrase resolved by a summary). Not
+    for a time question (a date is shared by every fact of its day) nor for a guessed key
+    without an answer."""
+    if signature.dated or (signature.loose and not signature.gold):
+        return False
+    G = index.G
     writer = index.writer(var)
-    return writer is not None and any(v in carriers for v in index.inputs(writer))
+    if writer is None:
+        return False
+    from_carrier = False
+    for v in index.inputs(writer):
+        value = G.nodes[v].get("value")
+        if value is None:
+            continue
+        held = _held(signature, value)
+        if v in carriers:
+            from_carrier = True
+            if not set(held) <= set(_lines_of(index, v, signature, lines)):
+                return False
+        elif held:
+            return False
+    return from_carrier
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def _held(signature: Signature, value: str) -> tuple[frozenset[str], ...]:
+    """The lines of a value that hold the answer-bearing tokens, whatever they are about."""
+    return tuple(w for w in segment_words(_text(value)) if signature.holds(w))
+
+
+@functools.lru_cache(maxsize=1 << 14)
 def _text(value: str | None) -> str:
     if value is None:
         return ""

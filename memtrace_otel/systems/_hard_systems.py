@@ -595,7 +595,10 @@ class EverMemOSPipeline(Pipeline):
         op.inputs = [segment]
         facts = [memory_line(x.fact, x.refs, x.when) for x in segment.lines if x.fact is not None]
         speakers = " and ".join(self.sc.speakers)
-        topics = _gist(" ".join(x.text.split(": ", 1)[-1] for x in segment.lines[:2]))
+        # The episode's gist is of the chat around the facts: a gist restating a fact would
+        # carry it past a later loss, unseen by the replay (which reads what lines claim).
+        chat = [x for x in segment.lines if x.fact is None][:2]
+        topics = _gist(" ".join(x.text.split(": ", 1)[-1] for x in chat)) or "several things"
         episode = Line(
             f"On {session.date}, {speakers} talked: {topics}", (), (), when_of(session.date)
         )
