@@ -477,7 +477,7 @@ class MemTracer:
         capture: CaptureConfig | None = None,
         registry: WriterRegistry | None = None,
     ) -> None:
-        from memtrace_otel import __version__
+        from memtrace_otel._version import __version__
 
         for label, value in (("system", system), ("store_id", store_id)):
             if value is not None and (not isinstance(value, str) or not value):
