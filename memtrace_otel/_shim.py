@@ -16,6 +16,11 @@ changes: the caller gets ``None`` (or the public fallback) and carries on.
    also reaches :class:`~memtrace_otel.export.CountingBatchSpanProcessor`, whatever that variable
    says. Without it (an SDK before the processor metrics) drops are still counted exactly at
    shutdown, from public counts.
+3. ``G._node``, ``G._succ``, ``G._pred`` of a networkx ``MultiDiGraph``: the plain dicts behind
+   ``G.nodes``, ``G.succ`` and ``G.pred``. The graph builder fills them directly and the queries
+   read them: the public views wrap every lookup in a new view object, several times the cost
+   on the paths that touch each node (networkx's own algorithms use these dicts the same way).
+   They have kept these names and shapes since networkx 2.0.
 """
 
 from __future__ import annotations
@@ -27,6 +32,24 @@ from opentelemetry import context as _otel_context
 
 SUPPRESS_INSTRUMENTATION_KEY: str = _otel_context._SUPPRESS_INSTRUMENTATION_KEY
 """The standard "do not trace this" context key (entry 1)."""
+
+
+def nodes_of(G: Any) -> dict[Any, dict[str, Any]]:
+    """Node -> its attribute dict (``G._node``, entry 3)."""
+    nodes: dict[Any, dict[str, Any]] = G._node
+    return nodes
+
+
+def succ_of(G: Any) -> dict[Any, dict[Any, dict[Any, dict[str, Any]]]]:
+    """Node -> successor -> edge key -> edge attributes (``G._succ``, entry 3)."""
+    succ: dict[Any, dict[Any, dict[Any, dict[str, Any]]]] = G._succ
+    return succ
+
+
+def pred_of(G: Any) -> dict[Any, dict[Any, dict[Any, dict[str, Any]]]]:
+    """Node -> predecessor -> edge key -> edge attributes (``G._pred``, entry 3)."""
+    pred: dict[Any, dict[Any, dict[Any, dict[str, Any]]]] = G._pred
+    return pred
 
 
 class _QueueFullSignal:

@@ -22,6 +22,7 @@ from typing import Any
 
 import networkx as nx
 
+from memtrace_otel._shim import nodes_of
 from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case
 from memtrace_otel.semconv import JudgeVerdict
@@ -63,7 +64,7 @@ class _Resolver:
             for case_id, ops in graph_index(G).case_ops.items():
                 self.store_of_case.setdefault(case_id, store)
                 for op in ops:
-                    data = G._node[op]
+                    data = nodes_of(G)[op]
                     self.span_case[data["span_id"]] = case_id
                     self.trace_cases[data["trace_id"]].add(case_id)
 
