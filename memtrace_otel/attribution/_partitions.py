@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from memtrace_otel._internal import GcPaused
 from memtrace_otel.attribution._batch import NO_STORE, store_of
 from memtrace_otel.errors import DecodeError, SourceError
 from memtrace_otel.semconv import SpanRecord
@@ -41,12 +42,7 @@ from memtrace_otel.sources import (
     iter_records,
     open_source,
 )
-from memtrace_otel.sources._common import (
-    DUPLICATE_SPAN,
-    MAX_ERROR_MESSAGES,
-    SURROGATE_HINT,
-    GcPaused,
-)
+from memtrace_otel.sources._common import DUPLICATE_SPAN, MAX_ERROR_MESSAGES, SURROGATE_HINT
 from memtrace_otel.sources._files import FileReader, open_binary
 from memtrace_otel.sources._limits import LineReader, ReadLimits
 from memtrace_otel.sources._source import content_digest, duplicate_span_error

@@ -17,15 +17,14 @@ smaller canonical form and are reported.
 from __future__ import annotations
 
 import base64
-import contextlib
-import gc
 import itertools
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import networkx as nx
 
+from memtrace_otel._internal import GcPaused
 from memtrace_otel._shim import nodes_of, pred_of, succ_of
 from memtrace_otel.semconv import attributes as sc
 from memtrace_otel.semconv.record import SpanRecord
@@ -150,7 +149,7 @@ def add_records(G: nx.MultiDiGraph, records: Iterable[SpanRecord]) -> None:
     >>> G.has_edge("m@1", "m@2", key="version"), G.nodes["m@1"]["external"]
     (True, False)
     """
-    with _cyclic_gc_paused():
+    with GcPaused():
         fold_records(G, records)
 
 
@@ -160,23 +159,6 @@ def fold_records(G: nx.MultiDiGraph, records: Iterable[SpanRecord]) -> None:
     for record in records:
         fold.add(record)
     fold.finish()
-
-
-@contextlib.contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for an offline fold.
-
-    Folding allocates millions of small dicts that live on, so the collector keeps rescanning the
-    whole growing graph (a large build got twice as slow per span at 10x the size). The fold
-    creates no reference cycles, so nothing is left for the collector; it is restored after.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def remove_ops(G: nx.MultiDiGraph, span_ids: Iterable[str]) -> int:

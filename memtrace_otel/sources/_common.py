@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
-import gc
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -415,29 +414,6 @@ def status_code(value: object, field: str) -> str:
         if value.isdigit():
             return status_code(int(value), field)
     raise Bad(field, f"invalid status code {_short(value)}")
-
-
-class GcPaused:
-    """Pause the cyclic garbage collector while one line or record is decoded.
-
-    Decoding builds thousands of small acyclic containers (JSON dicts, then records); with the
-    collector running, each line triggers several collections that traverse all of them,
-    which costs as much as the decoding itself. Nothing we build here can form a cycle, and
-    the pause ends before control returns to the caller (records are yielded after it), so
-    the application's own garbage is collected as usual. A collector the application turned
-    off stays off.
-    """
-
-    __slots__ = ("_resume",)
-
-    def __enter__(self) -> None:
-        self._resume = gc.isenabled()
-        if self._resume:
-            gc.disable()
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._resume:
-            gc.enable()
 
 
 _T = TypeVar("_T")
