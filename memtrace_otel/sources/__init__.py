@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from memtrace_otel._progress import Progress
 from memtrace_otel.errors import SourceSpecError
 from memtrace_otel.sources._backends import (
     JaegerSource,
@@ -82,7 +83,6 @@ from memtrace_otel.sources._outcomes import (
     outcomes_of,
     read_outcomes,
 )
-from memtrace_otel.sources._progress import Progress
 from memtrace_otel.sources._source import FileSource, Source, iter_records
 from memtrace_otel.sources._upstream import adapt_upstream, is_upstream_op
 
