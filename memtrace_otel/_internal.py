@@ -24,9 +24,10 @@ import sys
 import threading
 import warnings
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 logger = logging.getLogger("memtrace_otel")
 
@@ -191,3 +192,53 @@ def _in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_in_child)
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class BoundedCache(Generic[K, V]):
+    """A bounded, thread-safe map; the least recently set entries are evicted first (counted in
+    :attr:`evicted`). Reads take no lock. In a forked child the lock is replaced, so a parent
+    thread holding it at ``fork()`` cannot hang the child; the entries are kept. The package's
+    one LRU map (the writer registry and the instrumentors' caches are built on it).
+
+    >>> cache = BoundedCache[str, int](max_entries=2)
+    >>> for key, value in (("a", 1), ("b", 2), ("c", 3)):
+    ...     cache.set(key, value)
+    >>> cache.get("a"), cache.get("c"), len(cache), cache.evicted
+    (None, 3, 2, 1)
+    """
+
+    def __init__(self, max_entries: int = 100_000) -> None:
+        self.max_entries = max_entries
+        self.evicted = 0
+        self._entries: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+        reinit_after_fork(self)
+
+    def _reinit_after_fork(self) -> None:
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        """The value of ``key``, if known."""
+        return self._entries.get(key)
+
+    def set(self, key: K, value: V) -> None:
+        """Remember ``value`` for ``key``."""
+        with self._lock:
+            entries = self._entries
+            entries[key] = value
+            entries.move_to_end(key)
+            if len(entries) > self.max_entries:
+                entries.popitem(last=False)
+                self.evicted += 1
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        """Forget everything."""
+        with self._lock:
+            self._entries.clear()
