@@ -24,7 +24,7 @@ from memtrace_otel.systems._base import (
     SystemConfig,
     VarInfo,
     case_id_for,
-    message_ref,
+    turn_ref,
 )
 from memtrace_otel.systems._engine import (
     ENGINES,
@@ -163,7 +163,6 @@ __all__ = [
     "load_locomo",
     "make_engine",
     "may_blame",
-    "message_ref",
     "render_prompt",
     "replay_case",
     "replay_correct",
@@ -171,4 +170,5 @@ __all__ = [
     "run_conversation",
     "run_demo",
     "store_id_for",
+    "turn_ref",
 ]

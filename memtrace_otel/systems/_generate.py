@@ -34,7 +34,7 @@ from memtrace_otel._progress import Progress
 from memtrace_otel.export import OtlpJsonLinesExporter
 from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.systems._base import Judge, make_config, message_ref
+from memtrace_otel.systems._base import Judge, make_config, turn_ref
 from memtrace_otel.systems._engine import OfflineEngine
 from memtrace_otel.systems._faults import FaultSpec
 from memtrace_otel.systems._judge import LLM_JUDGE_PROMPT, DeterministicJudge, LLMJudge
@@ -270,7 +270,7 @@ def _write_run(
             "case_id": case_id,
             "question": question.question,
             "gold_answers": list(question.gold_answers),
-            "evidence_refs": [message_ref(run.store_id, e.dia_id) for e in question.evidence],
+            "evidence_refs": [turn_ref(run.store_id, e.dia_id) for e in question.evidence],
             "verdict": "correct" if result.correct else "incorrect",
             "prediction": result.prediction,
             "system": run.system,
