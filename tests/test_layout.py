@@ -249,3 +249,24 @@ def test_the_private_access_scan_sees_each_kind() -> None:
         "4: getattr(..., '_batch_processor')",
         "6: ._succ",
     ]
+
+
+def test_the_per_kind_factories_and_decorators_are_typed_like_op(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from memtrace_otel.instrumentation import MemTracer\n"
+        "mt = MemTracer(system='rag')\n"
+        "mt.retrieve('ok', inputs=['a@1'], case_id='c')\n"
+        "mt.retrieve('typo', case='c')\n"
+        "mt.trace_update('wrong', stage=3)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(sample)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    errors = [line for line in done.stdout.splitlines() if ": error:" in line]
+    assert [e.split(":")[1] for e in errors] == ["4", "5"], done.stdout
+    assert 'Unexpected keyword argument "case" for "retrieve"' in errors[0]
+    assert 'Argument "stage" to "trace_update"' in errors[1]
