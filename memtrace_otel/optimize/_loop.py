@@ -52,8 +52,8 @@ from memtrace_otel.systems import (
     OfflineEngine,
     Workload,
     run_conversation,
-    turn_ref,
 )
+from memtrace_otel.systems._base import turn_ref
 
 __all__ = [
     "OptimisableSystem",
