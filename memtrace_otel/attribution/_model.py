@@ -11,7 +11,8 @@ from typing import Any
 from memtrace_otel.errors import DecodeError
 from memtrace_otel.semconv import ErrorType, JudgeVerdict
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.sources import DEFAULT_MAX_LINE_BYTES, LineReader, Outcome, replace_surrogates
+from memtrace_otel.sources import DEFAULT_MAX_LINE_BYTES, LineReader, Outcome
+from memtrace_otel.sources._common import replace_surrogates
 from memtrace_otel.sources._limits import resolve_cap
 
 

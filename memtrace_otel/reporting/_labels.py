@@ -10,7 +10,7 @@ from typing import Any
 
 from memtrace_otel.attribution import Verdict
 from memtrace_otel.errors import DecodeError
-from memtrace_otel.sources import replace_surrogates
+from memtrace_otel.sources._common import replace_surrogates
 
 __all__ = ["Label", "label_accuracy", "load_labels"]
 
