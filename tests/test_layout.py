@@ -270,3 +270,17 @@ def test_the_per_kind_factories_and_decorators_are_typed_like_op(tmp_path: Path)
     assert [e.split(":")[1] for e in errors] == ["4", "5"], done.stdout
     assert 'Unexpected keyword argument "case" for "retrieve"' in errors[0]
     assert 'Argument "stage" to "trace_update"' in errors[1]
+
+
+def test_docs_api_lists_every_public_name_one_line_each() -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "api_doc.py"), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
+    listed = [
+        line for line in (REPO / "docs" / "api.md").read_text().splitlines() if line[:3] == "- `"
+    ]
+    assert len(listed) == len(set(listed)) > 200
