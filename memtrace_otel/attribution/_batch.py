@@ -25,7 +25,7 @@ from typing import Any, TextIO
 import networkx as nx
 
 from memtrace_otel.attribution._base import Method
-from memtrace_otel.attribution._feedback import feedback_cases
+from memtrace_otel.attribution._feedback import StoreCases, decide_failed
 from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case, Verdict, load_cases
 from memtrace_otel.attribution._verdict_log import (
@@ -238,13 +238,8 @@ def load_store_graphs(
     for spec in sources:
         source = open_source(spec, strict=strict, **(options or {} if is_backend(spec) else {}))
         for record in load_with_progress(source, spec, progress):
-            if outcomes is not None and record.events:
-                found = outcomes_of(record)
-                if found:
-                    outcomes.extend(found)
-                    if record.name == A.MEMTRACE_FEEDBACK_SPAN:
-                        continue
-            records.append(record)
+            if outcomes is None or take_outcomes(record, outcomes):
+                records.append(record)
         if outcomes is not None:
             outcomes.extend(source.outcomes)
         if summary is not None:
@@ -266,6 +261,17 @@ def load_store_graphs(
         for store, more in extra.items():
             by_store[store] += more
     return {store: build_graph(records) for store, records in by_store.items()}
+
+
+def take_outcomes(record: SpanRecord, outcomes: list[Outcome]) -> bool:
+    """Add the evaluations ``record`` carries to ``outcomes``; return whether the record joins
+    the graphs (a ``memtrace.feedback`` span carrying evaluations does not: it is no op)."""
+    if record.events:
+        found = outcomes_of(record)
+        if found:
+            outcomes.extend(found)
+            return record.name != A.MEMTRACE_FEEDBACK_SPAN
+    return True
 
 
 def is_backend(spec: str) -> bool:
@@ -449,22 +455,11 @@ def failed_cases(
         summary.source_errors.extend(skipped[:5])
         summary.cases_by_source["cases-file"] = len(chosen)
         return chosen
-    judged = [r for r in (rule.apply(o) for o in outcomes) if r is not None]
-    decided, stats = feedback_cases(graphs, judged)
+    views = {store: StoreCases.of(G, outcomes) for store, G in graphs.items()}
+    picks, stats, counts, _ = decide_failed(views, outcomes, rule)
     summary.feedback = stats.to_json()
-    for store, G in sorted(graphs.items()):
-        index = graph_index(G)
-        for case_id in sorted(index.failed):
-            if where.get(case_id) == store and case_id not in decided:
-                chosen.append(
-                    (store, Case(case_id=case_id, verdict=JudgeVerdict.INCORRECT, source="trace"))
-                )
-    summary.cases_by_source["judge"] = len(chosen)
-    flagged = [(store, case) for store, case in decided.values() if case is not None]
-    summary.cases_by_source["feedback"] = len(flagged)
-    chosen.extend(flagged)
-    chosen.sort(key=lambda item: (item[0], item[1].case_id))
-    return chosen
+    summary.cases_by_source.update(counts)
+    return [(pick.store, pick.case(graphs[pick.store])) for pick in picks]
 
 
 class QuietHeap:
@@ -548,8 +543,7 @@ def run_batch(
         loaded: what loading ``graphs`` counted (records, skips, a capped source), when the
             caller loaded them: merged into the summary.
         outcomes: evaluations already read with ``graphs`` (see :func:`load_store_graphs`);
-            without ``graphs`` they are read from ``sources``. Not read by scaled runs, which
-            take failed cases from judge ops or ``cases_file`` only.
+            without ``graphs`` they are read from ``sources`` (scaled runs too).
         rule: which evaluations count as failures (default: ``incorrect`` or score 0).
 
     Returns:
@@ -570,6 +564,7 @@ def run_batch(
             on_verdict=on_verdict,
             redo_stale=redo_stale,
             source_options=source_options,
+            rule=rule,
         )
     with QuietHeap() as heap:
         return _run_in_process(

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import copyreg
+import dataclasses
 import io
 import os
 import pickle
@@ -43,6 +44,7 @@ from typing import Any, TextIO, TypeVar
 
 import networkx as nx
 
+from memtrace_otel._shim import nodes_of
 from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._batch import (
     NO_STORE,
@@ -55,11 +57,13 @@ from memtrace_otel.attribution._batch import (
     op_refs,
     pending_reason,
     store_of,
+    take_outcomes,
 )
-from memtrace_otel.attribution._feedback import FeedbackStats
+from memtrace_otel.attribution._feedback import Pick, StoreCases, decide_failed
 from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case, Verdict, load_cases
 from memtrace_otel.attribution._partitions import (
+    Found,
     Key,
     Partition,
     Plan,
@@ -82,7 +86,16 @@ from memtrace_otel.errors import BackendError, MemtraceError
 from memtrace_otel.graph import build_graph
 from memtrace_otel.semconv import JudgeVerdict, SpanRecord
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.sources import Progress, SourceStats, expand_paths, open_source
+from memtrace_otel.sources import (
+    DEFAULT_RULE,
+    Outcome,
+    OutcomeRule,
+    Progress,
+    SourceStats,
+    expand_paths,
+    open_source,
+    outcomes_of,
+)
 from memtrace_otel.sources._common import NOT_A_REGULAR_FILE, make_error
 
 __all__ = [
@@ -181,6 +194,14 @@ class StoreResult:
     errors: dict[str, str] = field(default_factory=dict)
     truncated_captured: int = 0
     """Variable versions whose value was cut at capture time (``memtrace.variable.truncated``)."""
+    view: StoreCases | None = None
+    """What deciding the failed cases needs of the graph (without a cases file)."""
+    picks: dict[str, Pick] = field(default_factory=dict)
+    """The picks attributed here (without a cases file), by case id."""
+    unsure: set[str] = field(default_factory=set)
+    """Picked cases whose outcomes other stores' views could resolve otherwise."""
+    stale: set[str] = field(default_factory=set)
+    """Cases done in ``--out`` but redone here (``--redo-stale``: newer ops arrived)."""
 
 
 @dataclass
@@ -196,20 +217,22 @@ class PartitionResult:
 def attribute_store(
     store: str,
     G: nx.MultiDiGraph,
-    method: Method,
-    cases: dict[str, Case] | None,
-    done: frozenset[str] = frozenset(),
+    shared: _Shared,
     forced: Sequence[Case] = (),
     forget_tokens: bool = False,
 ) -> StoreResult:
     """Attribute the failed cases of one store's graph.
 
+    The cases are those of the cases file (``shared.cases``), or the driver's own picks for this
+    store (``shared.picks``, a second round), or else this store's share of the one decision of
+    :func:`~memtrace_otel.attribution._feedback.decide_failed` (judge ops and the outcomes),
+    taken on this store alone: the driver takes it again over every store's view and redoes
+    what differs.
+
     Args:
         store: the store id.
         G: its graph.
-        method: the attribution method.
-        cases: the cases file's cases by id, or ``None`` to take failed cases from judge ops.
-        done: case ids to skip (already in the verdicts file).
+        shared: the method, cases, outcomes and what is done already.
         forced: cases to attribute against ``G`` whatever its ops (cases found in no store).
         forget_tokens: also empty the evidence method's text cache afterwards (bounded runs).
     """
@@ -217,14 +240,20 @@ def attribute_store(
     result = StoreResult(store, list(index.case_ops), sorted(index.failed))
     result.truncated_captured = count_truncated_captured(G)
     todo: list[Case] = list(forced)
-    if cases is None:
-        todo += [
-            Case(case_id=case_id, verdict=JudgeVerdict.INCORRECT, source="trace")
-            for case_id in result.failed
-        ]
+    if shared.picks is not None:
+        picks = shared.picks.get(store, [])
+        todo += [pick.case(G) for pick in picks]
+        result.picks = {pick.case_id: pick for pick in picks}
+    elif shared.cases is None:
+        result.view = StoreCases.of(G, shared.outcomes)
+        picks, _, _, result.unsure = decide_failed(
+            {store: result.view}, shared.outcomes, shared.rule
+        )
+        todo += [pick.case(G) for pick in picks]
+        result.picks = {pick.case_id: pick for pick in picks}
     else:
         for case_id in result.case_ids:
-            case = cases.get(case_id)
+            case = shared.cases.get(case_id)
             if case is None:
                 continue
             verdict = case.verdict
@@ -233,12 +262,22 @@ def attribute_store(
             if verdict != JudgeVerdict.CORRECT:
                 todo.append(case)
     result.chosen = [case.case_id for case in todo]
+    if shared.attributed_at is not None:  # --redo-stale: verdicts older than the store's ops
+        newest = max(
+            (d.get("end") or 0 for d in nodes_of(G).values() if d.get("type") == "op"), default=0
+        )
+        result.stale = {
+            case.case_id
+            for case in todo
+            if case.case_id in shared.attributed_at
+            and newest > shared.attributed_at[case.case_id] * 1e9
+        }
     try:
         for case in todo:
-            if case.case_id in done:
+            if case.case_id in shared.done and case.case_id not in result.stale:
                 continue
             try:
-                result.verdicts[case.case_id] = method.attribute(G, case)
+                result.verdicts[case.case_id] = shared.method.attribute(G, case)
             except _CASE_ERRORS as exc:
                 result.errors[case.case_id] = f"{type(exc).__name__}: {exc}"
     finally:
@@ -268,6 +307,13 @@ class _Shared:
     method: Method
     cases: dict[str, Case] | None
     done: frozenset[str]
+    outcomes: tuple[Outcome, ...] = ()
+    """Every evaluation the sources hold (without a cases file)."""
+    rule: OutcomeRule = DEFAULT_RULE
+    attributed_at: dict[str, float] | None = None
+    """With ``--redo-stale``: when each final verdict in ``--out`` was made."""
+    picks: dict[str, list[Pick]] | None = None
+    """A second round: exactly these cases per store (the driver's decision)."""
 
 
 def run_partition(
@@ -286,9 +332,7 @@ def run_partition(
             records = by_store.pop(store)
             G = build_graph(records + join.records_for(store, records))
             del records
-            results.append(
-                attribute_store(store, G, shared.method, shared.cases, shared.done, forced)
-            )
+            results.append(attribute_store(store, G, shared, forced))
     return PartitionResult(partition.number, results, time.perf_counter() - started, tally)
 
 
@@ -392,6 +436,7 @@ def run_scaled(
     spill_dir: str | None = None,
     redo_stale: bool = False,
     source_options: Mapping[str, Any] | None = None,
+    rule: OutcomeRule = DEFAULT_RULE,
 ) -> tuple[list[Verdict], BatchSummary]:
     """The batch job on an executor, or in one process with bounded memory.
 
@@ -405,10 +450,16 @@ def run_scaled(
         partitions: how many partitions (default: four per worker).
         spill_dir: where the spill file goes.
 
+    Failed cases are found as in one process (feedback spans, evaluation events and log
+    records judged by ``rule``, judge ops, or the cases file): the scans collect the
+    evaluations, each store takes its share of the decision, and the driver takes the decision
+    again over every store's view and redoes, in a second round, the few cases another store's
+    view changed (an outcome naming a case of one store from a trace of another).
+
     Verdicts are appended to ``out`` as each partition (each store, with a memory bound)
     finishes, so a killed run keeps the partitions it finished; a case whose ops turn out to be
     in an earlier store too gets its single-process verdict appended again at the end (the last
-    line of a case counts).
+    line of a case counts). Verdicts another store's view could change wait for the end.
     """
     started = time.perf_counter()
     summary = BatchSummary(method=method.name)
@@ -416,8 +467,6 @@ def run_scaled(
     bound = parse_size(memory_bound) if memory_bound is not None else None
     if spec is None and bound is None:
         raise ValueError("run_scaled needs an executor or a memory bound")
-    if redo_stale:
-        raise ValueError("--redo-stale runs in one process: leave out --executor/--memory-bound")
     with contextlib.ExitStack() as stack:
         log = out if isinstance(out, VerdictLog) or out is None else VerdictLog(out)
         if log is not None and log is not out:
@@ -436,6 +485,8 @@ def run_scaled(
             spill_dir,
             summary,
             source_options or {},
+            rule,
+            redo_stale,
         )
         if log is not None:
             summary.recount(log.entries.values())
@@ -460,6 +511,8 @@ def _run_scaled(
     spill_dir: str | None,
     summary: BatchSummary,
     source_options: Mapping[str, Any],
+    rule: OutcomeRule,
+    redo_stale: bool,
 ) -> list[Verdict]:
     cases: dict[str, Case] | None = None
     case_order: list[Case] = []
@@ -470,20 +523,40 @@ def _run_scaled(
         for case in case_order:
             cases.setdefault(case.case_id, case)
     done: set[str] = set()
+    attributed_at: dict[str, float] | None = None
     if log is not None:
         done, summary.repaired_out = log.done(), log.repaired
-    shared = _Shared(method, cases, frozenset(done))
+        if redo_stale:
+            attributed_at = {c: log.entries[c].attributed_at for c in done}
+    shared = _Shared(method, cases, frozenset(done), rule=rule, attributed_at=attributed_at)
     results: dict[str, StoreResult] = {}
     written: dict[str, Verdict] = {}
+    picks: list[Pick] = []
 
     def append(result: StoreResult) -> None:
         """Append a finished store's verdicts (kill -9 keeps them)."""
         if log is None:
             return
         for case_id, verdict in result.verdicts.items():
-            if case_id not in written:
+            if case_id not in written and case_id not in result.unsure:
                 written[case_id] = verdict
                 log.append(verdict, pending_reason(verdict, False, summary))
+
+    def settle(outcomes: Sequence[Outcome]) -> dict[str, list[Pick]]:
+        """Without a cases file: the one decision over every store's view; the picks that a
+        store's own share got otherwise, to redo by store."""
+        if cases is not None:
+            return {}
+        views = {s: r.view for s, r in results.items() if r.view is not None}
+        found, stats, by_source, _ = decide_failed(views, outcomes, rule)
+        summary.feedback = stats.to_json()
+        summary.cases_by_source.update(by_source)
+        picks.extend(found)
+        redo: dict[str, list[Pick]] = {}
+        for pick in found:
+            if results[pick.store].picks.get(pick.case_id) != pick:
+                redo.setdefault(pick.store, []).append(pick)
+        return redo
 
     poison: list[dict[str, str]] = []
     with contextlib.ExitStack() as stack:
@@ -492,7 +565,7 @@ def _run_scaled(
         no_store_graph: nx.MultiDiGraph | None = None
         if engine is None:
             assert bound is not None
-            no_store_graph = _run_spilled(
+            no_store_graph, shared = _run_spilled(
                 sources,
                 shared,
                 bound,
@@ -503,14 +576,25 @@ def _run_scaled(
                 progress,
                 append,
                 source_options,
+                settle,
             )
         else:
             wanted = partitions or engine.workers * PARTITIONS_PER_WORKER
             counts = _Counts()
-            plan = _plan(engine, sources, strict, counts, wanted)
+            outcomes: list[Outcome] = []
+            plan = _plan(engine, sources, strict, counts, wanted, outcomes)
+            shared = dataclasses.replace(shared, outcomes=tuple(outcomes))
             work = make_partitions(plan, wanted, shared=shared_stores(plan))
             _run_partitions(engine, work, shared, results, poison, counts, progress, append)
             counts.report(summary, plan.files)
+            redo = settle(shared.outcomes)
+            if redo:  # a second round, for the picks another store's view changed
+                again: dict[str, StoreResult] = {}
+                work = make_partitions(plan, len(redo), list(redo), shared_stores(plan))
+                second = dataclasses.replace(shared, picks=redo)
+                _run_partitions(engine, work, second, again, poison, None, None)
+                for store, result in again.items():
+                    _merge(results[store], result)
         summary.source_errors.extend(skipped[:5])
         summary.skipped_cases += len(skipped)
 
@@ -536,17 +620,9 @@ def _run_scaled(
                     continue
                 if case.case_id in results[found].chosen:  # else judged correct in the graph
                     chosen.append((found, case.case_id))
-        else:
-            for store in sorted(results):
-                for case_id in results[store].failed:
-                    if where.get(case_id) == store:
-                        chosen.append((store, case_id))
-        # As the single-process run counts them (scaled runs read no feedback).
-        if cases is not None:
             summary.cases_by_source["cases-file"] = len(chosen)
         else:
-            summary.feedback = FeedbackStats().to_json()
-            summary.cases_by_source.update(judge=len(chosen), feedback=0)
+            chosen = [(pick.store, pick.case_id) for pick in picks]
 
         # Cases found in no store run against the store-less graph, or an empty one.
         extra: StoreResult | None = None
@@ -559,19 +635,20 @@ def _run_scaled(
                 extra = holder.get(NO_STORE)
             else:
                 G = no_store_graph if no_store_graph is not None else nx.MultiDiGraph()
-                extra = attribute_store(NO_STORE, G, method, cases, frozenset(done), todo)
+                extra = attribute_store(NO_STORE, G, shared, todo)
 
     summary.cases = len(chosen)
     summary.truncated_captured += sum(r.truncated_captured for r in results.values())
     verdicts: list[Verdict] = []
     not_found = set(summary.cases_not_in_traces)
     for store, case_id in chosen:
-        if case_id in done:
+        holder_result = extra if case_id not in where else results[store]
+        if case_id in done and (holder_result is None or case_id not in holder_result.stale):
             summary.resumed += 1
             continue
-        holder_result = extra if case_id not in where else results[store]
         if holder_result is None:  # the store-less partition was poison: reported already
             continue
+        summary.redone += case_id in holder_result.stale
         if case_id in holder_result.errors:
             summary.failed.append({"case_id": case_id, "error": holder_result.errors[case_id]})
             continue
@@ -582,6 +659,18 @@ def _run_scaled(
             log.append(verdict, pending_reason(verdict, case_id in not_found, summary))
     summary.failed.extend(poison)
     return verdicts
+
+
+def _merge(result: StoreResult, again: StoreResult) -> None:
+    """Take a second round's verdicts of a store (its picks replace the first round's)."""
+    for case_id, pick in again.picks.items():
+        result.picks[case_id] = pick
+        result.verdicts.pop(case_id, None)
+        result.errors.pop(case_id, None)
+        result.unsure.discard(case_id)
+    result.verdicts.update(again.verdicts)
+    result.errors.update(again.errors)
+    result.stale |= again.stale
 
 
 def _run_spilled(
@@ -595,58 +684,71 @@ def _run_spilled(
     progress: TextIO | None,
     on_result: Callable[[StoreResult], None],
     source_options: Mapping[str, Any],
-) -> nx.MultiDiGraph | None:
-    """One process, bounded memory: spill every record, then one store's graph at a time.
+    settle: Callable[[Sequence[Outcome]], dict[str, list[Pick]]],
+) -> tuple[nx.MultiDiGraph | None, _Shared]:
+    """One process, bounded memory: spill every record (collecting the evaluations), then one
+    store's graph at a time; then redo what ``settle`` (the decision over every store) changed.
 
     Returns:
-        The store-less graph, if any (for cases found in no store).
+        The store-less graph, if any (for cases found in no store), and ``shared`` with the
+        evaluations.
     """
     no_store_graph = None
     spill = SpillIndex(bound, spill_dir)
     writer_store: dict[str, str] = {}
     case_stores: set[str] = set()
+    outcomes: list[Outcome] = []
+
+    def graph(store: str) -> nx.MultiDiGraph:
+        records = spill.store_records(store)
+        # Ops of caseless stores that wrote what this one reads join it (one store hop here).
+        foreign = {
+            writer_store[ref]
+            for record in records
+            for ref in op_refs(record, A.MEMTRACE_OP_INPUTS)
+            if writer_store.get(ref, store) != store
+        } - case_stores
+        if foreign:
+            group = {store: records, **{f: spill.store_records(f) for f in foreign}}
+            records = records + LineageJoin(group).records_for(store, records)
+        return build_graph(records)
+
     try:
         for spec in sources:
             source = open_source(
                 spec, strict=strict, **(source_options if is_backend(spec) else {})
             )
             for record in load_with_progress(source, spec, progress):
+                if not take_outcomes(record, outcomes):
+                    continue
                 spill.add(record)
                 store = store_of(record)
                 if A.MEMTRACE_CASE_ID in record.attributes:
                     case_stores.add(store)
                 for ref in op_refs(record, A.MEMTRACE_OP_OUTPUTS):
                     writer_store.setdefault(ref, store)
+            outcomes += source.outcomes
             summary.add_source_stats(source.stats)
         spill.finish()
+        shared = dataclasses.replace(shared, outcomes=tuple(outcomes))
         stores = sorted(spill.records)
         bar = Progress(progress, "attributing", total=len(stores), unit="store")
         for store in stores:
-            records = spill.store_records(store)
-            # Ops of caseless stores that wrote what this one reads join it (one store hop here).
-            foreign = {
-                writer_store[ref]
-                for record in records
-                for ref in op_refs(record, A.MEMTRACE_OP_INPUTS)
-                if writer_store.get(ref, store) != store
-            } - case_stores
-            if foreign:
-                group = {store: records, **{f: spill.store_records(f) for f in foreign}}
-                records = records + LineageJoin(group).records_for(store, records)
-            G = build_graph(records)
-            del records
-            results[store] = attribute_store(
-                store, G, shared.method, shared.cases, shared.done, forget_tokens=True
-            )
+            G = graph(store)
+            results[store] = attribute_store(store, G, shared, forget_tokens=True)
             on_result(results[store])
             if store == NO_STORE:
                 no_store_graph = G
             del G
             bar.update(1)
         bar.close()
+        redo = settle(shared.outcomes)
+        second = dataclasses.replace(shared, picks=redo)
+        for store in sorted(redo):
+            _merge(results[store], attribute_store(store, graph(store), second, forget_tokens=True))
     finally:
         spill.close()
-    return no_store_graph
+    return no_store_graph, shared
 
 
 # --- planning and running on an engine ------------------------------------------------------
@@ -675,48 +777,69 @@ class _Counts:
 
 
 def _plan(
-    engine: _Engine, sources: Sequence[str], strict: bool, counts: _Counts, count: int
+    engine: _Engine,
+    sources: Sequence[str],
+    strict: bool,
+    counts: _Counts,
+    count: int,
+    outcomes: list[Outcome],
 ) -> Plan:
     """Plan the partitions: scan the JSON Lines files on the engine, decode the rest here.
+    The evaluations found go to ``outcomes``, in the order a single-process run reads them
+    (each spec's spans by file and line, then its log records), a duplicate span's dropped.
 
     A strict run decodes everything here, so the first bad record stops it before any work
     is sent out.
     """
     if strict:
-        return plan_sources(sources, strict=True, summary_stats=counts.stats)
+        return plan_sources(sources, strict=True, summary_stats=counts.stats, outcomes=outcomes)
     plan = Plan()
     scanned: list[str] = []
+    found: list[tuple[tuple[int, int, int, int], tuple[str, str] | None, Outcome]] = []
+    order: dict[str, int] = {}
     for number, spec in enumerate(sources):
         check_file_spec(spec)
         for path in expand_paths(spec, counts.skip_path):
             plan.add_file(path)
             counts.spec_of.setdefault(path, number)
+            order.setdefault(path, len(order))
             if is_json_lines(path):
                 scanned.append(path)
             else:
-                _plan_whole_file(plan, path, counts)
+                for kind, line, key, outcome in _plan_whole_file(plan, path, counts):
+                    found.append(((number, kind, order[path], line), key, outcome))
     ranges = _cut(scanned, count)
-    for part, outcome in engine.map(scan_range, ranges):
-        if isinstance(outcome, BaseException):
-            outcome = scan_range(part)  # once more, here: a failure now is a real one
-        merge_scan(plan, outcome)
-        counts.add(outcome.tally)
+    for part, scan in engine.map(scan_range, ranges):
+        if isinstance(scan, BaseException):
+            scan = scan_range(part)  # once more, here: a failure now is a real one
+        merge_scan(plan, scan)
+        counts.add(scan.tally)
+        number = counts.spec_of[part.path]
+        for kind, line, key, outcome in scan.outcomes:
+            found.append(((number, kind, order[part.path], line), key, outcome))
     address_lines(plan, [path for path in plan.files if path not in plan.scanned])
+    first: dict[tuple[int, str, str], tuple[int, int, int, int]] = {}
+    for where, key, outcome in sorted(found, key=lambda item: item[0]):
+        # A span read twice (a Collector retry) gives its evaluations once, as a source does.
+        if key is None or first.setdefault((where[0], *key), where) == where:
+            outcomes.append(outcome)
     return plan
 
 
-def _plan_whole_file(plan: Plan, path: str, counts: _Counts) -> None:
-    """Plan a file that cannot be cut into ranges by decoding it here."""
+def _plan_whole_file(plan: Plan, path: str, counts: _Counts) -> list[Found]:
+    """Plan a file that cannot be cut into ranges by decoding it here; return its evaluations."""
     source = open_source(path)
+    found: list[Found] = []
     for record in source.records():
         source_path, _, number = record.source.rpartition(":")
-        plan.add(
-            store_of(record),
-            source_path,
-            int(number) if number.isdigit() else None,
-            case=A.MEMTRACE_CASE_ID in record.attributes,
-        )
+        line = int(number) if number.isdigit() else None
+        plan.add(store_of(record), source_path, line, case=A.MEMTRACE_CASE_ID in record.attributes)
+        if record.events:
+            key = (record.trace_id, record.span_id)
+            found += [(0, line or 0, key, outcome) for outcome in outcomes_of(record)]
+    found += [(1, 0, None, outcome) for outcome in source.outcomes]
     counts.add(Tally(source.stats, [(path, 0, 0, n) for n in range(len(source.stats.errors))]))
+    return found
 
 
 _MIN_RANGE = 4 << 20

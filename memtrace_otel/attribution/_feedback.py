@@ -17,6 +17,7 @@ judge op's ``incorrect``.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,7 +27,7 @@ from memtrace_otel._shim import nodes_of
 from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case
 from memtrace_otel.semconv import JudgeVerdict
-from memtrace_otel.sources import Outcome, latest_outcomes, outcome_key
+from memtrace_otel.sources import DEFAULT_RULE, Outcome, OutcomeRule, latest_outcomes, outcome_key
 
 FEEDBACK_SOURCE = "feedback"
 """``Case.source`` of a case flagged by feedback."""
@@ -55,31 +56,180 @@ class FeedbackStats:
         return dict(self.__dict__)
 
 
+@dataclass
+class StoreCases:
+    """What deciding a store's failed cases needs of its graph: small and picklable, so a worker
+    of the scaled batch job can send it to the driver instead of the graph.
+
+    Attributes:
+        case_ids: the cases the graph holds ops of, in the graph index's order.
+        failed: the cases a judge op marked incorrect, sorted.
+        span_case: answer span id -> case, for the op spans outcomes name (every op span when
+            built without outcomes).
+        trace_cases: trace id -> its cases, for the traces outcomes name (every trace without).
+    """
+
+    case_ids: list[str]
+    failed: list[str]
+    span_case: dict[str, str]
+    trace_cases: dict[str, list[str]]
+
+    @classmethod
+    def of(cls, G: nx.MultiDiGraph, outcomes: Sequence[Outcome] | None = None) -> StoreCases:
+        """The view of ``G`` (span and trace maps kept to what ``outcomes`` name, if given)."""
+        index = graph_index(G)
+        spans = traces = None
+        if outcomes is not None:
+            spans = {o.span_id for o in outcomes if o.span_id}
+            traces = {o.trace_id for o in outcomes if o.trace_id}
+        span_case: dict[str, str] = {}
+        trace_cases: dict[str, list[str]] = {}
+        for case_id, ops in index.case_ops.items():
+            for op in ops:
+                data = nodes_of(G)[op]
+                if spans is None or data["span_id"] in spans:
+                    span_case[data["span_id"]] = case_id
+                if traces is None or data["trace_id"] in traces:
+                    cases = trace_cases.setdefault(data["trace_id"], [])
+                    if case_id not in cases:
+                        cases.append(case_id)
+        return cls(list(index.case_ops), sorted(index.failed), span_case, trace_cases)
+
+
+@dataclass(frozen=True)
+class Pick:
+    """A failed case chosen for attribution, before its graph is at hand.
+
+    Attributes:
+        store: the store whose graph the case is attributed on.
+        case_id: the case.
+        feedback: the outcomes that flagged it, oldest first (the latest decides); empty when a
+            judge op flagged it.
+    """
+
+    store: str
+    case_id: str
+    feedback: tuple[Outcome, ...] = ()
+
+    def case(self, G: nx.MultiDiGraph) -> Case:
+        """The case to attribute on ``G`` (the store's graph)."""
+        if not self.feedback:
+            return Case(case_id=self.case_id, verdict=JudgeVerdict.INCORRECT, source="trace")
+        latest = self.feedback[-1]
+        base = graph_index(G).case_from_graph(self.case_id)
+        gold = base.gold_answers
+        if latest.expected:
+            gold = (latest.expected, *(g for g in gold if g != latest.expected))
+        return replace(
+            base,
+            gold_answers=gold,
+            verdict=JudgeVerdict.INCORRECT.value,
+            feedback=self.feedback,
+            source=FEEDBACK_SOURCE,
+        )
+
+
 class _Resolver:
-    def __init__(self, graphs: dict[str, nx.MultiDiGraph]) -> None:
+    """Outcome -> case over the views of every store, taken in sorted store order."""
+
+    def __init__(self, views: Mapping[str, StoreCases]) -> None:
         self.store_of_case: dict[str, str] = {}
         self.span_case: dict[str, str] = {}
         self.trace_cases: dict[str, set[str]] = defaultdict(set)
-        for store, G in sorted(graphs.items()):
-            for case_id, ops in graph_index(G).case_ops.items():
+        for store, view in sorted(views.items()):
+            for case_id in view.case_ids:
                 self.store_of_case.setdefault(case_id, store)
-                for op in ops:
-                    data = nodes_of(G)[op]
-                    self.span_case[data["span_id"]] = case_id
-                    self.trace_cases[data["trace_id"]].add(case_id)
+            self.span_case.update(view.span_case)
+            for trace_id, cases in view.trace_cases.items():
+                self.trace_cases[trace_id].update(cases)
 
-    def case_of(self, outcome: Outcome) -> str | None:
+    def case_of(self, outcome: Outcome) -> tuple[str | None, bool]:
+        """The outcome's case, and whether another store's cases could resolve it otherwise
+        (the case id it names is not here, or only the one case of its trace names it)."""
         if outcome.case_id and outcome.case_id in self.store_of_case:
-            return outcome.case_id
+            return outcome.case_id, False
+        foreign = bool(outcome.case_id)
         if outcome.span_id and outcome.span_id in self.span_case:
-            return self.span_case[outcome.span_id]
+            return self.span_case[outcome.span_id], foreign
         if outcome.trace_id:
             if outcome.trace_id in self.store_of_case:
-                return outcome.trace_id
+                return outcome.trace_id, foreign
             cases = self.trace_cases.get(outcome.trace_id, set())
             if len(cases) == 1:
-                return next(iter(cases))
-        return None
+                return next(iter(cases)), True
+        return None, False
+
+
+def decide_feedback(
+    views: Mapping[str, StoreCases], outcomes: Sequence[Outcome]
+) -> tuple[dict[str, tuple[str, tuple[Outcome, ...] | None]], FeedbackStats, set[str]]:
+    """The cases the outcomes decide: ``{case_id: (store, history)}``, ``history`` being the
+    outcomes about the case, oldest first (the latest a failure), or ``None`` when the latest
+    says the answer was right. Also the counts, and the cases an outcome reached in a way the
+    views of other stores could change (see :meth:`_Resolver.case_of`)."""
+    stats = FeedbackStats(read=len(outcomes))
+    resolver = _Resolver(views)
+    by_case: dict[str, list[Outcome]] = defaultdict(list)
+    unsure: set[str] = set()
+    for outcome in outcomes:
+        if outcome.failed is None:
+            stats.undecided += 1
+        case_id, foreign = resolver.case_of(outcome)
+        if case_id is None:
+            stats.unknown.append(outcome_key(outcome))
+            continue
+        by_case[case_id].append(outcome)
+        if foreign:
+            unsure.add(case_id)
+    decided: dict[str, tuple[str, tuple[Outcome, ...] | None]] = {}
+    for case_id, found in sorted(by_case.items()):
+        latest = latest_outcomes(found, key=lambda _: case_id)[case_id]
+        if latest.failed is None:
+            continue
+        store = resolver.store_of_case[case_id]
+        if latest.failed is False:
+            stats.successes += 1
+            decided[case_id] = (store, None)
+            continue
+        stats.failures += 1
+        history = (*tuple(sorted((o for o in found if o is not latest), key=_when)), latest)
+        decided[case_id] = (store, history)
+    return decided, stats, unsure
+
+
+def decide_failed(
+    views: Mapping[str, StoreCases],
+    outcomes: Sequence[Outcome] = (),
+    rule: OutcomeRule = DEFAULT_RULE,
+) -> tuple[list[Pick], FeedbackStats, dict[str, int], set[str]]:
+    """The failed cases without a cases file, in ``(store, case_id)`` order: every case whose
+    latest feedback (``outcomes``, judged by ``rule``) is a failure, and every case a judge op
+    marked ``incorrect`` unless a later feedback says the answer was right (docs/feedback.md).
+    A case is picked in the first store (sorted) whose graph holds its ops.
+
+    The one decision of the batch job, in one process (views of every graph) and at scale
+    (views sent back by the workers).
+
+    Returns:
+        The picks, the feedback counts, the cases found per way (``judge``, ``feedback``), and
+        the picked cases other stores' views could change (see :func:`decide_feedback`).
+    """
+    judged = [r for r in (rule.apply(o) for o in outcomes) if r is not None]
+    decided, stats, unsure = decide_feedback(views, judged)
+    where: dict[str, str] = {}
+    for store, view in sorted(views.items()):
+        for case_id in view.case_ids:
+            where.setdefault(case_id, store)
+    picks = [
+        Pick(store, case_id)
+        for store, view in sorted(views.items())
+        for case_id in view.failed
+        if where.get(case_id) == store and case_id not in decided
+    ]
+    flagged = [Pick(s, case_id, h) for case_id, (s, h) in decided.items() if h is not None]
+    counts = {"judge": len(picks), "feedback": len(flagged)}
+    picks = sorted(picks + flagged, key=lambda p: (p.store, p.case_id))
+    return picks, stats, counts, unsure
 
 
 def feedback_cases(
@@ -93,48 +243,24 @@ def feedback_cases(
         feedback first among the gold answers), or ``None`` when the latest outcome is a success.
         And the counts.
     """
-    stats = FeedbackStats(read=len(outcomes))
-    resolver = _Resolver(graphs)
-    by_case: dict[str, list[Outcome]] = defaultdict(list)
-    for outcome in outcomes:
-        if outcome.failed is None:
-            stats.undecided += 1
-        case_id = resolver.case_of(outcome)
-        if case_id is None:
-            stats.unknown.append(outcome_key(outcome))
-            continue
-        by_case[case_id].append(outcome)
-    decided: dict[str, tuple[str, Case | None]] = {}
-    for case_id, found in sorted(by_case.items()):
-        latest = latest_outcomes(found, key=lambda _: case_id)[case_id]
-        if latest.failed is None:
-            continue
-        store = resolver.store_of_case[case_id]
-        if latest.failed is False:
-            stats.successes += 1
-            decided[case_id] = (store, None)
-            continue
-        stats.failures += 1
-        history = (*tuple(sorted((o for o in found if o is not latest), key=_when)), latest)
-        base = graph_index(graphs[store]).case_from_graph(case_id)
-        gold = base.gold_answers
-        if latest.expected:
-            gold = (latest.expected, *(g for g in gold if g != latest.expected))
-        decided[case_id] = (
-            store,
-            replace(
-                base,
-                gold_answers=gold,
-                verdict=JudgeVerdict.INCORRECT.value,
-                feedback=history,
-                source=FEEDBACK_SOURCE,
-            ),
-        )
-    return decided, stats
+    views = {store: StoreCases.of(G, outcomes) for store, G in graphs.items()}
+    decided, stats, _ = decide_feedback(views, outcomes)
+    return {
+        case_id: (store, None if h is None else Pick(store, case_id, h).case(graphs[store]))
+        for case_id, (store, h) in decided.items()
+    }, stats
 
 
 def _when(outcome: Outcome) -> int:
     return outcome.time_unix_nano
 
 
-__all__ = ["FEEDBACK_SOURCE", "FeedbackStats", "feedback_cases"]
+__all__ = [
+    "FEEDBACK_SOURCE",
+    "FeedbackStats",
+    "Pick",
+    "StoreCases",
+    "decide_failed",
+    "decide_feedback",
+    "feedback_cases",
+]

@@ -36,13 +36,16 @@ from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (
     BACKEND_SCHEMES,
+    Outcome,
     RecordCapper,
     SourceStats,
     ValueLimits,
     iter_records,
     open_source,
+    outcomes_of,
 )
 from memtrace_otel.sources._common import DUPLICATE_SPAN, MAX_ERROR_MESSAGES, SURROGATE_HINT
+from memtrace_otel.sources._documents import BenchSink
 from memtrace_otel.sources._files import FileReader, open_binary
 from memtrace_otel.sources._limits import LineReader, ReadLimits
 from memtrace_otel.sources._source import content_digest, duplicate_span_error
@@ -200,7 +203,11 @@ class Plan:
 
 
 def plan_sources(
-    sources: Sequence[str], *, strict: bool = False, summary_stats: SourceStats | None = None
+    sources: Sequence[str],
+    *,
+    strict: bool = False,
+    summary_stats: SourceStats | None = None,
+    outcomes: list[Outcome] | None = None,
 ) -> Plan:
     """Plan by decoding every source in this process (strict runs, tests, small inputs).
 
@@ -208,6 +215,8 @@ def plan_sources(
         sources: trace files, directories, globs or fsspec URLs.
         strict: raise at the first bad record.
         summary_stats: where to add the sources' counts.
+        outcomes: where to add the evaluations found, in the order a single-process run reads
+            them.
 
     Raises:
         SourceError: a backend URL (partitions re-read files; export the traces first).
@@ -225,6 +234,10 @@ def plan_sources(
                 int(number) if number.isdigit() else None,
                 case=A.MEMTRACE_CASE_ID in record.attributes,
             )
+            if outcomes is not None and record.events:
+                outcomes += outcomes_of(record)
+        if outcomes is not None:
+            outcomes += source.outcomes
         if summary_stats is not None:
             Tally(source.stats).add_to(summary_stats, [])
     address_lines(plan, [path for path in plan.files if path not in plan.scanned])
@@ -311,6 +324,13 @@ class RangeScan:
     tally: Tally = field(default_factory=Tally)
     case_stores: set[str] = field(default_factory=set)
     """Stores with a span naming a case."""
+    outcomes: list[Found] = field(default_factory=list)
+    """The evaluations of the range (feedback spans, evaluation events, log records)."""
+
+
+Found = tuple[int, int, "tuple[str, str] | None", Outcome]
+"""An evaluation found by a scan: (0 on a span, 1 in a log record; line; the span's (trace id,
+span id), to drop a duplicate span's; the outcome)."""
 
 
 def is_json_lines(path: str) -> bool:
@@ -409,8 +429,11 @@ def scan_range(part: Range) -> RangeScan:
     """
     scan = RangeScan(part.path)
     tally = scan.tally
-    capper = RecordCapper(ValueLimits.resolve(), tally.stats)
-    reader = FileReader(part.path, tally.on_error, None, capper)
+    limits = ValueLimits.resolve()
+    capper = RecordCapper(limits, tally.stats)
+    logs = BenchSink()  # evaluations in OTLP log records land here
+    reader = FileReader(part.path, tally.on_error, logs, capper)
+    quiet = FileReader(part.path, _ignore, None, RecordCapper(limits))  # the partitions count
     with GcPaused(), open_binary(part.path) as stream:
         stream.seek(part.start)
         values = reader.json_line_values(
@@ -431,10 +454,50 @@ def scan_range(part: Range) -> RangeScan:
                     stores[store] = stores.get(store, 0) + 1
                     if A.MEMTRACE_CASE_ID in record.attributes:
                         scan.case_stores.add(store)
+                    _evaluations(scan, line, record)
+                scan.outcomes += [(1, line, None, outcome) for outcome in logs.outcomes]
+                logs.outcomes.clear()
+            else:
+                evaluated = _evaluated_spans(value)
+                if evaluated is not None:  # rare: decode those spans alone, for their outcomes
+                    for record in quiet.decode(evaluated, line, size):
+                        _evaluations(scan, line, record)
             for store, spans in stores.items():
                 scan.lines.setdefault(store, []).append((offset, line))
                 scan.spans[store] = scan.spans.get(store, 0) + spans
     return scan
+
+
+def _ignore(kind: str, error: DecodeError) -> None:
+    """Errors of a second decoding: the first one counts them."""
+
+
+def _evaluations(scan: RangeScan, line: int, record: SpanRecord) -> None:
+    scan.outcomes += [
+        (0, line, (record.trace_id, record.span_id), outcome) for outcome in outcomes_of(record)
+    ]
+
+
+def _evaluated_spans(value: dict[str, Any]) -> dict[str, Any] | None:
+    """The spans of a parsed OTLP JSON line that carry an evaluation event, with their
+    resources and scopes (``None``: none does)."""
+    resources = []
+    for resource in value["resourceSpans"]:
+        scopes = [
+            {**scope, "spans": spans}
+            for scope in resource["scopeSpans"]
+            if (spans := [s for s in scope["spans"] if _has_evaluation(s)])
+        ]
+        if scopes:
+            resources.append({**resource, "scopeSpans": scopes})
+    return {"resourceSpans": resources} if resources else None
+
+
+def _has_evaluation(span: Any) -> bool:
+    events = span.get("events") if type(span) is dict else None
+    return type(events) is list and any(
+        type(e) is dict and e.get("name") == A.GEN_AI_EVALUATION_RESULT_EVENT for e in events
+    )
 
 
 def merge_scan(plan: Plan, scan: RangeScan) -> None:
@@ -694,9 +757,11 @@ class _Loader:
         digest = content_digest(record)
         if first is None:
             self.seen[key] = (record.source, digest)
-            self.by_store[store].append(record)
             if counted:
                 self.tally.stats.records += 1
+            if record.name == A.MEMTRACE_FEEDBACK_SPAN and record.events and outcomes_of(record):
+                return  # feedback, read by the scan: no op, kept out of the graphs (as in one process)
+            self.by_store[store].append(record)
         elif not counted:
             pass
         elif first[1] == digest:

@@ -25,6 +25,7 @@ from memtrace_otel.attribution._executors import parse_executor, parse_size
 from memtrace_otel.attribution._verdict_log import VerdictLog
 from memtrace_otel.attribution._writeback import otlp_target, protocol_hint, send_verdicts
 from memtrace_otel.cli import EXIT_NOTHING_TO_ATTRIBUTE
+from memtrace_otel.cli._backend import add_backend_options, http_options
 from memtrace_otel.export._configure import ENDPOINT_VARS, resolve_exporter
 from memtrace_otel.reporting import check_base_url, label_accuracy, load_labels, write_report
 from memtrace_otel.sources import Outcome, OutcomeRule
@@ -160,6 +161,7 @@ def register(subparsers: Any) -> None:
         "memory near SIZE (512M, 2G) on exports larger than RAM",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress line")
+    add_backend_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -189,7 +191,6 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return 2
-    scaled = executor is not None or bound is not None
     try:
         rule = OutcomeRule(
             failure_labels=args.failure_labels,
@@ -200,12 +201,6 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return 2
-    if scaled and args.cases is None:
-        print(
-            "memtrace: note: scaled runs take failed cases from judge ops only; feedback is "
-            "read by runs without --executor/--memory-bound, or pass --cases",
-            file=sys.stderr,
-        )
     labels = load_labels(args.labels) if args.labels else None
     if args.max_traces is not None and args.max_traces < 1:
         print("memtrace: error: --max-traces must be >= 1", file=sys.stderr)
@@ -218,7 +213,14 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     exporter = resolve_exporter() if args.write_back else None  # a bad protocol fails here
-    options = {"max_traces": args.max_traces} if args.max_traces is not None else {}
+    options: dict[str, Any] = {}
+    if args.max_traces is not None:
+        options["max_traces"] = args.max_traces
+    try:
+        options["http"] = http_options(args)
+    except ValueError as exc:
+        print(f"memtrace: error: {exc}", file=sys.stderr)
+        return 2
     with contextlib.ExitStack() as stack:
         # The verdicts file is checked and locked before anything is loaded.
         log = stack.enter_context(VerdictLog(args.out)) if args.out else None

@@ -7,16 +7,14 @@ export, or merge a directory of Collector files), then analyse offline as often 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from memtrace_otel._progress import Progress
-from memtrace_otel.semconv.attributes import ENV_MEMTRACE_BACKEND_TOKEN
+from memtrace_otel.cli._backend import add_backend_options, http_options
 from memtrace_otel.sources import (
     BACKEND_SCHEMES,
-    HttpOptions,
     SourceStats,
     export_source,
     open_source,
@@ -43,13 +41,6 @@ def show_progress(progress: Progress) -> Callable[[SourceStats], None]:
     return update
 
 
-def _header(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition(":")
-    if not sep or not name.strip():
-        raise argparse.ArgumentTypeError(f"expected 'Name: value', got {text!r}")
-    return name.strip(), value.strip()
-
-
 def register(subparsers: Any) -> None:
     """Add the ``export`` subcommand."""
     parser = subparsers.add_parser(
@@ -70,29 +61,7 @@ def register(subparsers: Any) -> None:
         "--batch-size", type=int, default=512, metavar="N", help="spans per line (512)"
     )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    backend = parser.add_argument_group("backend options (jaeger+/tempo+ sources)")
-    backend.add_argument(
-        "--token",
-        help=f"bearer token (default: ${ENV_MEMTRACE_BACKEND_TOKEN}); prefer the variable over "
-        "this flag, which other users can see in the process list",
-    )
-    backend.add_argument("--user", help="basic-auth user (password from user:pass@ in the URL)")
-    backend.add_argument(
-        "--header",
-        action="append",
-        type=_header,
-        default=[],
-        metavar="'NAME: VALUE'",
-        help="extra request header (repeatable), e.g. 'X-Scope-OrgID: tenant-1'",
-    )
-    backend.add_argument("--timeout", type=float, default=30.0, help="seconds per request (30)")
-    backend.add_argument(
-        "--retries", type=int, default=4, help="retries on 429/5xx/network errors (4)"
-    )
-    backend.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
-    backend.add_argument("--ca-file", help="PEM bundle of CAs to trust")
-    backend.add_argument("--client-cert", help="PEM client certificate (mutual TLS)")
-    backend.add_argument("--client-key", help="key of the client certificate")
+    add_backend_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -101,19 +70,8 @@ def run(args: argparse.Namespace) -> int:
     is_backend = args.source.startswith(BACKEND_SCHEMES)
     http = None
     if is_backend:
-        token = args.token or os.environ.get(ENV_MEMTRACE_BACKEND_TOKEN) or None
         try:
-            http = HttpOptions(
-                timeout=args.timeout,
-                retries=args.retries,
-                token=token if not args.user else None,
-                username=args.user,
-                headers=dict(args.header),
-                verify=not args.insecure,
-                ca_file=args.ca_file,
-                client_cert=args.client_cert,
-                client_key=args.client_key,
-            )
+            http = http_options(args)
         except ValueError as exc:
             print(f"memtrace export: {exc}", file=sys.stderr)
             return 2

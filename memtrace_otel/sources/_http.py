@@ -47,9 +47,9 @@ class HttpOptions:
 
     Args:
         timeout: seconds any one network operation may wait (connect, or one read).
-        total_timeout: seconds one request may take in all, body included: a backend that
-            trickles its body (each read within ``timeout``) is cut off here with a
-            :class:`~memtrace_otel.errors.BackendError`, not retried.
+        total_timeout: seconds one request may take in all, from its start to the body's end:
+            a backend that trickles its body (each read within ``timeout``) is cut off at the
+            first read past it with a :class:`~memtrace_otel.errors.BackendError`, not retried.
         retries: extra attempts after a 429, a 5xx, a timeout or a refused connection.
         backoff: seconds before the first retry; doubled each time (with jitter), capped at
             ``max_backoff``. A ``Retry-After`` header (seconds) wins when it is larger.
@@ -269,20 +269,26 @@ class HttpClient:
             self.requests += 1
             request = urllib.request.Request(url, headers=self._headers, method="GET")
             retry_after: float | None = None
+            deadline = time.monotonic() + self.options.total_timeout
             try:
                 with self._opener.open(request, timeout=self.options.timeout) as reply:
                     status = reply.status
-                    raw = self._read_body(reply, url)
+                    raw = self._read_body(reply, url, deadline)
             except urllib.error.HTTPError as exc:
                 status = exc.code
                 raw = exc.read(_ERROR_BODY_BYTES) if exc.fp is not None else b""
                 retry_after = _retry_after(exc.headers.get("Retry-After") if exc.headers else None)
+            except http.client.IncompleteRead as exc:  # the connection closed mid-body
+                if attempt > self.options.retries:
+                    raise BackendError(_cut_off(exc, attempt), url=url) from None
+                self._wait(attempt, None)
+                continue
             except (
                 urllib.error.URLError,
                 TimeoutError,
                 ConnectionError,
                 OSError,
-                http.client.HTTPException,  # e.g. IncompleteRead: the body was cut off
+                http.client.HTTPException,
             ) as exc:
                 reason = getattr(exc, "reason", exc)
                 if attempt > self.options.retries:
@@ -293,7 +299,16 @@ class HttpClient:
             if status in RETRY_STATUSES and attempt <= self.options.retries:
                 self._wait(attempt, retry_after)
                 continue
-            if 200 <= status < 300 or status == 404:
+            if 200 <= status < 300:
+                body = _json_or_none(text)
+                if body is None:  # a proxy's HTML page, an empty reply: never "no traces"
+                    raise BackendError(
+                        f"the response is not JSON ({len(raw)} bytes: {text.strip()[:80]!r})",
+                        url=url,
+                        status=status,
+                    )
+                return Response(status, body, text)
+            if status == 404:
                 return Response(status, _json_or_none(text), text)
             if status in (401, 403):
                 raise BackendError(
@@ -304,7 +319,7 @@ class HttpClient:
                 f"request failed: {detail}" if detail else "request failed", url=url, status=status
             )
 
-    def _read_body(self, reply: Any, url: str) -> bytes:
+    def _read_body(self, reply: Any, url: str, deadline: float) -> bytes:
         """The body of ``reply``, read a chunk at a time, never more than the cap plus a chunk.
 
         The chunks are joined only once the whole body is in (a growing buffer would hold up
@@ -313,7 +328,10 @@ class HttpClient:
 
         Raises:
             BackendError: the body (as announced by ``Content-Length``, or as read) is larger
-                than ``max_response_bytes``.
+                than ``max_response_bytes``, or is still arriving at ``deadline`` (the request's
+                ``total_timeout``).
+            http.client.IncompleteRead: the connection closed before the body's end (announced
+                by ``Content-Length`` or by chunked encoding), with what was read.
         """
         cap = self.max_response_bytes
         length = reply.headers.get("Content-Length") if reply.headers else None
@@ -321,12 +339,17 @@ class HttpClient:
             raise self._too_large(url, f"announces {int(length)} bytes")
         chunks: list[bytes] = []
         size = 0
-        deadline = time.monotonic() + self.options.total_timeout
         # read1: one socket read at a time, so a trickling body meets the deadline check.
         read = getattr(reply, "read1", reply.read)
         while True:
-            chunk = read(_BODY_CHUNK)
+            try:
+                chunk = read(_BODY_CHUNK)
+            except http.client.IncompleteRead as exc:  # chunked: count what came before
+                raise http.client.IncompleteRead(b"".join(chunks), exc.expected) from None
             if not chunk:
+                if length is not None and length.strip().isdigit() and size < int(length):
+                    # http.client's read1 returns what came before the close as if complete.
+                    raise http.client.IncompleteRead(b"".join(chunks), int(length) - size)
                 return b"".join(chunks)
             if time.monotonic() > deadline:
                 raise BackendError(
@@ -352,6 +375,16 @@ class HttpClient:
         if retry_after is not None:
             delay = max(delay, min(retry_after, self.options.max_backoff))
         self._sleep(delay)
+
+
+def _cut_off(exc: http.client.IncompleteRead, attempts: int) -> str:
+    """The message of a body the backend stopped sending before its end."""
+    expected = f", {exc.expected} more announced" if exc.expected is not None else ""
+    tries = f", {attempts} attempts" if attempts > 1 else ""
+    return (
+        f"the response body was cut off: the connection closed before its end "
+        f"({len(exc.partial)} bytes read{expected}{tries}); nothing of it was used"
+    )
 
 
 def _retry_after(value: str | None) -> float | None:
