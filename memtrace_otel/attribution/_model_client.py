@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from memtrace_otel._openai import endpoint_settings, missing_settings, openai_client
 from memtrace_otel.errors import ModelError
 from memtrace_otel.instrumentation import suppress_tracing
 from memtrace_otel.semconv import attributes as A
@@ -100,7 +101,8 @@ class ChatModel(Protocol):
 
 @dataclass(frozen=True)
 class EndpointConfig:
-    """Where the model lives: resolved argument > environment variable, all three required.
+    """Where the model lives: resolved argument > environment variable (the endpoint policy of
+    :mod:`memtrace_otel._openai`: named, never defaulted; a key unless the endpoint is loopback).
 
     Attributes:
         model: model name (``MEMTRACE_ATTRIBUTION_MODEL``).
@@ -124,25 +126,16 @@ class EndpointConfig:
         Raises:
             ValueError: something is missing; the message names every missing setting.
         """
-        settings = {
-            "model": (model, A.ENV_MEMTRACE_ATTRIBUTION_MODEL),
-            "base_url": (base_url, A.ENV_OPENAI_BASE_URL),
-            "api_key": (api_key, A.ENV_OPENAI_API_KEY),
-        }
-        values: dict[str, str] = {}
-        missing: list[str] = []
-        for key, (given, env) in settings.items():
-            value = given if given else os.environ.get(env, "").strip()
-            if value:
-                values[key] = value
-            else:
-                missing.append(f"{key}= or {env}")
-        if missing:
+        chosen = model or os.environ.get(A.ENV_MEMTRACE_ATTRIBUTION_MODEL, "").strip()
+        url, key = endpoint_settings(base_url, api_key)
+        missing = [] if chosen else [f"model= or {A.ENV_MEMTRACE_ATTRIBUTION_MODEL}"]
+        missing += missing_settings(url, key)
+        if not chosen or url is None or key is None:
             raise ValueError(
                 "model-based attribution needs an OpenAI-compatible endpoint; missing: "
                 + ", ".join(missing)
             )
-        return cls(**values)
+        return cls(model=chosen, base_url=url, api_key=key)
 
 
 class OpenAIChatModel:
@@ -193,7 +186,6 @@ class OpenAIChatModel:
                 f"response_format must be one of {', '.join(_RESPONSE_FORMATS)}, "
                 f"got {response_format!r}"
             )
-        import openai  # lazily: only model-based methods need it
 
         self.model = config.model
         self.base_url = config.base_url
@@ -204,8 +196,8 @@ class OpenAIChatModel:
         self.temperature = temperature
         self.max_tokens = max_tokens
         # Our own retry loop (not the client's) so every retry is counted and bounded here.
-        self._client = openai.OpenAI(
-            base_url=config.base_url, api_key=config.api_key, timeout=timeout, max_retries=0
+        self._client = openai_client(
+            config.base_url, config.api_key, timeout=timeout, max_retries=0
         )
         self._unreachable = False
 
