@@ -60,9 +60,9 @@ class NullExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-def main() -> None:
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(NullExporter(), max_queue_size=100_000))
+def op_sides(provider: TracerProvider, mode: str) -> dict[str, Callable[[], None]]:
+    """The three sides on ``provider``, capture ``mode``: a bare span with 7 attributes (``bare``),
+    the op's payload written by hand with the SDK (``hand``) and the memtrace op (``ours``)."""
     tracer = provider.get_tracer("bench")
     attrs = {f"attr.{i}": f"value-{i}" for i in range(7)}
 
@@ -70,33 +70,37 @@ def main() -> None:
         with tracer.start_as_current_span("bare", attributes=attrs):
             pass
 
+    mt = MemTracer(
+        tracer_provider=provider,
+        system="bench",
+        store_id="u1",
+        capture=CaptureConfig(mode=mode),
+        registry=WriterRegistry(),
+    )
+    with mt.create("bench.seed") as op:
+        source = op.output(mt.variable("msg:1", "seed", category=Category.MESSAGE))
+    out = mt.variable("fact:1", VALUE, category=Category.MEMORY)
+
+    def memtrace_op(mt: MemTracer = mt, source_ref: str = source.ref, out: Variable = out) -> None:
+        with mt.extract("bench.extract", inputs=[source_ref]) as op:
+            op.output(out)
+
+    # One op on a recording provider (same settings and registry): the payload to copy.
+    recorder = InMemorySpanExporter()
+    recording = TracerProvider()
+    recording.add_span_processor(SimpleSpanProcessor(recorder))
+    memtrace_op(_like(mt, recording))
+    (recorded,) = recorder.get_finished_spans()
+    hand = by_hand(tracer, recorded, late=[A.MEMTRACE_OP_OUTPUTS])
+    return {"bare": bare, "hand": hand, "ours": memtrace_op}
+
+
+def main() -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(NullExporter(), max_queue_size=100_000))
     results = {}
     for label, mode in (("off", "NO_CONTENT"), ("on", "SPAN_AND_EVENT")):
-        mt = MemTracer(
-            tracer_provider=provider,
-            system="bench",
-            store_id="u1",
-            capture=CaptureConfig(mode=mode),
-            registry=WriterRegistry(),
-        )
-        with mt.create("bench.seed") as op:
-            source = op.output(mt.variable("msg:1", "seed", category=Category.MESSAGE))
-        out = mt.variable("fact:1", VALUE, category=Category.MEMORY)
-
-        def memtrace_op(
-            mt: MemTracer = mt, source_ref: str = source.ref, out: Variable = out
-        ) -> None:
-            with mt.extract("bench.extract", inputs=[source_ref]) as op:
-                op.output(out)
-
-        # One op on a recording provider (same settings and registry): the payload to copy.
-        recorder = InMemorySpanExporter()
-        recording = TracerProvider()
-        recording.add_span_processor(SimpleSpanProcessor(recorder))
-        memtrace_op(_like(mt, recording))
-        (recorded,) = recorder.get_finished_spans()
-        hand = by_hand(tracer, recorded, late=[A.MEMTRACE_OP_OUTPUTS])
-        times = interleaved({"bare": bare, "hand": hand, "ours": memtrace_op}, number=N)
+        times = interleaved(op_sides(provider, mode), number=N)
         results[label] = (times["bare"], times["hand"], times["ours"])
 
     provider.shutdown()

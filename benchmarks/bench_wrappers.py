@@ -22,6 +22,7 @@ Run: .venv/bin/python benchmarks/bench_wrappers.py
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import inspect
 import logging
@@ -29,7 +30,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
 os.environ["MEM0_TELEMETRY"] = "false"
 
+import wrapt  # noqa: E402
 from _util import by_hand  # noqa: E402
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import (  # noqa: E402
@@ -81,14 +83,24 @@ def _thread_cpu(fn: Any, number: int) -> float:
 
 
 def main() -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(_NoopExporter(), max_queue_size=100_000))
+    with canned_calls(provider) as (memory, client, messages):
+        _measure(memory, client, messages, provider)
+    provider.shutdown()
+
+
+@contextlib.contextmanager
+def canned_calls(provider: TracerProvider) -> Iterator[tuple[Any, Any, list[dict[str, str]]]]:
+    """``(memory, client, messages)``: a real mem0 ``Memory`` holding 20 records written by a
+    traced app and an ``openai`` client, whose ``search`` and ``create`` return a result
+    recorded from one real call (while the block runs)."""
     logging.getLogger("mem0").setLevel(logging.ERROR)
     import openai
     from mem0 import Memory
     from mem0.memory.main import Memory as MemoryClass
     from openai.resources.chat.completions import Completions
 
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(_NoopExporter(), max_queue_size=100_000))
     messages = [
         {"role": "system", "content": "Answer from these memories:\nAna lives in Porto."},
         {"role": "user", "content": "Where does Ana live?"},
@@ -122,21 +134,21 @@ def main() -> None:
         MemoryClass.search = canned_search  # type: ignore[method-assign]
         Completions.create = canned_create  # type: ignore[method-assign]
         try:
-            _measure(memory, client, messages, provider)
+            yield memory, client, messages
         finally:
             MemoryClass.search = real_search  # type: ignore[method-assign]
             Completions.create = real_create  # type: ignore[method-assign]
-    provider.shutdown()
 
 
-def _measure(memory: Any, client: Any, messages: Any, provider: TracerProvider) -> None:
+def search_sides(
+    memory: Any, provider: TracerProvider
+) -> tuple[Callable[[], None], Callable[[], None], Mem0Instrumentor]:
+    """``(search, hand, instrumentor)``: the 20-hit search, its span written by hand with the
+    SDK on ``provider`` (the share no instrumentation code can remove), and an instrumentor."""
+
     def search() -> None:
         memory.search("Where does Ana live?", filters={"user_id": "bench"}, top_k=RECORDS)
 
-    def chat() -> None:
-        client.chat.completions.create(model="gpt-4.1-mini", messages=messages)
-
-    # The SDK's share: the span one instrumented search records, written again by hand.
     recorder = InMemorySpanExporter()
     recording = TracerProvider()
     recording.add_span_processor(SimpleSpanProcessor(recorder))
@@ -146,7 +158,14 @@ def _measure(memory: Any, client: Any, messages: Any, provider: TracerProvider) 
     mem0.uninstrument()
     (span,) = recorder.get_finished_spans()
     late = (A.MEMTRACE_OP_INPUTS, A.MEMTRACE_OP_OUTPUTS, A.GEN_AI_MEMORY_RECORD_COUNT)
-    hand = by_hand(provider.get_tracer("bench"), span, late=late)
+    return search, by_hand(provider.get_tracer("bench"), span, late=late), mem0
+
+
+def _measure(memory: Any, client: Any, messages: Any, provider: TracerProvider) -> None:
+    def chat() -> None:
+        client.chat.completions.create(model="gpt-4.1-mini", messages=messages)
+
+    search, hand, mem0 = search_sides(memory, provider)
 
     ours = OpenAIInstrumentor()
     best: dict[tuple[str, str], float] = {}
@@ -154,6 +173,8 @@ def _measure(memory: Any, client: Any, messages: Any, provider: TracerProvider) 
         for name, fn in (("search", search), ("chat", chat)):
             _keep(best, (name, "plain"), _thread_cpu(fn, NUMBER))
         _keep(best, ("search", "hand"), _thread_cpu(hand, NUMBER))
+        with _pass_through(type(memory), "search"):
+            _keep(best, ("search", "wrapt"), _thread_cpu(search, NUMBER))
         for mode in MODES:
             mem0.instrument(
                 tracer_provider=provider,
@@ -181,8 +202,20 @@ def _measure(memory: Any, client: Any, messages: Any, provider: TracerProvider) 
         print(f"  {label:34}: added per call: {added}")
     print(
         f"  the SDK writing the search's span (its {RECORDS} links, attributes, events) by hand: "
-        f"{best[('search', 'hand')] * 1e6:.1f} us"
+        f"{best[('search', 'hand')] * 1e6:.1f} us; a pass-through wrapt wrapper around the "
+        f"search: {(best[('search', 'wrapt')] - best[('search', 'plain')]) * 1e6:.1f} us"
     )
+
+
+@contextlib.contextmanager
+def _pass_through(owner: type, name: str) -> Iterator[None]:
+    """``owner.name`` wrapped by a ``wrapt`` wrapper that only calls through (the dispatch cost)."""
+    original = owner.__dict__[name]
+    setattr(owner, name, wrapt.FunctionWrapper(original, lambda fn, _, args, kw: fn(*args, **kw)))
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
 
 
 def _keep(best: dict[Any, float], key: Any, value: float) -> None:

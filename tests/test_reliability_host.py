@@ -310,7 +310,7 @@ def test_langgraph_retrieval_memory_is_bounded_in_bytes_and_released_on_uninstru
         assert 0 < peak <= budget
         # Each record is kept cut to the capture's value length (4096 characters by default).
         [kept] = retrieval_memory.of_trace(next(iter(retrieval_memory._by_trace)))[:1]
-        assert all(len(r.text) <= 4096 for r in kept.records)
+        assert all(len(text) <= 4096 for _, text, _ in kept.records)
         assert retrieval_memory.evicted > 0
     finally:
         instrumentor.uninstrument()

@@ -126,6 +126,9 @@ STRUCTURAL_META_KEYS: Final = frozenset(["source_refs", "role"])
 ``user``). Numbers and booleans are structure too. Every other field is content."""
 
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_.:-]{1,32}")
+# Tuples, not ``bool | int | float``: a union expression is built again on every evaluation.
+_NUMBERS = (bool, int, float)
+_SEQUENCES = (list, tuple)
 
 
 def parse_capture_mode(value: str | CaptureMode, *, source: str = "capture mode") -> CaptureMode:
@@ -355,10 +358,10 @@ def meta_json(capture: CaptureConfig, meta: Mapping[str, Any], category: Categor
     out: dict[str, Any] = {}
     for key, value in meta.items():
         key = str(key)
-        if value is None or isinstance(value, bool | int | float):
+        if value is None or isinstance(value, _NUMBERS):
             out[key] = value
             continue
-        if key == "source_refs" and isinstance(value, list | tuple):
+        if key == "source_refs" and isinstance(value, _SEQUENCES):
             refs = [r for r in value if isinstance(r, str) and is_ref(r)]
             if len(refs) == len(value):
                 out[key] = refs

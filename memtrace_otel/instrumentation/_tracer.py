@@ -65,8 +65,9 @@ _current_op: ContextVar[Op | None] = ContextVar("memtrace_current_op", default=N
 _RECORD_ID_KINDS = frozenset([OpKind.CREATE, OpKind.UPDATE, OpKind.DELETE])
 _INPUT, _OUTPUT = Role.INPUT.value, Role.OUTPUT.value
 _MAX_STATIC = 1024
-_MAX_LINKS = 4096
 """Distinct (kind, name, stage, system, store, operation) combinations whose attributes are cached."""
+_REF = A.MEMTRACE_VARIABLE_REF
+_ONE_INPUT = (str, Variable)  # a tuple: ``str | Variable`` builds a new union on every op
 
 InputLike = Variable | str
 """An op input: a :class:`Variable`, or the ref string of a variable a traced op wrote."""
@@ -212,7 +213,7 @@ class Op:
         if is_suppressed_in(parent):
             return
         mt = self._mt
-        links: list[Link] = []
+        links: list[tuple[str, SpanContext]] = []
         external: list[Variable] = []
         inputs = self._inputs
         if self._prompt is not None:
@@ -239,12 +240,16 @@ class Op:
             # Enrich a span someone else started (and will end): ours are its attributes,
             # links and events; it already is the current span.
             span.set_attributes(attributes)
-            for link in links:
-                span.add_link(link.context, link.attributes)
+            for ref, writer in links:
+                span.add_link(writer, {_REF: ref})
             self._span = span
         else:
             span = mt._otel_tracer.start_span(
-                span_name, parent, kind=SpanKind.INTERNAL, attributes=attributes, links=links
+                span_name,
+                parent,
+                kind=SpanKind.INTERNAL,
+                attributes=attributes,
+                links=[Link(writer, {_REF: ref}) for ref, writer in links] if links else None,
             )
             self._span = span
             self._ctx_token = otel_context.attach(trace.set_span_in_context(span, parent))
@@ -252,14 +257,21 @@ class Op:
             note_answer(self._case_id, span.get_span_context())
         self._op_token = _current_op.set(self)
         if external and span.is_recording():
+            capture = mt.capture
             for var in external:
                 span.add_event(
-                    A.MEMTRACE_VARIABLE_EVENT, mt._event_attributes(var, var.ref, _INPUT)
+                    A.MEMTRACE_VARIABLE_EVENT, event_attributes(capture, var, var.ref, _INPUT)
                 )
 
     def _add_input(
-        self, item: InputLike, inputs: list[str], links: list[Link], external: list[Variable]
+        self,
+        item: InputLike,
+        inputs: list[str],
+        links: list[tuple[str, SpanContext]],
+        external: list[Variable],
     ) -> None:
+        """Append ``item``'s ref to ``inputs``, and ``(ref, writer)`` to ``links`` or the
+        variable to ``external`` (recorded as an input event) when no writer is known."""
         registry = self._mt.registry
         if isinstance(item, Variable):
             ref = item.ref
@@ -278,7 +290,10 @@ class Op:
             return
         inputs.append(ref)
         if writer is not None:
-            links.append(self._mt._link(ref, writer))
+            # A (ref, writer) pair, not a Link: a span added after the start only needs the two,
+            # and nothing is kept once the span is exported (a cache of Links, one per ref read,
+            # kept thousands of objects alive for the app's full garbage collections).
+            links.append((ref, writer))
 
     def _finish(self, span: Span, exc: BaseException | None) -> None:
         final: dict[str, AttributeValue] = {A.MEMTRACE_OP_OUTPUTS: self._outputs}
@@ -375,7 +390,7 @@ class Op:
             self._mt.registry.record(ref, ctx)
             if span.is_recording():
                 span.add_event(
-                    A.MEMTRACE_VARIABLE_EVENT, self._mt._event_attributes(var, ref, _OUTPUT)
+                    A.MEMTRACE_VARIABLE_EVENT, event_attributes(self._mt.capture, var, ref, _OUTPUT)
                 )
             traceparent = self._traceparent
             if traceparent is None:
@@ -395,18 +410,19 @@ class Op:
         if span is None or self._ended:
             return
         try:
-            links: list[Link] = []
+            links: list[tuple[str, SpanContext]] = []
             external: list[Variable] = []
             inputs = self._inputs
             for item in items:
                 self._add_input(item, inputs, links, external)
             self._inputs_changed = True
-            for link in links:
-                span.add_link(link.context, link.attributes)
+            for ref, writer in links:
+                span.add_link(writer, {_REF: ref})
             if external and span.is_recording():
+                capture = self._mt.capture
                 for var in external:
                     span.add_event(
-                        A.MEMTRACE_VARIABLE_EVENT, self._mt._event_attributes(var, var.ref, _INPUT)
+                        A.MEMTRACE_VARIABLE_EVENT, event_attributes(capture, var, var.ref, _INPUT)
                     )
         except Exception:
             internal_error("op.input")
@@ -512,17 +528,6 @@ class MemTracer:
         self.registry = registry if registry is not None else _DEFAULT_REGISTRY
         self._otel_tracer = trace.get_tracer("memtrace_otel", __version__, tracer_provider)
         self._static: dict[tuple[Any, ...], tuple[str, dict[str, AttributeValue]]] = {}
-        self._links: dict[str, Link] = {}
-
-    def _link(self, ref: str, writer: SpanContext) -> Link:
-        """The link to the writer of ``ref`` (cached while the writer stays the same: hot records
-        are read by many ops; the SDK copies a link's attributes into each span)."""
-        link = self._links.get(ref)
-        if link is None or (link.context is not writer and link.context != writer):
-            if len(self._links) >= _MAX_LINKS:
-                self._links.clear()
-            link = self._links[ref] = Link(writer, {A.MEMTRACE_VARIABLE_REF: ref})
-        return link
 
     def _static_attributes(
         self,
@@ -582,9 +587,6 @@ class MemTracer:
         """The ``traceparent`` of the op that wrote ``ref`` in this process, if remembered."""
         ctx = self.registry.lookup(ref)
         return format_traceparent(ctx) if ctx is not None else None
-
-    def _event_attributes(self, var: Variable, ref: str, role: str) -> dict[str, AttributeValue]:
-        return event_attributes(self.capture, var, ref, role)
 
     # -- ops -------------------------------------------------------------------------------
     def op(
@@ -665,7 +667,7 @@ class MemTracer:
             except ValueError:
                 allowed = ", ".join(s.value for s in Stage)
                 raise ValueError(f"unknown stage {stage!r}: expected one of {allowed}") from None
-        if isinstance(inputs, str | Variable):
+        if isinstance(inputs, _ONE_INPUT):
             inputs = (inputs,)
         return Op(
             self,

@@ -28,7 +28,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import wrapt
@@ -563,7 +563,7 @@ def set_case_id(op: Op, case_id: str | None = None) -> str | None:
 
 
 class Retrieved(NamedTuple):
-    """One record a retrieve op returned (a tuple: made once per hit)."""
+    """One record a retrieve op returned: ``(ref, text, traceparent)``."""
 
     ref: str
     text: str
@@ -576,20 +576,42 @@ class Retrieved(NamedTuple):
         )
 
 
-@dataclass(frozen=True)
+RecordTuple = tuple[str, str, str | None]
+"""A :class:`Retrieved` as the plain tuple :class:`Retrieval` keeps."""
+
+
+@dataclass(frozen=True, slots=True)
 class Retrieval:
-    """What one retrieve op returned, and for which store and case."""
+    """What one retrieve op returned, and for which store and case.
+
+    ``records`` are kept as plain ``(ref, text, traceparent)`` tuples (a :class:`Retrieved` given
+    here is stored as one): the garbage collector stops tracking a tuple of strings, so the
+    thousands of records kept for linking cost nothing in the app's full collections, where
+    named tuples would be walked in every one. ``Retrieved(*record)`` names the fields again.
+    """
 
     trace_id: int
     store_id: str | None
     case_id: str | None
-    records: tuple[Retrieved, ...]
+    records: tuple[RecordTuple, ...]
+    nbytes: int = field(init=False, default=0, compare=False)
+    """Bytes held: the strings' sizes plus a fixed overhead per record."""
+
+    def __post_init__(self) -> None:
+        records = self.records
+        if any(type(r) is not tuple for r in records):
+            records = tuple((r[0], r[1], r[2]) for r in records)
+            object.__setattr__(self, "records", records)
+        size = sys.getsizeof
+        object.__setattr__(
+            self, "nbytes", sum(size(r[0]) + size(r[1]) + _RECORD_OVERHEAD for r in records)
+        )
 
 
 DEFAULT_RETRIEVAL_MEMORY_BYTES = 16 * 1024 * 1024
 """Bytes of retrieved-record text kept for linking by default (``MEMTRACE_RETRIEVAL_MEMORY_BYTES``)."""
 _MAX_PER_TRACE = 32
-_RECORD_OVERHEAD = 200  # bytes of a Retrieved and its slot besides the two strings
+_RECORD_OVERHEAD = 200  # bytes of a record tuple and its slot besides the two strings
 
 
 def _retrieval_budget() -> int:
@@ -627,7 +649,7 @@ class RetrievalMemory:
         self.max_bytes = _retrieval_budget() if max_bytes is None else max_bytes
         self.evicted = 0
         self._bytes = 0
-        self._by_trace: OrderedDict[int, tuple[list[Retrieval], list[int]]] = OrderedDict()
+        self._by_trace: OrderedDict[int, list[Retrieval]] = OrderedDict()
         self._lock = threading.Lock()
         reinit_after_fork(self)
 
@@ -641,38 +663,31 @@ class RetrievalMemory:
 
     def add(self, retrieval: Retrieval) -> None:
         """Remember one retrieval of its trace (at most 32 per trace are kept)."""
-        size = sum(
-            sys.getsizeof(r.text) + sys.getsizeof(r.ref) + _RECORD_OVERHEAD
-            for r in retrieval.records
-        )
+        size = retrieval.nbytes
         if size > self.max_bytes:
             with self._lock:
                 self.evicted += 1
             return
         with self._lock:
-            found = self._by_trace.get(retrieval.trace_id)
-            if found is None:
-                found = self._by_trace[retrieval.trace_id] = ([], [])
+            items = self._by_trace.get(retrieval.trace_id)
+            if items is None:
+                items = self._by_trace[retrieval.trace_id] = []
             else:
                 self._by_trace.move_to_end(retrieval.trace_id)
-            items, sizes = found
             items.append(retrieval)
-            sizes.append(size)
             self._bytes += size
             while len(items) > _MAX_PER_TRACE:
-                del items[0]
-                self._bytes -= sizes.pop(0)
+                self._bytes -= items.pop(0).nbytes
                 self.evicted += 1
             while self._bytes > self.max_bytes and self._by_trace:
-                _, (old_items, old_sizes) = self._by_trace.popitem(last=False)
-                self._bytes -= sum(old_sizes)
-                self.evicted += len(old_items)
+                _, old = self._by_trace.popitem(last=False)
+                self._bytes -= sum(r.nbytes for r in old)
+                self.evicted += len(old)
 
     def of_trace(self, trace_id: int) -> list[Retrieval]:
         """The retrievals of one trace, oldest first."""
         with self._lock:
-            found = self._by_trace.get(trace_id)
-            return list(found[0]) if found is not None else []
+            return list(self._by_trace.get(trace_id, ()))
 
     def clear(self) -> None:
         """Release everything."""
@@ -687,16 +702,20 @@ _last_root: ContextVar[Retrieval | None] = ContextVar("memtrace_last_root_retrie
 
 
 def remember_retrieval(
-    op: Op, store_id: str | None, case_id: str | None, records: Iterable[Retrieved]
+    op: Op, store_id: str | None, case_id: str | None, records: Iterable[RecordTuple]
 ) -> None:
-    """Remember what a retrieve op returned (call while the op is open)."""
+    """Remember what a retrieve op returned (call while the op is open).
+
+    ``records``: :class:`Retrieved` s or plain ``(ref, text, traceparent)`` tuples (cheaper to
+    make, once per hit).
+    """
     if not op.is_traced:
         return
     span = op.span
     ctx = span.get_span_context()
     limit = op.max_value_length
     kept = tuple(
-        r if len(r.text) <= limit else Retrieved(r.ref, r.text[:limit], r.traceparent)
+        r if type(r) is tuple and len(r[1]) <= limit else (r[0], r[1][:limit], r[2])
         for r in records
     )
     retrieval = Retrieval(ctx.trace_id, store_id, case_id, kept)
@@ -874,6 +893,7 @@ __all__ = [
     "Call",
     "CallFactory",
     "Patcher",
+    "RecordTuple",
     "Retrieval",
     "RetrievalMemory",
     "Retrieved",

@@ -46,7 +46,7 @@ from memtrace_otel.instrumentors._common import (
     BoundedCache,
     Call,
     CallFactory,
-    Retrieved,
+    RecordTuple,
     Target,
     VersionCache,
     bind,
@@ -559,7 +559,7 @@ def _record_hits(
     hits: list[Any],
 ) -> None:
     candidates: list[dict[str, Any]] = []
-    retrieved: list[Retrieved] = []
+    retrieved: list[RecordTuple] = []
     inputs: list[Variable] = []
     for hit in hits:
         if not isinstance(hit, dict):
@@ -573,9 +573,7 @@ def _record_hits(
             inputs.append(variable)
             ref = entry["ref"] = variable.ref
             retrieved.append(
-                Retrieved(
-                    ref, text if isinstance(text, str) else str(text or ""), variable.traceparent
-                )
+                (ref, text if isinstance(text, str) else str(text or ""), variable.traceparent)
             )
         score = hit.get("score")
         if score is not None:
@@ -936,7 +934,7 @@ class _SearchExistingCall(_PhaseCall):
 
     def finish(self, result: Any) -> Any:
         op, state = self.op, self.state
-        if op is None or not op.is_traced or not isinstance(result, list | tuple):
+        if op is None or not op.is_traced or not isinstance(result, (list, tuple)):
             return result
         candidates: list[dict[str, Any]] = []
         found: list[Variable] = []

@@ -105,12 +105,12 @@ def used_records(
     used: dict[str, Retrieved] = {}
     source: Retrieval | None = None
     for retrieval in retrievals:
-        for record in retrieval.records:
-            text = normalise(record.text)
-            if not text or record.ref in used:
+        for ref, raw, traceparent in retrieval.records:
+            text = normalise(raw)
+            if not text or ref in used:
                 continue
             if text in prompt or _mostly_in(text, words):
-                used[record.ref] = record
+                used[ref] = Retrieved(ref, raw, traceparent)
                 source = retrieval
     if source is None and retrievals:
         source = retrievals[-1]
