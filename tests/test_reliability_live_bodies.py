@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from memtrace_otel.attribution import read_verdicts
-from memtrace_otel.instrumentation import encode_request
+from memtrace_otel.export import encode_request
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import open_source
