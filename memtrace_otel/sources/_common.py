@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -179,6 +180,25 @@ def replace_surrogates(value: Any) -> tuple[Any, int]:
 
 OnError = Callable[[str, DecodeError], None]
 """Called with (kind, error) for each bad record; raises (strict) or records it (lenient)."""
+
+
+def json_line(raw: bytes, *, path: str, line: int) -> Any:
+    """One JSON Lines line (a cases, labels or verdicts file) parsed, lone surrogates replaced
+    (U+FFFD, as in the trace files, so ids still match).
+
+    Raises:
+        DecodeError: not UTF-8, or not JSON (also nesting too deep, integers too long), naming
+            the file and line.
+    """
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"not UTF-8 ({exc.reason})", path=path, line=line) from None
+    except json.JSONDecodeError as exc:
+        raise DecodeError(f"invalid JSON: {exc.msg}", path=path, line=line) from None
+    except (RecursionError, ValueError) as exc:  # nesting too deep, huge integers
+        raise DecodeError(f"invalid JSON: {type(exc).__name__}", path=path, line=line) from None
+    return replace_surrogates(value)[0]
 
 
 def raise_on_error(kind: str, error: DecodeError) -> None:
