@@ -20,6 +20,7 @@ import gc
 import importlib
 import logging
 import os
+import random
 import sys
 import threading
 import warnings
@@ -132,6 +133,33 @@ def lazy_names(package: str, homes: dict[str, str], *, moved: bool = True) -> Ca
         return getattr(importlib.import_module(home), name)
 
     return __getattr__
+
+
+def backoff_delay(
+    attempt: int,
+    *,
+    backoff: float,
+    max_backoff: float,
+    retry_after: float | None = None,
+    jitter: bool = False,
+) -> float:
+    """Seconds to wait before retry ``attempt`` (1-based): the package's one retry schedule.
+
+    ``backoff`` doubled each attempt, capped at ``max_backoff``; with ``jitter`` a random 50-100 %
+    of that (many workers must not retry in lockstep); a server's ``Retry-After`` (seconds) wins
+    when longer, capped too.
+
+    >>> [backoff_delay(n, backoff=1, max_backoff=30) for n in (1, 2, 6)]
+    [1.0, 2.0, 30.0]
+    >>> backoff_delay(1, backoff=1, max_backoff=30, retry_after=7.5)
+    7.5
+    """
+    delay = float(min(max_backoff, backoff * 2.0 ** (attempt - 1)))
+    if jitter:
+        delay *= 0.5 + random.random() / 2
+    if retry_after is not None:
+        delay = max(delay, float(min(retry_after, max_backoff)))
+    return delay
 
 
 class GcPaused:

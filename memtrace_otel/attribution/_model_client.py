@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from memtrace_otel._internal import backoff_delay
 from memtrace_otel._openai import endpoint_settings, missing_settings, openai_client
 from memtrace_otel.errors import ModelError
 from memtrace_otel.instrumentation import suppress_tracing
@@ -257,12 +258,16 @@ class OpenAIChatModel:
             return _reply_text(response), {**_usage(response), "attempts": attempt}
 
     def _delay(self, attempt: int, retry_after: str | None) -> float:
-        delay = self.backoff * 2 ** (attempt - 1)
+        seconds = None
         if retry_after:
             # An HTTP date (not seconds) fails to parse: the exponential delay stands in.
             with contextlib.suppress(ValueError):
-                delay = max(delay, float(retry_after))
-        return float(min(delay, self.max_backoff))
+                seconds = float(retry_after)
+        return float(
+            backoff_delay(
+                attempt, backoff=self.backoff, max_backoff=self.max_backoff, retry_after=seconds
+            )
+        )
 
 
 def _status_reason(exc: Any, attempts: int) -> str:
