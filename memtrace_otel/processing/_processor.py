@@ -254,11 +254,12 @@ class EvolutionGraphProcessor(SpanProcessor):
                 internal_error("processor.convert")
         G = self._graph
         try:
+            nodes = nodes_of(G)
             new_ops = {
                 r.span_id
                 for r in records
                 if (sc.MEMTRACE_OP_KIND in r.attributes or sc.MEMTRACE_OP_NAME in r.attributes)
-                and r.span_id not in nodes_of(G)
+                and r.span_id not in nodes
             }
             fold_records(G, records)
             self._op_count += len(new_ops)
