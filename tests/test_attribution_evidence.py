@@ -277,9 +277,24 @@ def test_without_gold_an_unmatched_question_abstains(pipe: Pipe) -> None:
     msg = pipe.message("I bought a Toyota Corolla today!")
     rec = pipe.create(pipe.extract([msg], "Rosa bought a Toyota Corolla"))
     pipe.delete(rec)
-    pipe.ask("What vehicle does she use?", [], "I don't know")
+    pipe.ask("Which opera does she like best?", [], "I don't know")
     verdict = pipe.verdict(prediction="I don't know")
     assert verdict.error_type is None, verdict.reason
+
+
+def test_without_gold_a_paraphrased_question_is_matched_by_meaning(pipe: Pipe) -> None:
+    """No word of the question is in the message: the sentence model finds it (all-MiniLM-L6-v2,
+    installed by `make install`), and the verdict stays unsure (meaning is a hint, not proof)."""
+    pipe.message("Good morning! How was your weekend?")
+    msg = pipe.message("I bought a Toyota Corolla today!")
+    rec = pipe.create(pipe.extract([msg], "Rosa bought a Toyota Corolla"))
+    pipe.delete(rec)
+    pipe.ask("What vehicle does she use?", [], "I don't know")
+    verdict = pipe.verdict(prediction="I don't know")
+    assert _culprit(verdict) == ("DeletionError", "t.delete"), verdict.reason
+    assert verdict.evidence_refs == (msg.ref,)
+    assert 0.3 < verdict.confidence < 0.8
+    assert "evidence located by search, not given" in verdict.unchecked
 
 
 # --- without captured values: structure where it decides, abstention elsewhere ----------------

