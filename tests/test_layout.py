@@ -133,9 +133,6 @@ def _import_graph() -> nx.DiGraph:
     return graph
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attribution/_batch, _executors, _partitions: untangled once live2 lands"
-)
 def test_no_import_circles() -> None:
     graph = _import_graph()
     circles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]

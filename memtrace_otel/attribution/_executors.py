@@ -47,7 +47,6 @@ import networkx as nx
 from memtrace_otel._shim import nodes_of
 from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._batch import (
-    NO_STORE,
     BatchSummary,
     LineageJoin,
     QuietHeap,
@@ -88,6 +87,7 @@ from memtrace_otel.semconv import JudgeVerdict, SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (
     DEFAULT_RULE,
+    NO_STORE,
     Outcome,
     OutcomeRule,
     Progress,

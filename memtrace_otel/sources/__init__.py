@@ -76,6 +76,7 @@ from memtrace_otel.sources._outcomes import (
     read_outcomes,
 )
 from memtrace_otel.sources._source import FileSource, Source, iter_records
+from memtrace_otel.sources._stores import NO_STORE, line_stores, prune_stores, raw_store
 from memtrace_otel.sources._upstream import (
     adapt_upstream,
 )
@@ -152,6 +153,7 @@ __all__ = [
     "DEFAULT_MAX_DOCUMENT_BYTES",
     "DEFAULT_MAX_LINE_BYTES",
     "DEFAULT_RULE",
+    "NO_STORE",
     "OTHER_KIND",
     "BenchGraph",
     "ExportResult",
@@ -180,9 +182,12 @@ __all__ = [
     "export_source",
     "iter_records",
     "latest_outcomes",
+    "line_stores",
     "load_memtracebench",
     "open_source",
     "outcome_key",
     "outcomes_of",
+    "prune_stores",
+    "raw_store",
     "read_outcomes",
 ]
