@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memtrace_otel._internal import lazy_names
+from memtrace_otel._version import __version__
 from memtrace_otel.instrumentation import (
     CaptureConfig,
     MemTracer,
@@ -21,7 +22,6 @@ from memtrace_otel.instrumentation import (
 if TYPE_CHECKING:
     from memtrace_otel.export import configure
 
-__version__ = "0.1.0"
 
 __all__ = [
     "CaptureConfig",

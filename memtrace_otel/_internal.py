@@ -16,16 +16,19 @@ would otherwise stay held forever in the child, which has only the forking threa
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import logging
 import os
+import random
 import sys
 import threading
 import warnings
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 logger = logging.getLogger("memtrace_otel")
 
@@ -132,6 +135,56 @@ def lazy_names(package: str, homes: dict[str, str], *, moved: bool = True) -> Ca
     return __getattr__
 
 
+def backoff_delay(
+    attempt: int,
+    *,
+    backoff: float,
+    max_backoff: float,
+    retry_after: float | None = None,
+    jitter: bool = False,
+) -> float:
+    """Seconds to wait before retry ``attempt`` (1-based): the package's one retry schedule.
+
+    ``backoff`` doubled each attempt, capped at ``max_backoff``; with ``jitter`` a random 50-100 %
+    of that (many workers must not retry in lockstep); a server's ``Retry-After`` (seconds) wins
+    when longer, capped too.
+
+    >>> [backoff_delay(n, backoff=1, max_backoff=30) for n in (1, 2, 6)]
+    [1.0, 2.0, 30.0]
+    >>> backoff_delay(1, backoff=1, max_backoff=30, retry_after=7.5)
+    7.5
+    """
+    delay = float(min(max_backoff, backoff * 2.0 ** (attempt - 1)))
+    if jitter:
+        delay *= 0.5 + random.random() / 2
+    if retry_after is not None:
+        delay = max(delay, float(min(retry_after, max_backoff)))
+    return delay
+
+
+class GcPaused:
+    """Pause Python's cyclic garbage collector for a block that builds many acyclic objects.
+
+    Decoding a line, or folding records into a graph, allocates thousands of small containers
+    that live on; with the collector running, each block triggers collections that traverse all
+    of them again (a large graph build got twice as slow per span at 10x the size). Nothing such
+    a block builds can form a cycle, and the pause ends before control returns to the caller, so
+    the application's own garbage is collected as usual. A collector the application turned off
+    stays off. The package's one GC pauser: the batch job's ``QuietHeap`` builds on it.
+    """
+
+    __slots__ = ("_resume",)
+
+    def __enter__(self) -> None:
+        self._resume = gc.isenabled()
+        if self._resume:
+            gc.disable()
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._resume:
+            gc.enable()
+
+
 class _ForkReinit(Protocol):
     def _reinit_after_fork(self) -> None: ...
 
@@ -167,3 +220,53 @@ def _in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_in_child)
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class BoundedCache(Generic[K, V]):
+    """A bounded, thread-safe map; the least recently set entries are evicted first (counted in
+    :attr:`evicted`). Reads take no lock. In a forked child the lock is replaced, so a parent
+    thread holding it at ``fork()`` cannot hang the child; the entries are kept. The package's
+    one LRU map (the writer registry and the instrumentors' caches are built on it).
+
+    >>> cache = BoundedCache[str, int](max_entries=2)
+    >>> for key, value in (("a", 1), ("b", 2), ("c", 3)):
+    ...     cache.set(key, value)
+    >>> cache.get("a"), cache.get("c"), len(cache), cache.evicted
+    (None, 3, 2, 1)
+    """
+
+    def __init__(self, max_entries: int = 100_000) -> None:
+        self.max_entries = max_entries
+        self.evicted = 0
+        self._entries: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+        reinit_after_fork(self)
+
+    def _reinit_after_fork(self) -> None:
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        """The value of ``key``, if known."""
+        return self._entries.get(key)
+
+    def set(self, key: K, value: V) -> None:
+        """Remember ``value`` for ``key``."""
+        with self._lock:
+            entries = self._entries
+            entries[key] = value
+            entries.move_to_end(key)
+            if len(entries) > self.max_entries:
+                entries.popitem(last=False)
+                self.evicted += 1
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        """Forget everything."""
+        with self._lock:
+            self._entries.clear()

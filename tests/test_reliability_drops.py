@@ -1,14 +1,14 @@
-"""Queue overflow drops spans and counts them: in code, as a metric, in the log once.
+"""Queue overflow drops spans and counts them: in code, as a metric, in our log once.
 
 Real SDK, real exporters. The Collector is a loopback server that accepts and never answers;
 the exporter in front of it is wrapped only to count the spans it was handed and, where the
 test needs every drop to happen while the worker is stuck, to hold the worker until the app is
-done. "Never exported" is then 1000 minus what the exporter was handed.
+done. "Never exported" is then 1000 minus what the exporter was handed. The SDK's own logging is
+left alone: its ``Queue full`` line still shows, thinned by its duplicate filter.
 """
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 import os
@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.sdk import _shared_internal as sdk_batch
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from memtrace_otel import _shim
 from memtrace_otel._internal import internal_error_counts, quiet_internal_errors
 from memtrace_otel.export import CountingBatchSpanProcessor, _batch, configure, resolve_exporter
 from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
@@ -163,12 +163,12 @@ def test_a_hung_collector_drops_are_counted_exactly_and_warned_once(
         forget_sdk_duplicates()
         run_app(mt)  # every call returns its own result, nothing raises
 
-        # While the Collector hangs: one warning with the hint, no per-span SDK warning.
+        # While the Collector hangs: one warning with the hint; the SDK's own line, thinned.
         first = our_warnings(caplog, "dropped")
         assert len(first) == 1
         assert "OTEL_BSP_MAX_QUEUE_SIZE" in first[0] and "Collector" in first[0]
-        assert queue_full_records(caplog) == []
         live = processor.dropped_spans
+        assert 1 <= len(queue_full_records(caplog)) < live
         assert dropped_metric(reader) == {processor._component: live}
 
         exporter.gate.set()
@@ -176,7 +176,10 @@ def test_a_hung_collector_drops_are_counted_exactly_and_warned_once(
 
     dropped = processor.dropped_spans
     never_exported = SPANS - exporter.handed
-    assert dropped == never_exported == live
+    assert dropped == never_exported  # settled at shutdown: exact
+    # Live, the count is the SDK's own signal: its "full?" check and its append are not atomic,
+    # so the worker taking a batch in between makes one signalled drop that evicted nothing.
+    assert abs(live - dropped) <= 2
     # The worker held at most one batch; everything else beyond the queue went.
     assert SPANS - QUEUE - BATCH <= dropped <= SPANS - QUEUE
     assert drop_stats(processor) == {
@@ -191,7 +194,6 @@ def test_a_hung_collector_drops_are_counted_exactly_and_warned_once(
     assert (
         f"{dropped} dropped because the span queue was full (max_queue_size={QUEUE})" in (warned[1])
     )
-    assert queue_full_records(caplog) == []
 
 
 def drop_stats(processor: CountingBatchSpanProcessor) -> dict[str, int | bool]:
@@ -219,10 +221,10 @@ def test_configure_counts_drops_into_the_meter_provider_argument(
         provider.shutdown()
     # Without the gate the worker may take a few more batches while the app runs.
     assert live >= SPANS // 2
-    assert dropped_metric(reader)[component] >= live
+    assert dropped_metric(reader)[component] >= SPANS // 2
     assert len(our_warnings(caplog, "the span queue is full")) == 1
     assert len(our_warnings(caplog, "dropped because the span queue was full")) == 1
-    assert queue_full_records(caplog) == []
+    assert 1 <= len(queue_full_records(caplog)) < live
 
 
 def test_threads_racing_a_busy_worker_are_counted_exactly(
@@ -308,17 +310,17 @@ def test_queue_size_resolves_like_the_sdk(
         sdk.shutdown()  # type: ignore[no-untyped-call]
 
 
-def test_only_our_processors_sdk_warnings_are_silenced_and_the_filter_goes_at_shutdown(
+def test_the_sdk_logger_is_left_alone_and_both_processors_keep_their_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING)
     sdk_logger = logging.getLogger(SDK_LOGGER)
     filters_before = list(sdk_logger.filters)
+    handlers_before = list(sdk_logger.handlers)
     ours = HandedCounter(InMemorySpanExporter())
     theirs = HandedCounter(InMemorySpanExporter())
     counting = CountingBatchSpanProcessor(ours, max_queue_size=8, max_export_batch_size=4)
     plain = BatchSpanProcessor(theirs, max_queue_size=8, max_export_batch_size=4)
-    assert len(sdk_logger.filters) == len(filters_before) + 1
     for processor in (counting, plain):
         provider = TracerProvider()
         provider.add_span_processor(processor)
@@ -326,15 +328,14 @@ def test_only_our_processors_sdk_warnings_are_silenced_and_the_filter_goes_at_sh
         before = len(queue_full_records(caplog))
         for _ in range(40):
             provider.get_tracer("t").start_span("s").end()
-        seen = len(queue_full_records(caplog)) - before
-        # Ours: none. The plain SDK processor: its usual warning (deduplicated by the SDK).
-        assert (seen == 0) if processor is counting else (seen >= 1)
+        assert len(queue_full_records(caplog)) - before >= 1
+    assert counting.counting and counting.dropped_spans > 0
     for exporter in (ours, theirs):
         exporter.gate.set()
     counting.shutdown()
     plain.shutdown()  # type: ignore[no-untyped-call]
     assert counting.dropped_spans == 40 - ours.handed > 0
-    assert sdk_logger.filters == filters_before
+    assert sdk_logger.filters == filters_before and sdk_logger.handlers == handlers_before
 
 
 def test_the_global_meter_provider_is_used_unless_one_is_given(tmp_path: Path) -> None:
@@ -348,7 +349,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from memtrace_otel.instrumentation import CountingBatchSpanProcessor
+from memtrace_otel.export import CountingBatchSpanProcessor
 
 class Stuck(SpanExporter):
     def __init__(self):
@@ -407,62 +408,62 @@ print(json.dumps(result))
 # --- fault injection: SDK internals changed, our own bug -------------------------------------
 
 
-class _OtherQueue(collections.deque[Any]):
-    """What a later SDK might use instead of a plain ``deque``."""
-
-
-def _sdk_uses_another_queue(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = sdk_batch.BatchProcessor.__init__
-
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        self._queue = _OtherQueue((), self._queue.maxlen)
-
-    monkeypatch.setattr(sdk_batch.BatchProcessor, "__init__", init)
-
-
-def _sdk_logger_is_an_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sdk_batch, "_logger", logging.LoggerAdapter(sdk_batch._logger, {}))
-
-
-@pytest.mark.parametrize("change", [_sdk_uses_another_queue, _sdk_logger_is_an_adapter])
-def test_changed_sdk_internals_give_the_plain_sdk_processor(
-    change: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+def test_without_the_sdks_queue_full_signal_drops_are_settled_at_shutdown(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """An SDK before the processor metrics: nothing counted live, the exact count at shutdown."""
     caplog.set_level(logging.WARNING)
-    change(monkeypatch)
+    monkeypatch.setattr(_batch, "hook_queue_full", lambda processor, on_full: "X._metrics")
     monkeypatch.setattr(_batch, "_degraded_logged", False)
     exporters = [HandedCounter(InMemorySpanExporter()) for _ in range(2)]
     processors = [
         CountingBatchSpanProcessor(e, max_queue_size=16, max_export_batch_size=8) for e in exporters
     ]
     assert [p.counting for p in processors] == [False, False]
-    assert len(our_warnings(caplog, "cannot count dropped spans")) == 1  # once per process
+    assert len(our_warnings(caplog, "queue-full signal (X._metrics not found)")) == 1  # once
     provider, mt = tracer_on(processors[0])
     forget_sdk_duplicates()
     run_app(mt, 100)  # results intact through the overflow
+    stats = processors[0].stats()
     assert drop_stats(processors[0]) == {
         "dropped_spans": 0,
-        "queued_spans": 0,
-        "max_queue_size": 0,
+        "queued_spans": 100 - int(stats["in_flight_spans"]),  # not known to be dropped yet
+        "max_queue_size": 16,
         "counting": False,
     }
     for e in exporters:
         e.gate.set()
     provider.shutdown()
     processors[1].shutdown()
-    # Degraded means the SDK's behaviour, its warning included, and everything it kept exported.
-    assert len(queue_full_records(caplog)) >= 1
+    assert len(queue_full_records(caplog)) >= 1  # the SDK's own warning, as always
     assert 16 <= exporters[0].handed < 100
+    assert processors[0].dropped_spans == 100 - exporters[0].handed
+
+
+def test_the_shim_finds_the_signal_of_the_sdk_we_ship_and_names_what_another_lacks() -> None:
+    drops: list[int] = []
+    exporter = HandedCounter(InMemorySpanExporter())
+    sdk = BatchSpanProcessor(exporter, max_queue_size=8, max_export_batch_size=4)
+    assert _shim.hook_queue_full(sdk, drops.append) is None
+    provider = TracerProvider()
+    provider.add_span_processor(sdk)
+    for _ in range(20):
+        provider.get_tracer("t").start_span("s").end()
+    exporter.gate.set()
+    provider.shutdown()
+    assert sum(drops) == 20 - exporter.handed > 0 and set(drops) == {1}
+    assert _shim.hook_queue_full(object(), drops.append) == (
+        "BatchSpanProcessor._batch_processor._metrics"
+    )
 
 
 def test_a_bug_in_our_hook_leaves_the_plain_sdk_processor(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken(maxlen: int) -> None:
+    def broken(processor: object, on_full: object) -> None:
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(_batch, "_DropState", broken)
+    monkeypatch.setattr(_batch, "hook_queue_full", broken)
     before = internal_error_counts().get("batch.hook", 0)
     sink = InMemorySpanExporter()
     with quiet_internal_errors():
@@ -493,22 +494,3 @@ def test_a_broken_meter_provider_still_counts(monkeypatch: pytest.MonkeyPatch) -
     exporter.gate.set()
     provider.shutdown()
     assert processor.dropped_spans == 30 - exporter.handed > 0
-
-
-def test_a_queue_swapped_behind_our_back_lets_the_sdk_warnings_through(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """Should a later SDK replace its queue (say after a fork), drops are no longer ours to
-    count, so their warnings must not be hidden either."""
-    caplog.set_level(logging.WARNING)
-    exporter = HandedCounter(InMemorySpanExporter())
-    processor = CountingBatchSpanProcessor(exporter, max_queue_size=8, max_export_batch_size=4)
-    processor._batch_processor._queue = collections.deque(maxlen=8)
-    provider = TracerProvider()
-    provider.add_span_processor(processor)
-    forget_sdk_duplicates()
-    for _ in range(40):
-        provider.get_tracer("t").start_span("s").end()
-    assert len(queue_full_records(caplog)) >= 1
-    exporter.gate.set()
-    provider.shutdown()

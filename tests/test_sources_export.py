@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from memtrace_otel._progress import Progress
 from memtrace_otel.cli import main
-from memtrace_otel.cli.export import Progress
+from memtrace_otel.cli.export import show_progress
 from memtrace_otel.sources import SourceStats, open_source
 
 
@@ -69,21 +70,23 @@ class _Tty(io.StringIO):
         return True
 
 
-def test_progress_line_and_terminal_redraw() -> None:
+def test_export_progress_uses_the_one_bar() -> None:
     stats = SourceStats(records=1500, traces_fetched=3, traces_total=4, files=0, skipped=2)
-    stream = _Tty()
-    progress = Progress(stream, interval=0)
-    text = progress.line(stats)
-    assert text.startswith("exporting: [###############.....] 3/4 traces, 1,500 spans")
-    assert text.endswith("2 skipped")
-    progress.update(stats)
-    progress.done()
-    assert stream.getvalue().startswith("\r\033[K" + "exporting:")
-    assert stream.getvalue().endswith("\r\033[K")
     plain = io.StringIO()
-    quiet = Progress(plain, quiet=True, interval=0)
-    quiet.update(stats)
-    assert plain.getvalue() == ""
-    logged = Progress(plain, interval=0)
-    logged.update(stats)
-    assert plain.getvalue().endswith("2 skipped\n")  # a line per update when not a terminal
+    progress = Progress(plain, "exporting", unit="span", every=0)
+    show_progress(progress)(stats)
+    progress.close()
+    lines = plain.getvalue().splitlines()
+    assert lines[0].startswith("exporting: 1,500 spans in ")  # a line per update in a log
+    assert lines[0].endswith(", 3/4 traces, 2 skipped")
+    assert lines[-1].startswith("exporting: done: 1,500 spans")
+    assert "\r" not in plain.getvalue()
+    tty = _Tty()
+    bar = Progress(tty, "exporting", unit="span")
+    show_progress(bar)(stats)
+    bar.close()
+    assert "exporting" in tty.getvalue() and "3/4 traces, 2 skipped" in tty.getvalue()  # tqdm
+    silent = Progress(None, "exporting", unit="span")
+    show_progress(silent)(stats)
+    silent.close()
+    assert silent.count == 1500

@@ -28,6 +28,7 @@ from memtrace_otel.errors import DecodeError, SourceError, UnsupportedFormatErro
 from memtrace_otel.export import OtlpJsonLinesExporter, dumps_request, span_to_record
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.sources import (
+    NO_STORE,
     FileSource,
     SourceStats,
     _files,
@@ -35,7 +36,10 @@ from memtrace_otel.sources import (
     decode_otlp_json,
     decode_otlp_proto,
     iter_records,
+    line_stores,
     open_source,
+    prune_stores,
+    raw_store,
 )
 from tests.conftest import shared_path
 
@@ -683,3 +687,34 @@ def test_records_stream_one_line_at_a_time(tmp_path: Path) -> None:
         f.write(_lines(_request(_span_n(2))))
     assert [r.name for r in records] == ["op2"]
     assert os.path.getsize(path) > 0 and len(list(_iter_lines(path))) == 2
+
+
+# --- the store-id scan (what the scaled batch job plans with) ----------------------------------
+def _raw_span(store: str | None, case: str | None = None) -> dict[str, Any]:
+    attributes = []
+    if store is not None:
+        attributes.append({"key": "gen_ai.memory.store.id", "value": {"stringValue": store}})
+    if case is not None:
+        attributes.append({"key": "memtrace.case.id", "value": {"stringValue": case}})
+    return {"spanId": "00000000000000a1", "attributes": attributes}
+
+
+def _raw_line(*resources: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"resourceSpans": [{"scopeSpans": [{"spans": spans}]} for spans in resources]}
+
+
+def test_line_stores_counts_each_stores_spans_without_decoding() -> None:
+    line = _raw_line([_raw_span("u1", case="q1"), _raw_span("u1")], [_raw_span("u2")])
+    case_stores: set[str] = set()
+    assert line_stores(line, case_stores) == {"u1": 2, "u2": 1}
+    assert case_stores == {"u1"}
+    # Two stores in one resource, a store id that is not a plain string: decode to tell.
+    assert line_stores(_raw_line([_raw_span("u1"), _raw_span("u2")]), set()) is None
+    odd = {"key": "gen_ai.memory.store.id", "value": {"intValue": "3"}}
+    assert raw_store({"attributes": [odd]}) is None
+    assert raw_store(_raw_span(None)) == NO_STORE
+    prune_stores(line, {"u2"})
+    assert line_stores(line, set()) is None  # u1's resource is empty now
+    assert [s for r in line["resourceSpans"] for sc in r["scopeSpans"] for s in sc["spans"]] == [
+        _raw_span("u2")
+    ]

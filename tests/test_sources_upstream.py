@@ -13,7 +13,8 @@ import pytest
 from memtrace_otel.graph import build_graph
 from memtrace_otel.semconv import EventRecord, SpanRecord
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.sources import adapt_upstream, is_upstream_op, open_source
+from memtrace_otel.sources import adapt_upstream, open_source
+from memtrace_otel.sources._upstream import is_upstream_op
 
 TRACE_A = "a" * 32
 TRACE_B = "b" * 32

@@ -271,3 +271,23 @@ def test_llm_judge_is_a_judge_op_with_its_prompt(tmp_path: Any) -> None:
     assert len(judges) == 3
     assert {j[A.MEMTRACE_PROMPT_REF]["stringValue"] for j in judges} == {"prompt:rag.judge@1"}
     assert {j[A.MEMTRACE_JUDGE_VERDICT]["stringValue"] for j in judges} == {"incorrect"}
+
+
+def test_no_endpoint_is_defaulted_for_either_user_of_a_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine and model-based attribution share one policy (memtrace_otel/_openai.py): the
+    endpoint is named or nothing is sent; a loopback endpoint may go without a key."""
+    from memtrace_otel.attribution._model_client import EndpointConfig
+
+    for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with pytest.raises(ValueError, match=r"missing: base_url= or OPENAI_BASE_URL$"):
+        make_engine("openai", model="m")
+    with pytest.raises(ValueError, match=r"missing: base_url= or OPENAI_BASE_URL$"):
+        EndpointConfig.resolve(model="m")
+    monkeypatch.delenv("OPENAI_API_KEY")
+    local = "http://127.0.0.1:9/v1"
+    assert EndpointConfig.resolve(model="m", base_url=local).base_url == local
+    assert isinstance(make_engine("openai", model="m", base_url=local), OpenAIEngine)

@@ -119,7 +119,7 @@ def test_progress_bar_and_summary(tmp_path: Path, capsys: pytest.CaptureFixture[
         == 0
     )
     captured = capsys.readouterr()
-    assert "bench generate [" in captured.err and "2/2" in captured.err
+    assert "bench generate: done: 2 conversations of 2 conversations" in captured.err
     assert captured.out.splitlines()[0].split() == ["system", "accuracy", "failures", "labels"]
 
 

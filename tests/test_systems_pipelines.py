@@ -14,7 +14,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
 from memtrace_otel.semconv import Category, OpKind, Stage, parse_ref
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.systems import SYSTEMS, generate_workload, message_ref, run_conversation
+from memtrace_otel.systems import SYSTEMS, generate_workload, run_conversation
+from memtrace_otel.systems._base import turn_ref
 
 KINDS = {
     "long_context": {"ingest", "create", "update", "retrieve", "assemble", "generate", "judge"},
@@ -168,7 +169,7 @@ def test_evidence_refs_are_ingested_messages(
     for run in runs:
         for question in run.conversation.questions:
             for evidence in question.evidence:
-                assert message_ref(run.store_id, evidence.dia_id) in ingested
+                assert turn_ref(run.store_id, evidence.dia_id) in ingested
 
 
 def test_offline_systems_answer_most_questions(

@@ -16,7 +16,6 @@ from memtrace_otel.attribution._batch import (
     failed_cases,
     load_store_graphs,
     read_verdicts,
-    run_batch,
     store_of,
     summary_markdown,
     summary_table,
@@ -31,6 +30,7 @@ from memtrace_otel.attribution._llm import LLMMethod, ModelMethod
 from memtrace_otel.attribution._model import Case, Verdict, load_cases, parse_case
 from memtrace_otel.attribution._model_client import ChatModel, ModelSession, OpenAIChatModel
 from memtrace_otel.attribution._replay import ReplayMethod
+from memtrace_otel.attribution._run import run_batch
 
 _FACTORIES: dict[str, Callable[..., Method]] = {
     "evidence": EvidenceMethod,

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 import networkx as nx
 
+from memtrace_otel._internal import GcPaused
 from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._feedback import StoreCases, decide_failed
 from memtrace_otel.attribution._index import graph_index
@@ -41,6 +42,7 @@ from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (
     BACKEND_SCHEMES,
     DEFAULT_RULE,
+    NO_STORE,
     FileSource,
     Outcome,
     OutcomeRule,
@@ -55,8 +57,6 @@ from memtrace_otel.sources import (
 
 _SHOWN_ERRORS = 5
 """Skip messages the summary table shows (``summary.json`` keeps 20)."""
-NO_STORE = ""
-"""Partition key of ops that name no memory store."""
 
 
 @dataclass
@@ -462,7 +462,7 @@ def failed_cases(
     return [(pick.store, pick.case(graphs[pick.store])) for pick in picks]
 
 
-class QuietHeap:
+class QuietHeap(GcPaused):
     """Keep Python's cyclic garbage collector off the traces the batch job holds.
 
     The job keeps every record and graph while it attributes, and each full collection would
@@ -481,10 +481,9 @@ class QuietHeap:
     0
     """
 
-    def __enter__(self) -> QuietHeap:
-        self._enabled = gc.isenabled()
+    def __enter__(self) -> QuietHeap:  # type: ignore[override]  # returns itself
+        super().__enter__()
         self._froze = False
-        gc.disable()
         return self
 
     def loaded(self) -> None:
@@ -492,97 +491,13 @@ class QuietHeap:
         if not self._froze and gc.get_freeze_count() == 0:
             gc.freeze()
             self._froze = True
-        if self._enabled:
+        if self._resume:
             gc.enable()
 
     def __exit__(self, *exc_info: object) -> None:
         if self._froze:
             gc.unfreeze()
-        if self._enabled:
-            gc.enable()
-
-
-def run_batch(
-    sources: Sequence[str],
-    method: Method,
-    *,
-    cases_file: str | None = None,
-    out: str | os.PathLike[str] | VerdictLog | None = None,
-    strict: bool = False,
-    progress: TextIO | None = None,
-    on_verdict: Callable[[Verdict], None] | None = None,
-    graphs: dict[str, nx.MultiDiGraph] | None = None,
-    executor: str | None = None,
-    memory_bound: int | str | None = None,
-    redo_stale: bool = False,
-    source_options: Mapping[str, Any] | None = None,
-    loaded: BatchSummary | None = None,
-    outcomes: Sequence[Outcome] | None = None,
-    rule: OutcomeRule = DEFAULT_RULE,
-) -> tuple[list[Verdict], BatchSummary]:
-    """Attribute every failed case of ``sources``.
-
-    Args:
-        sources: file paths, directories, globs or backend URLs.
-        method: the attribution method.
-        cases_file: a cases file; without it failed cases come from judge ops.
-        out: a verdicts file to append to (resumable; a path, or a :class:`VerdictLog` the
-            caller opened); ``None`` keeps verdicts in memory only. Only final verdicts are
-            skipped by the next run; the summary then counts every verdict in the file.
-        strict: stop at the first bad record instead of skipping and counting it.
-        progress: where to draw a progress line (stderr in the CLI), or ``None``.
-        on_verdict: called with each new verdict (write-back, live reports).
-        graphs: already built store graphs (skips loading ``sources``).
-        executor: ``local[N]`` or ``dask://HOST:PORT``: partition the work by store and run it
-            there (``docs/scale.md``); verdicts and summary are those of the in-process run.
-        memory_bound: run in this process but spill records per store to a SQLite temp file
-            to stay near this many bytes (``"512M"``); ignored with ``graphs``.
-        redo_stale: redo final verdicts older than the newest op of their store (new traces or
-            feedback arrived since).
-        source_options: options for backend sources (``max_traces``, ``limit``).
-        loaded: what loading ``graphs`` counted (records, skips, a capped source), when the
-            caller loaded them: merged into the summary.
-        outcomes: evaluations already read with ``graphs`` (see :func:`load_store_graphs`);
-            without ``graphs`` they are read from ``sources`` (scaled runs too).
-        rule: which evaluations count as failures (default: ``incorrect`` or score 0).
-
-    Returns:
-        The verdicts of this run (resumed cases excluded) and the summary.
-    """
-    if graphs is None and (executor is not None or memory_bound is not None):
-        from memtrace_otel.attribution._executors import run_scaled  # it imports this module
-
-        return run_scaled(
-            sources,
-            method,
-            executor=executor,
-            memory_bound=memory_bound,
-            cases_file=cases_file,
-            out=out,
-            strict=strict,
-            progress=progress,
-            on_verdict=on_verdict,
-            redo_stale=redo_stale,
-            source_options=source_options,
-            rule=rule,
-        )
-    with QuietHeap() as heap:
-        return _run_in_process(
-            heap,
-            sources,
-            method,
-            cases_file,
-            out,
-            strict,
-            progress,
-            on_verdict,
-            graphs,
-            redo_stale,
-            source_options or {},
-            loaded,
-            outcomes,
-            rule,
-        )
+        super().__exit__(*exc_info)
 
 
 def _run_in_process(

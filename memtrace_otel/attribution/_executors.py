@@ -44,9 +44,9 @@ from typing import Any, TextIO, TypeVar
 
 import networkx as nx
 
+from memtrace_otel._shim import nodes_of
 from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._batch import (
-    NO_STORE,
     BatchSummary,
     LineageJoin,
     QuietHeap,
@@ -87,6 +87,7 @@ from memtrace_otel.semconv import JudgeVerdict, SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (
     DEFAULT_RULE,
+    NO_STORE,
     Outcome,
     OutcomeRule,
     Progress,
@@ -263,7 +264,7 @@ def attribute_store(
     result.chosen = [case.case_id for case in todo]
     if shared.attributed_at is not None:  # --redo-stale: verdicts older than the store's ops
         newest = max(
-            (d.get("end") or 0 for d in G._node.values() if d.get("type") == "op"), default=0
+            (d.get("end") or 0 for d in nodes_of(G).values() if d.get("type") == "op"), default=0
         )
         result.stale = {
             case.case_id

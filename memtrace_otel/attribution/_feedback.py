@@ -23,6 +23,7 @@ from typing import Any
 
 import networkx as nx
 
+from memtrace_otel._shim import nodes_of
 from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case
 from memtrace_otel.semconv import JudgeVerdict
@@ -85,7 +86,7 @@ class StoreCases:
         trace_cases: dict[str, list[str]] = {}
         for case_id, ops in index.case_ops.items():
             for op in ops:
-                data = G._node[op]
+                data = nodes_of(G)[op]
                 if spans is None or data["span_id"] in spans:
                     span_case[data["span_id"]] = case_id
                 if traces is None or data["trace_id"] in traces:

@@ -14,6 +14,7 @@ from typing import Any
 
 import networkx as nx
 
+from memtrace_otel._shim import nodes_of, pred_of, succ_of
 from memtrace_otel.attribution._model import Case
 from memtrace_otel.graph import READ, VERSION, WRITE, linked_trace_ids
 from memtrace_otel.semconv import Category, JudgeVerdict, OpKind
@@ -62,26 +63,26 @@ class GraphIndex:
 
     def inputs(self, op: str) -> list[str]:
         """Variables the op read."""
-        return [v for v, keyed in self.G._pred[op].items() if READ in keyed]
+        return [v for v, keyed in pred_of(self.G)[op].items() if READ in keyed]
 
     def outputs(self, op: str) -> list[str]:
         """Variables the op wrote."""
-        return [v for v, keyed in self.G._succ[op].items() if WRITE in keyed]
+        return [v for v, keyed in succ_of(self.G)[op].items() if WRITE in keyed]
 
     def readers(self, var: str) -> list[str]:
         """Ops that read the variable."""
-        return [o for o, keyed in self.G._succ[var].items() if READ in keyed]
+        return [o for o, keyed in succ_of(self.G)[var].items() if READ in keyed]
 
     def next_version(self, var: str) -> str | None:
         """The variable's next version, if it is in the graph."""
-        for succ, keyed in self.G._succ[var].items():
+        for succ, keyed in succ_of(self.G)[var].items():
             if VERSION in keyed:
                 return str(succ)
         return None
 
     def writer(self, var: str) -> str | None:
         """The op that wrote the variable (first writer), if loaded."""
-        for pred, keyed in self.G._pred[var].items():
+        for pred, keyed in pred_of(self.G)[var].items():
             if WRITE in keyed:
                 return str(pred)
         return None
@@ -102,21 +103,21 @@ class GraphIndex:
                 break
             live[ident] = ref
         G = self.G
-        return {i: r for i, r in live.items() if not G._node[r].get("deleted")}
+        return {i: r for i, r in live.items() if not nodes_of(G)[r].get("deleted")}
 
     def _record_timeline(self) -> dict[str | None, list[tuple[int, str, str]]]:
         G = self.G
         out: dict[str | None, list[tuple[int, str, str]]] = defaultdict(list)
-        for node, data in G._node.items():
+        for node, data in nodes_of(G).items():
             if data.get("type") != "op" or data.get("kind") not in _RECORD_WRITERS:
                 continue
             for var in self.outputs(node):
-                vd = G._node[var]
+                vd = nodes_of(G)[var]
                 if vd.get("category") in _NOT_RECORDS or vd.get("id") is None:
                     continue
                 out[data.get("store")].append((data["end"], str(vd["id"]), var))
         for items in out.values():
-            items.sort(key=lambda t: (t[0], G._node[t[2]].get("version") or 0))
+            items.sort(key=lambda t: (t[0], nodes_of(G)[t[2]].get("version") or 0))
         return out
 
     def case_from_graph(self, case_id: str) -> Case:
@@ -125,11 +126,11 @@ class GraphIndex:
         question, gold, prediction = "", [], None
         verdict = None
         for op in self.ops_of(case_id):
-            data = G._node[op]
+            data = nodes_of(G)[op]
             if data["kind"] == OpKind.JUDGE and data.get("judge_verdict"):
                 verdict = data["judge_verdict"]
             for var in self.inputs(op) + self.outputs(op):
-                vd = G._node[var]
+                vd = nodes_of(G)[var]
                 value = vd.get("value")
                 if value is None:
                     continue
@@ -194,7 +195,7 @@ def graph_index(G: nx.MultiDiGraph) -> GraphIndex:
     messages: dict[str | None, list[str]] = defaultdict(list)
     failed: set[str] = set()
     judged: set[str] = set()
-    for node, data in G._node.items():
+    for node, data in nodes_of(G).items():
         if data.get("type") == "op":
             case = data.get("case")
             if case is not None:
@@ -204,11 +205,11 @@ def graph_index(G: nx.MultiDiGraph) -> GraphIndex:
                     if data["judge_verdict"] == JudgeVerdict.INCORRECT:
                         failed.add(str(case))
         elif data.get("category") == Category.MESSAGE:
-            writer = next((p for p, k in G._pred[node].items() if WRITE in k), None)
-            readers = [o for o, k in G._succ[node].items() if READ in k]
+            writer = next((p for p, k in pred_of(G)[node].items() if WRITE in k), None)
+            readers = [o for o, k in succ_of(G)[node].items() if READ in k]
             store = None
             for op in ([writer] if writer else []) + readers:
-                store = G._node[op].get("store")
+                store = nodes_of(G)[op].get("store")
                 if store is not None:
                     break
             messages[store].append(node)

@@ -11,7 +11,8 @@ from typing import Any
 from memtrace_otel.errors import DecodeError
 from memtrace_otel.semconv import ErrorType, JudgeVerdict
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.sources import DEFAULT_MAX_LINE_BYTES, LineReader, Outcome, replace_surrogates
+from memtrace_otel.sources import DEFAULT_MAX_LINE_BYTES, LineReader, Outcome
+from memtrace_otel.sources._common import json_line
 from memtrace_otel.sources._limits import resolve_cap
 
 
@@ -178,18 +179,7 @@ def load_cases(
                         path=name,
                         line=number,
                     )
-                try:
-                    obj = json.loads(raw.decode("utf-8"))
-                except UnicodeDecodeError as exc:
-                    raise DecodeError(f"not UTF-8 ({exc.reason})", path=name, line=number) from None
-                except json.JSONDecodeError as exc:
-                    raise DecodeError(f"invalid JSON: {exc.msg}", path=name, line=number) from None
-                except (RecursionError, ValueError) as exc:  # nesting too deep, huge integers
-                    raise DecodeError(
-                        f"invalid JSON: {type(exc).__name__}", path=name, line=number
-                    ) from None
-                # Lone surrogates as in the trace files (U+FFFD), so the case ids still match.
-                yield parse_case(replace_surrogates(obj)[0], path=name, line=number)
+                yield parse_case(json_line(raw, path=name, line=number), path=name, line=number)
             except DecodeError as exc:
                 if strict:
                     raise

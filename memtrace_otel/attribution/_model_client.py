@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from memtrace_otel._internal import backoff_delay
+from memtrace_otel._openai import endpoint_settings, missing_settings, openai_client
 from memtrace_otel.errors import ModelError
 from memtrace_otel.instrumentation import suppress_tracing
 from memtrace_otel.semconv import attributes as A
@@ -100,7 +102,8 @@ class ChatModel(Protocol):
 
 @dataclass(frozen=True)
 class EndpointConfig:
-    """Where the model lives: resolved argument > environment variable, all three required.
+    """Where the model lives: resolved argument > environment variable (the endpoint policy of
+    :mod:`memtrace_otel._openai`: named, never defaulted; a key unless the endpoint is loopback).
 
     Attributes:
         model: model name (``MEMTRACE_ATTRIBUTION_MODEL``).
@@ -124,25 +127,16 @@ class EndpointConfig:
         Raises:
             ValueError: something is missing; the message names every missing setting.
         """
-        settings = {
-            "model": (model, A.ENV_MEMTRACE_ATTRIBUTION_MODEL),
-            "base_url": (base_url, A.ENV_OPENAI_BASE_URL),
-            "api_key": (api_key, A.ENV_OPENAI_API_KEY),
-        }
-        values: dict[str, str] = {}
-        missing: list[str] = []
-        for key, (given, env) in settings.items():
-            value = given if given else os.environ.get(env, "").strip()
-            if value:
-                values[key] = value
-            else:
-                missing.append(f"{key}= or {env}")
-        if missing:
+        chosen = model or os.environ.get(A.ENV_MEMTRACE_ATTRIBUTION_MODEL, "").strip()
+        url, key = endpoint_settings(base_url, api_key)
+        missing = [] if chosen else [f"model= or {A.ENV_MEMTRACE_ATTRIBUTION_MODEL}"]
+        missing += missing_settings(url, key)
+        if not chosen or url is None or key is None:
             raise ValueError(
                 "model-based attribution needs an OpenAI-compatible endpoint; missing: "
                 + ", ".join(missing)
             )
-        return cls(**values)
+        return cls(model=chosen, base_url=url, api_key=key)
 
 
 class OpenAIChatModel:
@@ -193,7 +187,6 @@ class OpenAIChatModel:
                 f"response_format must be one of {', '.join(_RESPONSE_FORMATS)}, "
                 f"got {response_format!r}"
             )
-        import openai  # lazily: only model-based methods need it
 
         self.model = config.model
         self.base_url = config.base_url
@@ -204,8 +197,8 @@ class OpenAIChatModel:
         self.temperature = temperature
         self.max_tokens = max_tokens
         # Our own retry loop (not the client's) so every retry is counted and bounded here.
-        self._client = openai.OpenAI(
-            base_url=config.base_url, api_key=config.api_key, timeout=timeout, max_retries=0
+        self._client = openai_client(
+            config.base_url, config.api_key, timeout=timeout, max_retries=0
         )
         self._unreachable = False
 
@@ -265,12 +258,16 @@ class OpenAIChatModel:
             return _reply_text(response), {**_usage(response), "attempts": attempt}
 
     def _delay(self, attempt: int, retry_after: str | None) -> float:
-        delay = self.backoff * 2 ** (attempt - 1)
+        seconds = None
         if retry_after:
             # An HTTP date (not seconds) fails to parse: the exponential delay stands in.
             with contextlib.suppress(ValueError):
-                delay = max(delay, float(retry_after))
-        return float(min(delay, self.max_backoff))
+                seconds = float(retry_after)
+        return float(
+            backoff_delay(
+                attempt, backoff=self.backoff, max_backoff=self.max_backoff, retry_after=seconds
+            )
+        )
 
 
 def _status_reason(exc: Any, attempts: int) -> str:

@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from memtrace_otel.attribution._batch import NO_STORE, store_of
+from memtrace_otel._internal import GcPaused
+from memtrace_otel.attribution._batch import store_of
 from memtrace_otel.errors import DecodeError, SourceError
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.semconv import attributes as A
@@ -40,15 +41,12 @@ from memtrace_otel.sources import (
     SourceStats,
     ValueLimits,
     iter_records,
+    line_stores,
     open_source,
     outcomes_of,
+    prune_stores,
 )
-from memtrace_otel.sources._common import (
-    DUPLICATE_SPAN,
-    MAX_ERROR_MESSAGES,
-    SURROGATE_HINT,
-    GcPaused,
-)
+from memtrace_otel.sources._common import DUPLICATE_SPAN, MAX_ERROR_MESSAGES, SURROGATE_HINT
 from memtrace_otel.sources._documents import BenchSink
 from memtrace_otel.sources._files import FileReader, open_binary
 from memtrace_otel.sources._limits import LineReader, ReadLimits
@@ -449,7 +447,7 @@ def scan_range(part: Range) -> RangeScan:
             head=part.head,
         )
         for line, offset, size, value in values:
-            stores = _raw_stores(value, scan.case_stores)
+            stores = line_stores(value, scan.case_stores)
             if stores is None:  # not plain OTLP JSON: decode it now, and count it here
                 scan.decoded.append(line)
                 stores = {}
@@ -520,48 +518,6 @@ def merge_scan(plan: Plan, scan: RangeScan) -> None:
     plan.case_stores |= scan.case_stores
 
 
-def _raw_stores(value: Any, case_stores: set[str]) -> dict[str, int] | None:
-    """Store -> number of spans of a parsed OTLP JSON line (``None``: decode it to tell).
-
-    A line is left to the partitions only when each of its resources holds spans of one store
-    (and holds some): a bad resource or scope is then reported, and a long resource attribute
-    cut, by exactly one partition. Stores with a span naming a case go to ``case_stores``.
-    """
-    if type(value) is not dict or set(value) != {"resourceSpans"}:
-        return None
-    resources = value["resourceSpans"]
-    if type(resources) is not list or not resources:
-        return None
-    stores: dict[str, int] = {}
-    for resource in resources:
-        if type(resource) is not dict or type(resource.get("scopeSpans")) is not list:
-            return None
-        owner: str | None = None
-        for scope in resource["scopeSpans"]:
-            if type(scope) is not dict or type(scope.get("spans")) is not list:
-                return None
-            if not scope["spans"]:
-                return None
-            for span in scope["spans"]:
-                store = raw_store(span)
-                if store is None or (owner is not None and store != owner):
-                    return None
-                owner = store
-                if store not in case_stores and _names_case(span):
-                    case_stores.add(store)
-        if owner is None:
-            return None
-        stores[owner] = stores.get(owner, 0) + sum(len(s["spans"]) for s in resource["scopeSpans"])
-    return stores
-
-
-def _names_case(span: dict[str, Any]) -> bool:
-    attributes = span.get("attributes")
-    return type(attributes) is list and any(
-        type(item) is dict and item.get("key") == A.MEMTRACE_CASE_ID for item in attributes
-    )
-
-
 SHARED_MAX_RECORDS = 200_000
 """The most spans the stores shared with every partition may hold together."""
 
@@ -581,38 +537,6 @@ def shared_stores(plan: Plan) -> list[str]:
             break
         chosen.append(store)
     return chosen
-
-
-def raw_store(span: Any) -> str | None:
-    """The store id of an undecoded OTLP JSON span (``None``: cannot tell without decoding).
-
-    >>> raw_store({"attributes": [{"key": "gen_ai.memory.store.id",
-    ...                            "value": {"stringValue": "u1"}}]})
-    'u1'
-    >>> raw_store({"attributes": []}), raw_store({"attributes": [{"key": "x"}]}) == ""
-    ('', True)
-    """
-    if type(span) is not dict:
-        return None
-    attributes = span.get("attributes")
-    if attributes is None:
-        return NO_STORE
-    if type(attributes) is not list:
-        return None
-    found: str | None = NO_STORE
-    seen = False
-    for item in attributes:
-        if type(item) is not dict:
-            return None
-        if item.get("key") == A.GEN_AI_MEMORY_STORE_ID:
-            value = item.get("value")
-            if seen or type(value) is not dict or set(value) != {"stringValue"}:
-                return None  # repeated (the decoder keeps the last), or not a plain string
-            if type(value["stringValue"]) is not str:
-                return None
-            found = value["stringValue"]
-            seen = True
-    return found
 
 
 # --- partitions ----------------------------------------------------------------------------
@@ -743,7 +667,7 @@ class _Loader:
                         continue
                 scanned_here = number in chunk.decoded
                 if not scanned_here:
-                    _prune(value, self.wanted)
+                    prune_stores(value, self.wanted)
                 reader = counting if chunk.counted and not scanned_here else quiet
                 for record in reader.decode(value, number, len(raw)):
                     self.keep(record, counted=chunk.counted)
@@ -772,22 +696,3 @@ class _Loader:
             self.tally.stats.duplicates += 1
         else:
             self.tally.on_error(DUPLICATE_SPAN, duplicate_span_error(record, first[0]))
-
-
-def _prune(value: Any, wanted: set[str]) -> None:
-    """Drop the spans of other stores from a parsed OTLP JSON line before decoding it.
-
-    Lines hold spans of many stores; decoding only ours keeps partitions from repeating each
-    other's work (and from counting each other's bad spans). A span whose store cannot be read
-    here is kept (the decoded record is filtered again by its store).
-    """
-    if type(value) is not dict:
-        return
-    for resource in value.get("resourceSpans") or ():
-        if type(resource) is not dict:
-            continue
-        for scope in resource.get("scopeSpans") or ():
-            if type(scope) is dict and type(scope.get("spans")) is list:
-                scope["spans"] = [
-                    s for s in scope["spans"] if (store := raw_store(s)) is None or store in wanted
-                ]

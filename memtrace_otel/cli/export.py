@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from typing import IO, Any
+from collections.abc import Callable
+from typing import Any
 
+from memtrace_otel._progress import Progress
 from memtrace_otel.cli._backend import add_backend_options, http_options
 from memtrace_otel.sources import (
     BACKEND_SCHEMES,
@@ -20,30 +21,14 @@ from memtrace_otel.sources import (
 )
 
 
-class Progress:
-    """A one-line progress indicator on stderr: redrawn in place on a terminal, a line every
-    few seconds otherwise (CI logs), nothing when quiet."""
+def show_progress(progress: Progress) -> Callable[[SourceStats], None]:
+    """An ``export_source`` progress callback drawing on ``progress`` (the package's one bar)."""
 
-    def __init__(
-        self, stream: IO[str], *, quiet: bool = False, interval: float | None = None
-    ) -> None:
-        self.stream = stream
-        self.quiet = quiet
-        self.tty = stream.isatty()
-        self.interval = interval if interval is not None else (0.2 if self.tty else 5.0)
-        self.started = time.monotonic()
-        self._last = 0.0
-
-    def line(self, stats: SourceStats) -> str:
-        """The progress text for ``stats``."""
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        parts = [f"{stats.records:,} spans", f"{stats.records / elapsed:,.0f}/s"]
+    def update(stats: SourceStats) -> None:
+        parts = []
         if stats.traces_total:
-            done = min(stats.traces_fetched, stats.traces_total)
-            width = 20
-            filled = int(width * done / stats.traces_total)
-            parts.insert(
-                0, f"[{'#' * filled}{'.' * (width - filled)}] {done}/{stats.traces_total} traces"
+            parts.append(
+                f"{min(stats.traces_fetched, stats.traces_total)}/{stats.traces_total} traces"
             )
         elif stats.traces_fetched:
             parts.append(f"{stats.traces_fetched} traces")
@@ -51,25 +36,9 @@ class Progress:
             parts.append(f"{stats.files} file{'s' if stats.files != 1 else ''}")
         if stats.skipped:
             parts.append(f"{stats.skipped} skipped")
-        return "exporting: " + ", ".join(parts)
+        progress.update(stats.records - progress.count, ", ".join(parts))
 
-    def update(self, stats: SourceStats) -> None:
-        """Show ``stats`` if the interval has passed."""
-        now = time.monotonic()
-        if self.quiet or now - self._last < self.interval:
-            return
-        self._last = now
-        if self.tty:
-            self.stream.write("\r\033[K" + self.line(stats))
-        else:
-            self.stream.write(self.line(stats) + "\n")
-        self.stream.flush()
-
-    def done(self) -> None:
-        """End the in-place line on a terminal."""
-        if self.tty and not self.quiet and self._last:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
+    return update
 
 
 def register(subparsers: Any) -> None:
@@ -111,17 +80,17 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"memtrace export: {exc}", file=sys.stderr)
         return 2
-    progress = Progress(sys.stderr, quiet=args.quiet)
+    progress = Progress(None if args.quiet else sys.stderr, "exporting", unit="span")
     try:
         result = export_source(
             source,
             args.out,
             batch_size=args.batch_size,
             overwrite=args.force,
-            progress=progress.update,
+            progress=show_progress(progress),
         )
     finally:
-        progress.done()
+        progress.close()
     stats = source.stats
     print(f"memtrace export: wrote {result.spans:,} spans to {result.traces_path}", file=sys.stderr)
     if result.cases_path is not None:

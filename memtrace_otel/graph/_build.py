@@ -17,15 +17,15 @@ smaller canonical form and are reported.
 from __future__ import annotations
 
 import base64
-import contextlib
-import gc
 import itertools
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import networkx as nx
 
+from memtrace_otel._internal import GcPaused
+from memtrace_otel._shim import nodes_of, pred_of, succ_of
 from memtrace_otel.semconv import attributes as sc
 from memtrace_otel.semconv.record import SpanRecord
 from memtrace_otel.semconv.values import DEFAULT_STAGE_BY_KIND, OpKind, Role
@@ -149,7 +149,7 @@ def add_records(G: nx.MultiDiGraph, records: Iterable[SpanRecord]) -> None:
     >>> G.has_edge("m@1", "m@2", key="version"), G.nodes["m@1"]["external"]
     (True, False)
     """
-    with _cyclic_gc_paused():
+    with GcPaused():
         fold_records(G, records)
 
 
@@ -159,23 +159,6 @@ def fold_records(G: nx.MultiDiGraph, records: Iterable[SpanRecord]) -> None:
     for record in records:
         fold.add(record)
     fold.finish()
-
-
-@contextlib.contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for an offline fold.
-
-    Folding allocates millions of small dicts that live on, so the collector keeps rescanning the
-    whole growing graph (a large build got twice as slow per span at 10x the size). The fold
-    creates no reference cycles, so nothing is left for the collector; it is restored after.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def remove_ops(G: nx.MultiDiGraph, span_ids: Iterable[str]) -> int:
@@ -217,6 +200,8 @@ class _Fold:
 
     def __init__(self, G: nx.MultiDiGraph) -> None:
         self.G = G
+        # networkx's own dicts (see memtrace_otel/_shim.py): filled and read directly.
+        self.nodes, self.succ, self.pred = nodes_of(G), succ_of(G), pred_of(G)
         graph = G.graph
         self.anomalies: dict[AnomalyKey, dict[str, Any]] = {
             _anomaly_key(a): a for a in graph.get("anomalies", ())
@@ -236,7 +221,7 @@ class _Fold:
         # A fresh build (into an empty graph) takes two short cuts: every version edge is found
         # from its newer end (a new variable looks for its predecessor), and the proof that
         # data flow has no cycle is made edge by edge as variables are derived (see _prove).
-        self.fresh = not G._node
+        self.fresh = not self.nodes
         self.look_ahead = not self.fresh
         self.proving = self.fresh  # no edge has broken the proof yet
 
@@ -248,14 +233,14 @@ class _Fold:
         span_id = record.span_id
         if sc.MEMTRACE_OP_KIND not in attrs and sc.MEMTRACE_OP_NAME not in attrs:
             # A span id is an op when any copy of it says so; the op wins whatever the order.
-            if span_id not in self.G._node and span_id not in self.non_op:
+            if span_id not in self.nodes and span_id not in self.non_op:
                 self.non_op[span_id] = record.parent_span_id or None
                 self.new_spans[span_id] = None
             return
         self.non_op.pop(span_id, None)
         anomalies: list[dict[str, Any]] = []
         op, reads, writes = _op_from_record(record, anomalies)
-        existing = self.G._node.get(span_id)
+        existing = self.nodes.get(span_id)
         if existing is not None and not self._replace_duplicate(
             span_id, existing, op, reads, writes
         ):
@@ -290,7 +275,7 @@ class _Fold:
         return True
 
     def _edge_events(self, span_id: str) -> tuple[dict[str, Event | None], dict[str, Event | None]]:
-        succ, pred = self.G._succ, self.G._pred
+        succ, pred = self.succ, self.pred
         reads = {ref: succ[ref][span_id][READ] or None for ref in pred[span_id]}
         writes = {ref: keyed[WRITE] or None for ref, keyed in succ[span_id].items()}
         return reads, writes
@@ -304,8 +289,7 @@ class _Fold:
     ) -> None:
         # networkx's own adjacency dictionaries are filled directly: add_node/add_edge copy
         # attribute dicts and re-check keys, which is most of the cost of a large build.
-        G = self.G
-        nodes, succ, pred = G._node, G._succ, G._pred
+        nodes, succ, pred = self.nodes, self.succ, self.pred
         nodes[span_id] = op
         op_succ: dict[str, dict[str, dict[str, Any]]] = {}
         op_pred: dict[str, dict[str, dict[str, Any]]] = {}
@@ -333,9 +317,9 @@ class _Fold:
         ident, _, version = ref.rpartition("@")
         if version[0] == "0":  # "x@01": its neighbours cannot name it, so it looks both ways
             self.look_ahead = True
-        self.G._node[ref] = {"type": "variable", "id": ident, "version": int(version)}
-        self.G._succ[ref] = {}
-        self.G._pred[ref] = {}
+        self.nodes[ref] = {"type": "variable", "id": ident, "version": int(version)}
+        self.succ[ref] = {}
+        self.pred[ref] = {}
         self.new_vars[ref] = None
 
     # --- removing -------------------------------------------------------------------------------
@@ -347,8 +331,8 @@ class _Fold:
         copy go now, before the replacement adds its own; the conflict itself is kept.
         """
         G = self.G
-        self.touched.update(dict.fromkeys(G._pred[span_id]))
-        self.touched.update(dict.fromkeys(G._succ[span_id]))
+        self.touched.update(dict.fromkeys(self.pred[span_id]))
+        self.touched.update(dict.fromkeys(self.succ[span_id]))
         G.remove_node(span_id)
         self.new_ops.pop(span_id, None)
         if forget:
@@ -382,10 +366,10 @@ class _Fold:
         if self.evicted:
             self._forget_evicted()
         for ref in self.touched:
-            if ref in G._node:
+            if ref in self.nodes:
                 self._derive_variable(ref)
         for ref in self.new_vars:
-            if ref in G._node:
+            if ref in self.nodes:
                 self._link_versions(ref)
         self._check_parents()
         self._check_duplicate_writes()
@@ -401,11 +385,11 @@ class _Fold:
         event, then the smallest span id, so the choice does not depend on arrival order.
         """
         G = self.G
-        nodes = G._node
+        nodes = self.nodes
         writers = []
         best: tuple[int, int, str] | None = None
         best_event: Event | None = None
-        for op, keyed in G._pred[ref].items():
+        for op, keyed in self.pred[ref].items():
             data = keyed.get(WRITE)
             if data is None:
                 continue
@@ -415,7 +399,7 @@ class _Fold:
                 if best is None or candidate < best:
                     best, best_event = candidate, data
         readers = 0
-        for op, keyed in G._succ[ref].items():
+        for op, keyed in self.succ[ref].items():
             data = keyed.get(READ)
             if data is None:
                 continue
@@ -460,14 +444,14 @@ class _Fold:
         If all rise, there is no cycle and :meth:`_check_cycles` has nothing to do; otherwise
         it runs the exact check.
         """
-        nodes = self.G._node
+        nodes = self.nodes
         try:
             here = _variable_potential(node)
             for op in writers:
                 if 3 * nodes[op]["end"] + 1 >= here:
                     self.proving = False
                     return
-            for op in self.G._succ[ref]:
+            for op in self.succ[ref]:
                 if 3 * nodes[op]["end"] + 1 <= here:
                     self.proving = False
                     return
@@ -475,7 +459,7 @@ class _Fold:
             self.proving = False
 
     def _link_versions(self, ref: str) -> None:
-        nodes = self.G._node
+        nodes = self.nodes
         node = nodes[ref]
         ident, version = node["id"], node["version"]
         if version > 1:
@@ -488,17 +472,17 @@ class _Fold:
                 self._add_version_edge(ref, after)
 
     def _add_version_edge(self, older: str, newer: str) -> None:
-        succ = self.G._succ
+        succ = self.succ
         keyed = succ[older].get(newer)
         if keyed is None:
             keyed = {}
             succ[older][newer] = keyed
-            self.G._pred[newer][older] = keyed
+            self.pred[newer][older] = keyed
         if VERSION not in keyed:
             keyed[VERSION] = {}
             self.cycle_heads.add(newer)
         if self.proving:
-            nodes = self.G._node
+            nodes = self.nodes
             try:
                 if _variable_potential(nodes[older]) >= _variable_potential(nodes[newer]):
                     self.proving = False
@@ -506,7 +490,7 @@ class _Fold:
                 self.proving = False
 
     def _check_parents(self) -> None:
-        nodes, non_op = self.G._node, self.non_op
+        nodes, non_op = self.nodes, self.non_op
 
         def loaded(span_id: str) -> bool:
             return span_id in non_op or nodes.get(span_id, _NOT_OP).get("type") == "op"
@@ -529,7 +513,7 @@ class _Fold:
 
     def _check_parent_cycles(self) -> None:
         """Report parent chains that loop (seen in broken traces); never walk one twice."""
-        nodes, non_op = self.G._node, self.non_op
+        nodes, non_op = self.nodes, self.non_op
         done: set[str] = set()
         for start in itertools.chain(self.new_ops, self.new_spans):
             path: dict[str, int] = {}
@@ -556,7 +540,7 @@ class _Fold:
         touched = self.touched
         for key in [k for k in self.anomalies if k[0] == "duplicate_write" and k[2] in touched]:
             del self.anomalies[key]
-        pred = self.G._pred
+        pred = self.pred
         for ref, count in self.writer_counts.items():
             if count > 1:
                 writers = sorted(op for op, keyed in pred[ref].items() if WRITE in keyed)
@@ -568,14 +552,14 @@ class _Fold:
     def _check_cycles(self) -> None:
         """Report data-flow cycles through the new edges (a memory graph should be acyclic)."""
         G = self.G
-        nodes = G._node
+        nodes = self.nodes
         if self.fresh and self.proving:
             return  # every edge was checked as it was made (see _prove)
         heads = {n for n in self.cycle_heads if n in nodes}
         heads.update(n for n in self.new_ops if n in nodes)
         if not heads:
             return
-        succ, pred = G._succ, G._pred
+        succ, pred = self.succ, self.pred
         # A new cycle runs through the head of a new edge, so it lies among their descendants.
         # When most of the graph is new (a fresh build), the whole graph is the region.
         if 2 * len(heads) > len(nodes):
@@ -613,8 +597,8 @@ class _Fold:
                 (only,) = component
                 if only not in succ[only]:
                     continue
-            ops = sorted(n for n in component if G._node[n].get("type") == "op")
-            refs = sorted(n for n in component if G._node[n].get("type") != "op")
+            ops = sorted(n for n in component if self.nodes[n].get("type") == "op")
+            refs = sorted(n for n in component if self.nodes[n].get("type") != "op")
             anomaly = _anomaly(
                 "cycle", ops, None, "data flow loops through " + ", ".join(refs), refs=refs
             )
@@ -642,7 +626,7 @@ def _variable_potential(data: Mapping[str, Any]) -> int:
 
 
 def _potential_rises(G: nx.MultiDiGraph, region: Iterable[str]) -> bool:
-    nodes, succ = G._node, G._succ
+    nodes, succ = nodes_of(G), succ_of(G)
     potential: dict[str, int] = {}
     for node in region:
         data = nodes[node]

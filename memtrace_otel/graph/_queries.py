@@ -11,6 +11,7 @@ from typing import Any
 
 import networkx as nx
 
+from memtrace_otel._shim import nodes_of, pred_of, succ_of
 from memtrace_otel.errors import GraphError
 from memtrace_otel.graph._build import READ, WRITE, op_order_key
 from memtrace_otel.semconv.values import JudgeVerdict, OpKind
@@ -39,7 +40,7 @@ def is_op(G: nx.MultiDiGraph, node: str) -> bool:
     >>> is_op(G, "a000000000000001"), is_op(G, "msg:1@1"), is_op(G, "nope")
     (True, False, False)
     """
-    return bool(G._node.get(node, {}).get("type") == "op")
+    return bool(nodes_of(G).get(node, {}).get("type") == "op")
 
 
 def is_variable(G: nx.MultiDiGraph, node: str) -> bool:
@@ -49,7 +50,7 @@ def is_variable(G: nx.MultiDiGraph, node: str) -> bool:
     >>> is_variable(example_graph(), "msg:1@1")
     True
     """
-    return bool(G._node.get(node, {}).get("type") == "variable")
+    return bool(nodes_of(G).get(node, {}).get("type") == "variable")
 
 
 def case_subgraph(G: nx.MultiDiGraph, case_id: str) -> nx.MultiDiGraph:
@@ -71,15 +72,17 @@ def case_subgraph(G: nx.MultiDiGraph, case_id: str) -> nx.MultiDiGraph:
     >>> "mem:1@1" in H, "q:2@1" in H, H.graph["case_id"]
     (True, False, 'c1')
     """
-    roots = [n for n, d in G._node.items() if d.get("type") == "op" and d.get("case") == case_id]
+    roots = [
+        n for n, d in nodes_of(G).items() if d.get("type") == "op" and d.get("case") == case_id
+    ]
     if not roots:
         raise GraphError(f"no op belongs to case {case_id!r}")
     keep: set[str] = set(roots)
     for op in roots:
-        keep.update(v for v, keyed in G._succ[op].items() if WRITE in keyed)
+        keep.update(v for v, keyed in succ_of(G)[op].items() if WRITE in keyed)
     stack = list(roots)
     while stack:
-        for upstream in G._pred[stack.pop()]:
+        for upstream in pred_of(G)[stack.pop()]:
             if upstream not in keep:
                 keep.add(upstream)
                 stack.append(upstream)
@@ -102,14 +105,16 @@ def lineage(G: nx.MultiDiGraph, ref: str) -> nx.MultiDiGraph:
     [('a000000000000003', 'mem:1@1', 'write'), ('b000000000000002', 'mem:1@2', 'write'),
      ('mem:1@1', 'b000000000000002', 'read'), ('mem:1@1', 'mem:1@2', 'version')]
     """
-    node = G._node.get(ref)
+    node = nodes_of(G).get(ref)
     ident = node["id"] if node is not None and node.get("type") == "variable" else ref
-    versions = [n for n, d in G._node.items() if d.get("type") == "variable" and d["id"] == ident]
+    versions = [
+        n for n, d in nodes_of(G).items() if d.get("type") == "variable" and d["id"] == ident
+    ]
     if not versions:
         raise GraphError(f"no variable {ref!r} in the graph")
     keep = set(versions)
     for version in versions:
-        keep.update(op for op, keyed in G._pred[version].items() if WRITE in keyed)
+        keep.update(op for op, keyed in pred_of(G)[version].items() if WRITE in keyed)
     return _subgraph_copy(G, keep, variable_id=ident)
 
 
@@ -124,7 +129,7 @@ def writers_of(G: nx.MultiDiGraph, ref: str) -> list[str]:
     (['b000000000000002'], [])
     """
     _require_variable(G, ref)
-    return execution_order(G, [op for op, keyed in G._pred[ref].items() if WRITE in keyed])
+    return execution_order(G, [op for op, keyed in pred_of(G)[ref].items() if WRITE in keyed])
 
 
 def readers_of(G: nx.MultiDiGraph, ref: str) -> list[str]:
@@ -138,7 +143,7 @@ def readers_of(G: nx.MultiDiGraph, ref: str) -> list[str]:
     ['b000000000000002']
     """
     _require_variable(G, ref)
-    return execution_order(G, [op for op, keyed in G._succ[ref].items() if READ in keyed])
+    return execution_order(G, [op for op, keyed in succ_of(G)[ref].items() if READ in keyed])
 
 
 def execution_order(G: nx.MultiDiGraph, nodes: Iterable[str] | None = None) -> list[str]:
@@ -154,7 +159,7 @@ def execution_order(G: nx.MultiDiGraph, nodes: Iterable[str] | None = None) -> l
     >>> execution_order(G, ["c000000000000002", "pred:1@1", "q:1@1", "a000000000000001"])
     ['q:1@1', 'a000000000000001', 'c000000000000002', 'pred:1@1']
     """
-    chosen = list(G._node) if nodes is None else list(nodes)
+    chosen = list(nodes_of(G)) if nodes is None else list(nodes)
     return sorted(chosen, key=lambda node: _order_key(G, node))
 
 
@@ -168,7 +173,7 @@ def linked_trace_ids(G: nx.MultiDiGraph) -> list[str]:
     loaded = set(G.graph.get("trace_ids", ()))
     linked = {
         link["trace_id"]
-        for data in G._node.values()
+        for data in nodes_of(G).values()
         if data.get("type") == "op"
         for link in data.get("links", ())
     }
@@ -185,7 +190,7 @@ def failed_case_ids(G: nx.MultiDiGraph) -> list[str]:
     return sorted(
         {
             str(data["case"])
-            for data in G._node.values()
+            for data in nodes_of(G).values()
             if data.get("type") == "op"
             and data.get("kind") == OpKind.JUDGE
             and data.get("judge_verdict") == JudgeVerdict.INCORRECT
@@ -215,15 +220,15 @@ def canonical_form(G: nx.MultiDiGraph) -> dict[str, Any]:
 
 
 def _order_key(G: nx.MultiDiGraph, node: str) -> OrderKey:
-    data = G._node.get(node)
+    data = nodes_of(G).get(node)
     if data is None:
         raise GraphError(f"{node!r} is not a node of the graph")
     if data.get("type") == "op":
         return (*op_order_key(data), 0, "")
     writer = data.get("writer")
-    if writer is None or writer not in G._node:
+    if writer is None or writer not in nodes_of(G):
         return (-1, -1, "", "", 1, node)
-    return (*op_order_key(G._node[writer]), 1, node)
+    return (*op_order_key(nodes_of(G)[writer]), 1, node)
 
 
 def _require_variable(G: nx.MultiDiGraph, ref: str) -> None:

@@ -215,7 +215,7 @@ def _emit(
     if case_id:
         attributes[A.MEMTRACE_CASE_ID] = case_id
         event[A.MEMTRACE_CASE_ID] = case_id
-    from memtrace_otel import __version__  # the package imports this module
+    from memtrace_otel._version import __version__
 
     tracer = trace.get_tracer("memtrace_otel", __version__, tracer_provider)
     context = Context()  # a case id only: a trace of its own, never the caller's request

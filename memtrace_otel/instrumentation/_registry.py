@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
-from collections import OrderedDict
 
 from opentelemetry.trace import SpanContext, TraceFlags
 
-from memtrace_otel._internal import reinit_after_fork
+from memtrace_otel._internal import BoundedCache
 from memtrace_otel.semconv.attributes import ENV_MEMTRACE_REGISTRY_SIZE
 
 DEFAULT_REGISTRY_SIZE = 100_000
@@ -54,7 +52,7 @@ def _parse_traceparent(text: str) -> SpanContext | None:
     return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))
 
 
-class WriterRegistry:
+class WriterRegistry(BoundedCache[str, SpanContext]):
     """A bounded map from variable ref to the span context of the op that wrote it.
 
     The least recently written entries are evicted first; evictions are counted in
@@ -83,34 +81,10 @@ class WriterRegistry:
             raise ValueError(f"invalid {where} {size!r}: expected a positive integer") from None
         if capacity < 1:
             raise ValueError(f"invalid {where} {size!r}: expected a positive integer")
-        self.max_entries = capacity
-        self.evicted = 0
-        self._entries: OrderedDict[str, SpanContext] = OrderedDict()
-        self._lock = threading.Lock()
-        reinit_after_fork(self)
+        super().__init__(capacity)
 
-    def _reinit_after_fork(self) -> None:
-        # A thread of the parent may have held the lock at fork(): in the child it never returns.
-        self._lock = threading.Lock()
-
-    def record(self, ref: str, ctx: SpanContext) -> None:
-        """Remember that the span ``ctx`` wrote ``ref``."""
-        with self._lock:
-            entries = self._entries
-            entries[ref] = ctx
-            entries.move_to_end(ref)
-            if len(entries) > self.max_entries:
-                entries.popitem(last=False)
-                self.evicted += 1
-
-    def lookup(self, ref: str) -> SpanContext | None:
-        """The writer of ``ref``, if known."""
-        return self._entries.get(ref)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def clear(self) -> None:
-        """Forget every entry (tests)."""
-        with self._lock:
-            self._entries.clear()
+    # The map's own methods under the registry's names (no extra call on the traced path).
+    record = BoundedCache.set
+    """Remember that the span ``ctx`` wrote ``ref``: ``record(ref, ctx)``."""
+    lookup = BoundedCache.get
+    """The writer of ``ref``, if known: ``lookup(ref)``."""

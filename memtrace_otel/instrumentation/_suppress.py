@@ -7,8 +7,7 @@ from types import TracebackType
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
 
-# The key the OpenTelemetry SDK, its exporters and every contrib instrumentation check.
-_SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY
+from memtrace_otel._shim import SUPPRESS_INSTRUMENTATION_KEY as _SUPPRESS_KEY
 
 
 def is_tracing_suppressed() -> bool:

@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypedDict, TypeVar, Unpack
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -71,6 +71,26 @@ _ONE_INPUT = (str, Variable)  # a tuple: ``str | Variable`` builds a new union o
 
 InputLike = Variable | str
 """An op input: a :class:`Variable`, or the ref string of a variable a traced op wrote."""
+
+
+class OpOptions(TypedDict, total=False):
+    """The keyword arguments of the op decorators (:meth:`MemTracer.trace_op` and the per-kind
+    ``trace_<kind>``): those of :meth:`MemTracer.op` but ``span``."""
+
+    inputs: Iterable[InputLike]
+    stage: Stage | str | None
+    case_id: str | None
+    prompt: InputLike | None
+    store_id: str | None
+    system: str | None
+    attributes: Mapping[str, AttributeValue] | None
+    gen_ai_operation: str | None
+
+
+class SpanOpOptions(OpOptions, total=False):
+    """The keyword arguments of :meth:`MemTracer.op` and the per-kind factories (``ingest`` ...)."""
+
+    span: Span | None
 
 
 def current_op() -> Op | None:
@@ -493,7 +513,7 @@ class MemTracer:
         capture: CaptureConfig | None = None,
         registry: WriterRegistry | None = None,
     ) -> None:
-        from memtrace_otel import __version__
+        from memtrace_otel._version import __version__
 
         for label, value in (("system", system), ("store_id", store_id)):
             if value is not None and (not isinstance(value, str) or not value):
@@ -664,32 +684,51 @@ class MemTracer:
             span,
         )
 
-    # One per kind, with :meth:`op`'s keyword arguments (no re-packing: they run per op).
-    ingest = _kind_factory(
-        OpKind.INGEST, "A raw input (message, document) enters the memory system."
-    )
-    extract = _kind_factory(
-        OpKind.EXTRACT,
-        "Memory content derived from inputs: fact extraction, chunking, segmentation.",
-    )
-    create = _kind_factory(OpKind.CREATE, "A new record written to the store.")
-    update = _kind_factory(
-        OpKind.UPDATE, "A record rewritten: merge, overwrite, summarise, trim a window."
-    )
-    delete = _kind_factory(
-        OpKind.DELETE, "A record removed (its output is a tombstone: ``var.tombstone()``)."
-    )
-    retrieve = _kind_factory(OpKind.RETRIEVE, "A query turned into candidate records.")
-    filter = _kind_factory(OpKind.FILTER, "Candidates reranked, thresholded, deduplicated or cut.")
-    assemble = _kind_factory(OpKind.ASSEMBLE, "The answer prompt or context built from records.")
-    generate = _kind_factory(OpKind.GENERATE, "The answer produced.")
-    judge = _kind_factory(
-        OpKind.JUDGE, "The answer scored against the gold answer (use ``op.set_verdict``)."
-    )
+    # One per kind, with :meth:`op`'s keyword arguments (no re-packing: they run per op). The
+    # type checker sees their signatures; at run time each is made by _kind_factory.
+    if TYPE_CHECKING:
+
+        def ingest(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
+        def extract(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
+        def create(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
+        def update(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
+        def delete(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
+        def retrieve(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
+        def filter(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
+        def assemble(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
+        def generate(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
+        def judge(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
+
+    else:
+        ingest = _kind_factory(
+            OpKind.INGEST, "A raw input (message, document) enters the memory system."
+        )
+        extract = _kind_factory(
+            OpKind.EXTRACT,
+            "Memory content derived from inputs: fact extraction, chunking, segmentation.",
+        )
+        create = _kind_factory(OpKind.CREATE, "A new record written to the store.")
+        update = _kind_factory(
+            OpKind.UPDATE, "A record rewritten: merge, overwrite, summarise, trim a window."
+        )
+        delete = _kind_factory(
+            OpKind.DELETE, "A record removed (its output is a tombstone: ``var.tombstone()``)."
+        )
+        retrieve = _kind_factory(OpKind.RETRIEVE, "A query turned into candidate records.")
+        filter = _kind_factory(
+            OpKind.FILTER, "Candidates reranked, thresholded, deduplicated or cut."
+        )
+        assemble = _kind_factory(
+            OpKind.ASSEMBLE, "The answer prompt or context built from records."
+        )
+        generate = _kind_factory(OpKind.GENERATE, "The answer produced.")
+        judge = _kind_factory(
+            OpKind.JUDGE, "The answer scored against the gold answer (use ``op.set_verdict``)."
+        )
 
     # -- decorators ------------------------------------------------------------------------
     def trace_op(
-        self, kind: OpKind | str, name: str, **kwargs: Any
+        self, kind: OpKind | str, name: str, **kwargs: Unpack[OpOptions]
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorate a function or coroutine function as an op.
 
@@ -736,7 +775,7 @@ class MemTracer:
         self,
         kind: OpKind | str,
         name: str,
-        op_kwargs: dict[str, Any],
+        op_kwargs: OpOptions,
         args: tuple[Any, ...],
         call_kwargs: dict[str, Any],
     ) -> Op | None:
@@ -747,54 +786,69 @@ class MemTracer:
                     found.append(value)
                 elif isinstance(value, list | tuple):
                     found.extend(v for v in value if isinstance(v, Variable))
-            return self.op(kind, name, **{**op_kwargs, "inputs": found})
+            options: OpOptions = {**op_kwargs, "inputs": found}
+            return self.op(kind, name, **options)
         except Exception:
             internal_error("op.decorator")
             return None
 
-    def trace_ingest(self, name: str, **kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    def trace_ingest(
+        self, name: str, **kwargs: Unpack[OpOptions]
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator form of :meth:`ingest`."""
         return self.trace_op(OpKind.INGEST, name, **kwargs)
 
-    def trace_extract(self, name: str, **kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    def trace_extract(
+        self, name: str, **kwargs: Unpack[OpOptions]
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator form of :meth:`extract`."""
         return self.trace_op(OpKind.EXTRACT, name, **kwargs)
 
-    def trace_create(self, name: str, **kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    def trace_create(
+        self, name: str, **kwargs: Unpack[OpOptions]
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator form of :meth:`create`."""
         return self.trace_op(OpKind.CREATE, name, **kwargs)
 
-    def trace_update(self, name: str, **kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    def trace_update(
+        self, name: str, **kwargs: Unpack[OpOptions]
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator form of :meth:`update`."""
         return self.trace_op(OpKind.UPDATE, name, **kwargs)
 
-    def trace_delete(self, name: str, **kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    def trace_delete(
+        self, name: str, **kwargs: Unpack[OpOptions]
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator form of :meth:`delete`."""
         return self.trace_op(OpKind.DELETE, name, **kwargs)
 
     def trace_retrieve(
-        self, name: str, **kwargs: Any
+        self, name: str, **kwargs: Unpack[OpOptions]
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator form of :meth:`retrieve`."""
         return self.trace_op(OpKind.RETRIEVE, name, **kwargs)
 
-    def trace_filter(self, name: str, **kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    def trace_filter(
+        self, name: str, **kwargs: Unpack[OpOptions]
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator form of :meth:`filter`."""
         return self.trace_op(OpKind.FILTER, name, **kwargs)
 
     def trace_assemble(
-        self, name: str, **kwargs: Any
+        self, name: str, **kwargs: Unpack[OpOptions]
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator form of :meth:`assemble`."""
         return self.trace_op(OpKind.ASSEMBLE, name, **kwargs)
 
     def trace_generate(
-        self, name: str, **kwargs: Any
+        self, name: str, **kwargs: Unpack[OpOptions]
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator form of :meth:`generate`."""
         return self.trace_op(OpKind.GENERATE, name, **kwargs)
 
-    def trace_judge(self, name: str, **kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    def trace_judge(
+        self, name: str, **kwargs: Unpack[OpOptions]
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator form of :meth:`judge`."""
         return self.trace_op(OpKind.JUDGE, name, **kwargs)
 

@@ -29,13 +29,18 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 import wrapt
 from opentelemetry import baggage, trace
 from packaging.requirements import InvalidRequirement, Requirement
 
-from memtrace_otel._internal import internal_error, on_fork_in_child, reinit_after_fork
+from memtrace_otel._internal import (
+    BoundedCache,
+    internal_error,
+    on_fork_in_child,
+    reinit_after_fork,
+)
 from memtrace_otel.instrumentation import (
     MemTracer,
     Op,
@@ -884,40 +889,6 @@ def forget_prompts() -> None:
 # ---------------------------------------------------------------------------------------------
 # Versions of records the libraries do not version themselves
 # ---------------------------------------------------------------------------------------------
-
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class BoundedCache(Generic[K, V]):
-    """A bounded, thread-safe map; the least recently set entries are evicted first."""
-
-    def __init__(self, max_entries: int = 100_000) -> None:
-        self.max_entries = max_entries
-        self._entries: OrderedDict[K, V] = OrderedDict()
-        self._lock = threading.Lock()
-        reinit_after_fork(self)
-
-    def _reinit_after_fork(self) -> None:
-        self._lock = threading.Lock()
-
-    def get(self, key: K) -> V | None:
-        """The value of ``key``, if known."""
-        return self._entries.get(key)
-
-    def set(self, key: K, value: V) -> None:
-        """Remember ``value`` for ``key``."""
-        with self._lock:
-            self._entries[key] = value
-            self._entries.move_to_end(key)
-            if len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
-
-    def clear(self) -> None:
-        """Forget everything."""
-        with self._lock:
-            self._entries.clear()
 
 
 class VersionCache(BoundedCache[str, int]):

@@ -28,7 +28,6 @@ from memtrace_otel.optimize._params import (
 from memtrace_otel.optimize._rewrite import (
     Failure,
     PromptRewriter,
-    fence,
     missing_placeholders,
     placeholders,
 )
@@ -43,7 +42,6 @@ __all__ = [
     "ReferenceSystem",
     "blame_counts",
     "candidate_values",
-    "fence",
     "missing_placeholders",
     "optimize",
     "placeholders",

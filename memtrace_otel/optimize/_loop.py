@@ -51,9 +51,9 @@ from memtrace_otel.systems import (
     Engine,
     OfflineEngine,
     Workload,
-    message_ref,
     run_conversation,
 )
+from memtrace_otel.systems._base import turn_ref
 
 __all__ = [
     "OptimisableSystem",
@@ -168,7 +168,7 @@ class ReferenceSystem:
                         "case_id": case_id,
                         "question": question.question,
                         "gold_answers": list(question.gold_answers),
-                        "evidence_refs": [message_ref(store, e.dia_id) for e in question.evidence],
+                        "evidence_refs": [turn_ref(store, e.dia_id) for e in question.evidence],
                         "verdict": "correct" if result.correct else "incorrect",
                         "prediction": result.prediction,
                         "system": self.name,

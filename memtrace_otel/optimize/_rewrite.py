@@ -17,25 +17,13 @@ from string import Template
 from typing import Any
 
 from memtrace_otel.attribution import ChatModel
+from memtrace_otel.attribution._llm import fence
 from memtrace_otel.errors import ModelError
 from memtrace_otel.instrumentation import suppress_tracing
 
-__all__ = ["Failure", "PromptRewriter", "fence", "missing_placeholders", "placeholders"]
+__all__ = ["Failure", "PromptRewriter", "missing_placeholders", "placeholders"]
 
-_FENCE_RUN = re.compile(r"<{3,}|>{3,}")
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
-
-
-def fence(label: str, text: str) -> str:
-    """``text`` as a fenced block of untrusted data (angle-bracket runs spaced out).
-
-    >>> print(fence("q", "stop <<<END DATA>>>"))
-    <<<DATA id=q>>>
-    stop < < <END DATA> > >
-    <<<END DATA>>>
-    """
-    safe = _FENCE_RUN.sub(lambda m: " ".join(m.group()), text)
-    return f"<<<DATA id={label}>>>\n{safe}\n<<<END DATA>>>"
 
 
 def placeholders(template: str) -> list[str]:

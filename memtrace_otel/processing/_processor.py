@@ -25,6 +25,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from memtrace_otel._internal import internal_error, logger
+from memtrace_otel._shim import nodes_of
 from memtrace_otel.export import span_to_record
 from memtrace_otel.graph._build import fold_records, new_graph, remove_ops
 from memtrace_otel.semconv import SpanRecord
@@ -253,11 +254,12 @@ class EvolutionGraphProcessor(SpanProcessor):
                 internal_error("processor.convert")
         G = self._graph
         try:
+            nodes = nodes_of(G)
             new_ops = {
                 r.span_id
                 for r in records
                 if (sc.MEMTRACE_OP_KIND in r.attributes or sc.MEMTRACE_OP_NAME in r.attributes)
-                and r.span_id not in G._node
+                and r.span_id not in nodes
             }
             fold_records(G, records)
             self._op_count += len(new_ops)
@@ -286,7 +288,7 @@ class EvolutionGraphProcessor(SpanProcessor):
             return
         target = int(self.max_ops * _LOW_WATER)
         by_store: dict[Any, list[tuple[int, str]]] = {}
-        for node, data in G._node.items():
+        for node, data in nodes_of(G).items():
             if data.get("type") == "op":
                 by_store.setdefault(data.get("store"), []).append((data["end"], node))
         victims: list[str] = []
@@ -311,7 +313,7 @@ class EvolutionGraphProcessor(SpanProcessor):
     def _refresh_trace_ids(self) -> None:
         G = self._graph
         G.graph["trace_ids"] = sorted(
-            {data["trace_id"] for data in G._node.values() if data.get("type") == "op"}
+            {data["trace_id"] for data in nodes_of(G).values() if data.get("type") == "op"}
         )
 
     def _count(self, name: str, amount: int = 1) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -10,7 +9,7 @@ from typing import Any
 
 from memtrace_otel.attribution import Verdict
 from memtrace_otel.errors import DecodeError
-from memtrace_otel.sources import replace_surrogates
+from memtrace_otel.sources._common import json_line
 
 __all__ = ["Label", "label_accuracy", "load_labels"]
 
@@ -72,15 +71,9 @@ def load_labels(path: str | os.PathLike[str]) -> dict[str, Label]:
         for number, raw in enumerate(handle, 1):
             if not raw.strip():
                 continue
-            try:
-                obj = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                raise DecodeError(f"not UTF-8 ({exc.reason})", path=name, line=number) from None
-            except json.JSONDecodeError as exc:
-                raise DecodeError(f"invalid JSON: {exc.msg}", path=name, line=number) from None
+            obj = json_line(raw, path=name, line=number)
             if not isinstance(obj, dict):
                 raise DecodeError("expected a JSON object", path=name, line=number)
-            obj = replace_surrogates(obj)[0]  # as in the trace and cases files
             case_id = obj.get("case_id")
             if not isinstance(case_id, str | int) or isinstance(case_id, bool) or case_id == "":
                 raise DecodeError(

@@ -15,6 +15,7 @@ from typing import Any
 
 import networkx as nx
 
+from memtrace_otel._shim import nodes_of, pred_of, succ_of
 from memtrace_otel.attribution import BatchSummary, Case, Verdict, graph_index
 from memtrace_otel.errors import GraphError
 from memtrace_otel.graph import READ, WRITE, case_subgraph, execution_order
@@ -78,7 +79,7 @@ def evidence_path(G: nx.MultiDiGraph, verdict: Verdict | None) -> list[str]:
         node = stack.pop()
         if node not in keep:
             keep.add(node)
-            stack.extend(n for n in G._succ[node] if n in allowed and n not in keep)
+            stack.extend(n for n in succ_of(G)[node] if n in allowed and n not in keep)
     if culprit not in keep:
         return execution_order(G, [*sources, culprit])
     return execution_order(G, keep)
@@ -123,18 +124,20 @@ def _op_node(
 ) -> dict[str, Any]:
     start, end = data.get("start"), data.get("end")
     duration = (end - start) / 1e6 if isinstance(start, int) and isinstance(end, int) else None
-    inputs = execution_order(G, [ref for ref in G._pred[node] if READ in G._pred[node][ref]])
-    outputs = execution_order(G, [ref for ref in G._succ[node] if WRITE in G._succ[node][ref]])
+    inputs = execution_order(G, [ref for ref in pred_of(G)[node] if READ in pred_of(G)[node][ref]])
+    outputs = execution_order(
+        G, [ref for ref in succ_of(G)[node] if WRITE in succ_of(G)[node][ref]]
+    )
     # What the op itself recorded about a variable can differ from the variable's own value
     # (a reader saw an older copy, or only the reader captured content): keep it when it does.
     seen: dict[str, Any] = {}
     for ref in inputs:
-        event = G._pred[node][ref][READ]
-        if event.get("value") is not None and event.get("value") != G._node[ref].get("value"):
+        event = pred_of(G)[node][ref][READ]
+        if event.get("value") is not None and event.get("value") != nodes_of(G)[ref].get("value"):
             seen[ref] = _cut(event["value"])[0]
     for ref in outputs:
-        event = G._succ[node][ref][WRITE]
-        if event.get("value") is not None and event.get("value") != G._node[ref].get("value"):
+        event = succ_of(G)[node][ref][WRITE]
+        if event.get("value") is not None and event.get("value") != nodes_of(G)[ref].get("value"):
             seen[ref] = _cut(event["value"])[0]
     trace_id, span_id = str(data.get("trace_id") or ""), str(data.get("span_id") or node)
     links: dict[str, str] = {}
@@ -182,9 +185,9 @@ def _op_node(
 def _variable_node(G: nx.MultiDiGraph, node: str, data: Mapping[str, Any]) -> dict[str, Any]:
     value, cut = _cut(data.get("value"))
     writer = data.get("writer")
-    readers = execution_order(G, [op for op in G._succ[node] if READ in G._succ[node][op]])
+    readers = execution_order(G, [op for op in succ_of(G)[node] if READ in succ_of(G)[node][op]])
     if writer is not None and writer in G:
-        stage = G._node[writer].get("stage") or OTHER_STAGE
+        stage = nodes_of(G)[writer].get("stage") or OTHER_STAGE
     else:
         stage = INPUT_STAGE
     excerpt = _excerpt(data.get("value"))
@@ -307,28 +310,30 @@ def case_view(
     extra = set(path)
     if culprit is not None and culprit in G:
         extra.add(culprit)
-        extra.update(G._pred[culprit])
-        extra.update(G._succ[culprit])
+        extra.update(pred_of(G)[culprit])
+        extra.update(succ_of(G)[culprit])
     if not extra <= set(H):
         graph = H.graph
         H = G.subgraph(set(H) | extra).copy()
         H.graph = graph
-    case_ops = [n for n, d in H._node.items() if d.get("type") == "op" and d.get("case") == case_id]
+    case_ops = [
+        n for n, d in nodes_of(H).items() if d.get("type") == "op" and d.get("case") == case_id
+    ]
     # Nodes that stay visible when their stage is collapsed: the trail to the culprit, and the
     # question's own ops with what they wrote and the external inputs they read.
     focus = set(path) | set(case_ops)
     for op in case_ops:
-        focus.update(ref for ref in H._succ[op] if WRITE in H._succ[op][ref])
+        focus.update(ref for ref in succ_of(H)[op] if WRITE in succ_of(H)[op][ref])
         focus.update(
             ref
-            for ref in H._pred[op]
-            if READ in H._pred[op][ref] and H._node[ref].get("writer") is None
+            for ref in pred_of(H)[op]
+            if READ in pred_of(H)[op][ref] and nodes_of(H)[ref].get("writer") is None
         )
     if culprit is not None:
         focus.add(culprit)
     nodes = []
     for order, node in enumerate(execution_order(H)):
-        data = H._node[node]
+        data = nodes_of(H)[node]
         if data.get("type") == "op":
             item = _op_node(H, node, data, jaeger_url=jaeger_url, tempo_url=tempo_url)
         else:

@@ -30,15 +30,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from memtrace_otel._progress import Progress
 from memtrace_otel.errors import SourceSpecError
 from memtrace_otel.sources._backends import (
     JaegerSource,
     TempoSource,
     backend_from_url,
-    parse_duration,
-    parse_time,
 )
-from memtrace_otel.sources._common import SourceStats, replace_surrogates
+from memtrace_otel.sources._common import (
+    SourceStats,
+)
 from memtrace_otel.sources._documents import decode_document, decode_jaeger, decode_otlp_json
 from memtrace_otel.sources._export import ExportResult, export_source
 from memtrace_otel.sources._files import expand_paths
@@ -49,42 +50,36 @@ from memtrace_otel.sources._limits import (
     DEFAULT_MAX_ATTRIBUTE_BYTES,
     DEFAULT_MAX_DOCUMENT_BYTES,
     DEFAULT_MAX_LINE_BYTES,
-    DEFAULT_MAX_RESPONSE_BYTES,
     LineReader,
     ReadLimits,
     RecordCapper,
     ValueLimits,
 )
 from memtrace_otel.sources._memtracebench import (
-    OP_KIND_BY_CATEGORY,
-    OP_KIND_BY_NAME,
     OTHER_KIND,
-    BenchCase,
     BenchGraph,
-    BenchLabel,
     decode_memtracebench,
     load_memtracebench,
 )
 from memtrace_otel.sources._memtracebench_export import (
     ExportSummary,
-    build_plans,
     export_memtracebench,
-    smartcomment_python,
 )
 from memtrace_otel.sources._otlp_proto import decode_otlp_proto
 from memtrace_otel.sources._outcomes import (
     DEFAULT_RULE,
     Outcome,
     OutcomeRule,
-    decode_outcome_logs,
     latest_outcomes,
     outcome_key,
     outcomes_of,
     read_outcomes,
 )
-from memtrace_otel.sources._progress import Progress
 from memtrace_otel.sources._source import FileSource, Source, iter_records
-from memtrace_otel.sources._upstream import adapt_upstream, is_upstream_op
+from memtrace_otel.sources._stores import NO_STORE, line_stores, prune_stores, raw_store
+from memtrace_otel.sources._upstream import (
+    adapt_upstream,
+)
 
 BACKEND_SCHEMES = ("jaeger+http://", "jaeger+https://", "tempo+http://", "tempo+https://")
 
@@ -157,14 +152,10 @@ __all__ = [
     "DEFAULT_MAX_ATTRIBUTE_BYTES",
     "DEFAULT_MAX_DOCUMENT_BYTES",
     "DEFAULT_MAX_LINE_BYTES",
-    "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_RULE",
-    "OP_KIND_BY_CATEGORY",
-    "OP_KIND_BY_NAME",
+    "NO_STORE",
     "OTHER_KIND",
-    "BenchCase",
     "BenchGraph",
-    "BenchLabel",
     "ExportResult",
     "ExportSummary",
     "FileSource",
@@ -181,26 +172,22 @@ __all__ = [
     "TempoSource",
     "ValueLimits",
     "adapt_upstream",
-    "build_plans",
     "decode_document",
     "decode_jaeger",
     "decode_memtracebench",
     "decode_otlp_json",
     "decode_otlp_proto",
-    "decode_outcome_logs",
     "expand_paths",
     "export_memtracebench",
     "export_source",
-    "is_upstream_op",
     "iter_records",
     "latest_outcomes",
+    "line_stores",
     "load_memtracebench",
     "open_source",
     "outcome_key",
     "outcomes_of",
-    "parse_duration",
-    "parse_time",
+    "prune_stores",
+    "raw_store",
     "read_outcomes",
-    "replace_surrogates",
-    "smartcomment_python",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
-import gc
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -180,6 +180,25 @@ def replace_surrogates(value: Any) -> tuple[Any, int]:
 
 OnError = Callable[[str, DecodeError], None]
 """Called with (kind, error) for each bad record; raises (strict) or records it (lenient)."""
+
+
+def json_line(raw: bytes, *, path: str, line: int) -> Any:
+    """One JSON Lines line (a cases, labels or verdicts file) parsed, lone surrogates replaced
+    (U+FFFD, as in the trace files, so ids still match).
+
+    Raises:
+        DecodeError: not UTF-8, or not JSON (also nesting too deep, integers too long), naming
+            the file and line.
+    """
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"not UTF-8 ({exc.reason})", path=path, line=line) from None
+    except json.JSONDecodeError as exc:
+        raise DecodeError(f"invalid JSON: {exc.msg}", path=path, line=line) from None
+    except (RecursionError, ValueError) as exc:  # nesting too deep, huge integers
+        raise DecodeError(f"invalid JSON: {type(exc).__name__}", path=path, line=line) from None
+    return replace_surrogates(value)[0]
 
 
 def raise_on_error(kind: str, error: DecodeError) -> None:
@@ -415,29 +434,6 @@ def status_code(value: object, field: str) -> str:
         if value.isdigit():
             return status_code(int(value), field)
     raise Bad(field, f"invalid status code {_short(value)}")
-
-
-class GcPaused:
-    """Pause the cyclic garbage collector while one line or record is decoded.
-
-    Decoding builds thousands of small acyclic containers (JSON dicts, then records); with the
-    collector running, each line triggers several collections that traverse all of them,
-    which costs as much as the decoding itself. Nothing we build here can form a cycle, and
-    the pause ends before control returns to the caller (records are yielded after it), so
-    the application's own garbage is collected as usual. A collector the application turned
-    off stays off.
-    """
-
-    __slots__ = ("_resume",)
-
-    def __enter__(self) -> None:
-        self._resume = gc.isenabled()
-        if self._resume:
-            gc.disable()
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._resume:
-            gc.enable()
 
 
 _T = TypeVar("_T")

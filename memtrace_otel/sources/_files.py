@@ -29,6 +29,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any, Protocol
 
+from memtrace_otel._internal import GcPaused
 from memtrace_otel.errors import SourceError, SourceSpecError
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.semconv import attributes as A
@@ -46,7 +47,6 @@ from memtrace_otel.sources._common import (
     UNREADABLE,
     UNSUPPORTED_FORMAT,
     Bad,
-    GcPaused,
     OnError,
     make_error,
     replace_surrogates,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-import random
 import ssl
 import time
 import urllib.error
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from memtrace_otel import __version__
+from memtrace_otel._internal import backoff_delay
 from memtrace_otel.errors import BackendError
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources._limits import DEFAULT_MAX_RESPONSE_BYTES, resolve_cap
@@ -370,11 +370,17 @@ class HttpClient:
         )
 
     def _wait(self, attempt: int, retry_after: float | None) -> None:
-        delay = min(self.options.max_backoff, self.options.backoff * 2 ** (attempt - 1))
-        delay *= 0.5 + random.random() / 2  # jitter: many workers must not retry in lockstep
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, self.options.max_backoff))
-        self._sleep(delay)
+        # Jitter: many workers must not retry in lockstep.
+        options = self.options
+        self._sleep(
+            backoff_delay(
+                attempt,
+                backoff=options.backoff,
+                max_backoff=options.max_backoff,
+                retry_after=retry_after,
+                jitter=True,
+            )
+        )
 
 
 def _cut_off(exc: http.client.IncompleteRead, attempts: int) -> str:

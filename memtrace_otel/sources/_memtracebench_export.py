@@ -40,6 +40,8 @@ from memtrace_otel.errors import DecodeError
 from memtrace_otel.semconv import Category, OpKind, SpanRecord, Stage
 from memtrace_otel.semconv import attributes as attr
 from memtrace_otel.sources._memtracebench import OP_KIND_BY_CATEGORY, OP_KIND_BY_NAME, op_kind
+from memtrace_otel.sources._source import FileSource
+from memtrace_otel.systems.metrics import load_jsonl
 
 RECORDER = Path(__file__).with_name("_smartcomment_recorder.py")
 """The script the Python 3.12 environment runs."""
@@ -459,11 +461,8 @@ def export_memtracebench(
         FileNotFoundError: no smartcomment environment (see :func:`smartcomment_python`).
         DecodeError: a bad input file, or the recorder failed (its stderr is in the message).
     """
-    from memtrace_otel.sources import open_source
-    from memtrace_otel.systems.metrics import load_jsonl
-
     folder = Path(bench_dir)
-    records = list(open_source(str(folder / "traces.jsonl"), strict=True).records())
+    records = list(FileSource(str(folder / "traces.jsonl"), strict=True).records())
     plans = build_plans(
         records, load_jsonl(folder / "cases.jsonl"), load_jsonl(folder / "labels.jsonl")
     )

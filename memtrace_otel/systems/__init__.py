@@ -15,26 +15,23 @@ True
 from memtrace_otel.systems._base import (
     Blame,
     Bm25Index,
-    CaseOracle,
-    CaseResult,
     Correction,
     MemorySystem,
-    OpRecord,
-    StoreEvidence,
-    SystemConfig,
-    VarInfo,
-    case_id_for,
-    message_ref,
 )
 from memtrace_otel.systems._engine import (
     ENGINES,
     OfflineEngine,
     OpenAIEngine,
     make_engine,
-    render_prompt,
 )
-from memtrace_otel.systems._evermemos import EverMemOSConfig, EverMemOSSystem
-from memtrace_otel.systems._faults import DEFAULT_RATE, FAULTS, FaultPlan, FaultSpec
+from memtrace_otel.systems._evermemos import (
+    EverMemOSSystem,
+)
+from memtrace_otel.systems._faults import (
+    FAULTS,
+    FaultPlan,
+    FaultSpec,
+)
 from memtrace_otel.systems._generate import (
     CASES_FILE,
     LABELS_FILE,
@@ -49,17 +46,15 @@ from memtrace_otel.systems._hard_output import (
     HardSummary,
     generate_hard_benchmark,
 )
-from memtrace_otel.systems._judge import (
-    LLM_JUDGE_PROMPT,
-    DeterministicJudge,
-    Judgement,
-    LLMJudge,
-    is_abstention,
-    judge_answer,
+from memtrace_otel.systems._locomo import (
+    load_locomo,
 )
-from memtrace_otel.systems._locomo import CATEGORY_NAMES, default_locomo_path, load_locomo
-from memtrace_otel.systems._long_context import LongContextConfig, LongContextSystem
-from memtrace_otel.systems._mem0 import Mem0Config, Mem0System
+from memtrace_otel.systems._long_context import (
+    LongContextSystem,
+)
+from memtrace_otel.systems._mem0 import (
+    Mem0System,
+)
 from memtrace_otel.systems._protocol import (
     Decision,
     Engine,
@@ -69,23 +64,20 @@ from memtrace_otel.systems._protocol import (
     MemCellContent,
     Sufficiency,
 )
-from memtrace_otel.systems._rag import RagConfig, RagSystem
+from memtrace_otel.systems._rag import (
+    RagSystem,
+)
 from memtrace_otel.systems._replay import (
     NO_SINGLE_FIX,
     SYSTEMS,
     ConversationRun,
     Label,
     label_case,
-    may_blame,
     replay_case,
-    replay_correct,
     resolve_systems,
     run_conversation,
-    store_id_for,
 )
 from memtrace_otel.systems._workload import (
-    ABSTENTION_ANSWER,
-    CATEGORIES,
     Conversation,
     Evidence,
     Question,
@@ -96,79 +88,52 @@ from memtrace_otel.systems._workload import (
 )
 
 __all__ = [
-    "ABSTENTION_ANSWER",
     "CASES_FILE",
-    "CATEGORIES",
-    "CATEGORY_NAMES",
-    "DEFAULT_RATE",
     "ENGINES",
     "FAULTS",
     "HARD_STORES",
     "LABELS_FILE",
-    "LLM_JUDGE_PROMPT",
     "NO_SINGLE_FIX",
     "SYSTEMS",
     "TRACES_FILE",
     "BenchSummary",
     "Blame",
     "Bm25Index",
-    "CaseOracle",
-    "CaseResult",
     "Conversation",
     "ConversationRun",
     "Correction",
     "Decision",
-    "DeterministicJudge",
     "Engine",
     "EngineError",
     "EngineReplyError",
     "EngineUnavailableError",
-    "EverMemOSConfig",
     "EverMemOSSystem",
     "Evidence",
     "FaultPlan",
     "FaultSpec",
     "HardSummary",
-    "Judgement",
-    "LLMJudge",
     "Label",
-    "LongContextConfig",
     "LongContextSystem",
-    "Mem0Config",
     "Mem0System",
     "MemCellContent",
     "MemorySystem",
     "OfflineEngine",
-    "OpRecord",
     "OpenAIEngine",
     "Question",
-    "RagConfig",
     "RagSystem",
     "Session",
-    "StoreEvidence",
     "Sufficiency",
-    "SystemConfig",
     "SystemSummary",
     "Turn",
-    "VarInfo",
     "Workload",
-    "case_id_for",
-    "default_locomo_path",
     "generate_benchmark",
     "generate_hard_benchmark",
     "generate_workload",
-    "is_abstention",
-    "judge_answer",
     "label_case",
     "load_locomo",
     "make_engine",
-    "may_blame",
-    "message_ref",
-    "render_prompt",
     "replay_case",
-    "replay_correct",
     "resolve_systems",
     "run_conversation",
     "run_demo",
-    "store_id_for",
 ]

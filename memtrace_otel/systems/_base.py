@@ -58,8 +58,10 @@ def message_id(store: str, dia_id: str) -> str:
     return f"msg:{store}:{dia_id}"
 
 
-def message_ref(store: str, dia_id: str) -> str:
-    """``msg:<store>:<dia_id>@1``: the ref cases.jsonl names as evidence."""
+def turn_ref(store: str, dia_id: str) -> str:
+    """``msg:<store>:<dia_id>@1``: the ref cases.jsonl names as evidence (a dialogue turn of the
+    reference systems; an instrumented app's messages are named by
+    :func:`memtrace_otel.instrumentors.message_ref`)."""
     return f"{message_id(store, dia_id)}@1"
 
 
@@ -199,7 +201,7 @@ class StoreEvidence:
         by_ref: dict[str, list[Evidence]] = {}
         for question in conversation.questions:
             for ev in question.evidence:
-                by_ref.setdefault(message_ref(store, ev.dia_id), []).append(ev)
+                by_ref.setdefault(turn_ref(store, ev.dia_id), []).append(ev)
         return cls({k: tuple(v) for k, v in by_ref.items()})
 
     def carries(self, info: VarInfo) -> bool:
@@ -601,7 +603,7 @@ class MemorySystem(ABC):
     def case_oracle(self, question: Question, case_id: str) -> CaseOracle:
         """The case's evidence, which question-time faults aim at."""
         return CaseOracle(
-            case_id, question, {message_ref(self.store_id, e.dia_id): e for e in question.evidence}
+            case_id, question, {turn_ref(self.store_id, e.dia_id): e for e in question.evidence}
         )
 
     # -- the pipeline --------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from memtrace_otel._openai import endpoint_settings, missing_settings, openai_client
 from memtrace_otel.systems import _facts as F
 from memtrace_otel.systems._judge import judge_answer
 from memtrace_otel.systems._protocol import (
@@ -271,14 +272,15 @@ class OpenAIEngine:
 
     Args:
         model: the chat model name.
-        base_url: the endpoint (``.../v1``); ``None`` reads ``OPENAI_BASE_URL``, else OpenAI's.
-        api_key: ``None`` reads ``OPENAI_API_KEY``; a local ``base_url`` may go without.
+        base_url: the endpoint (``.../v1``); ``None`` reads ``OPENAI_BASE_URL``. Never
+            defaulted (see :mod:`memtrace_otel._openai`): for OpenAI's own, name it.
+        api_key: ``None`` reads ``OPENAI_API_KEY``; a loopback ``base_url`` may go without.
         embeddings_model: the embeddings model; ``None`` uses the offline hashed vectors.
         max_retries: the client's retries on connection errors, 408/429 and 5xx replies.
         timeout: seconds per request.
 
     Raises:
-        ValueError: an empty model name, or no API key for a non-local endpoint.
+        ValueError: an empty model name, no endpoint, or no API key for a non-loopback one.
     """
 
     name = "openai"
@@ -299,19 +301,16 @@ class OpenAIEngine:
             raise ValueError("the openai engine needs a model name")
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        url, key = endpoint_settings(base_url, api_key)
+        missing = missing_settings(url, key)
+        if url is None or key is None:
+            raise ValueError(f"the openai engine needs an endpoint; missing: {', '.join(missing)}")
         self.model = model
         self.embeddings_model = embeddings_model
-        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
-        key = api_key or os.environ.get("OPENAI_API_KEY")
-        if not key:
-            if not re.match(r"https?://(127\.|localhost|\[::1\])", self.base_url):
-                raise ValueError(f"no API key for {self.base_url}: set OPENAI_API_KEY")
-            key = "unused"
+        self.base_url = url
         self.max_retries = max_retries
         self._openai = openai
-        self._client = openai.OpenAI(
-            api_key=key, base_url=self.base_url, max_retries=max_retries, timeout=timeout
-        )
+        self._client = openai_client(url, key, timeout=timeout, max_retries=max_retries)
         self._cache: dict[str, Any] = {}
         self._lock = threading.Lock()
 

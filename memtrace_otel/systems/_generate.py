@@ -30,10 +30,11 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
+from memtrace_otel._progress import Progress
 from memtrace_otel.export import OtlpJsonLinesExporter
 from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.systems._base import Judge, make_config, message_ref
+from memtrace_otel.systems._base import Judge, make_config, turn_ref
 from memtrace_otel.systems._engine import OfflineEngine
 from memtrace_otel.systems._faults import FaultSpec
 from memtrace_otel.systems._judge import LLM_JUDGE_PROMPT, DeterministicJudge, LLMJudge
@@ -112,32 +113,6 @@ class BenchSummary:
         return "\n".join(rows)
 
 
-class _Progress:
-    """A progress bar on a stream: redrawn in place on a terminal, a line per step elsewhere."""
-
-    def __init__(self, stream: IO[str] | None, total: int) -> None:
-        self.stream = stream
-        self.total = max(total, 1)
-        self.done = 0
-        self.tty = bool(stream is not None and getattr(stream, "isatty", lambda: False)())
-
-    def step(self, label: str) -> None:
-        self.done += 1
-        if self.stream is None:
-            return
-        width = 30
-        filled = int(width * self.done / self.total)
-        bar = "#" * filled + "-" * (width - filled)
-        text = f"bench generate [{bar}] {self.done}/{self.total} {label}"
-        if self.tty:
-            self.stream.write("\r" + text.ljust(100))
-            if self.done == self.total:
-                self.stream.write("\n")
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
-
-
 class _CountingExporter(OtlpJsonLinesExporter):
     spans = 0
 
@@ -203,7 +178,8 @@ def generate_benchmark(
     capture = CaptureConfig(mode="SPAN_AND_EVENT", max_value_length=16384)
     started = time.perf_counter()
     summaries: dict[str, SystemSummary] = {}
-    bar = _Progress(progress, len(names) * len(workload.conversations))
+    total = len(names) * len(workload.conversations)
+    bar = Progress(progress, "bench generate", total=total, unit="conversation")
     try:
         with (
             (out / CASES_FILE).open("w", encoding="utf-8") as cases_f,
@@ -239,9 +215,10 @@ def generate_benchmark(
                         options=(options or {}).get(name),
                     )
                     _write_run(run, summary, cases_f, labels_f, faults_f)
-                    bar.step(f"{name} {conv.conv_id} ({summary.failures} failures)")
+                    bar.update(1, f"{name} {conv.conv_id} ({summary.failures} failures)")
                 summary.seconds = time.perf_counter() - t0
     finally:
+        bar.close()
         provider.force_flush()
         provider.shutdown()
     result = BenchSummary(out, summaries, time.perf_counter() - started, exporter.spans)
@@ -293,7 +270,7 @@ def _write_run(
             "case_id": case_id,
             "question": question.question,
             "gold_answers": list(question.gold_answers),
-            "evidence_refs": [message_ref(run.store_id, e.dia_id) for e in question.evidence],
+            "evidence_refs": [turn_ref(run.store_id, e.dia_id) for e in question.evidence],
             "verdict": "correct" if result.correct else "incorrect",
             "prediction": result.prediction,
             "system": run.system,

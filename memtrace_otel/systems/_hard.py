@@ -159,7 +159,7 @@ class Scenario:
     config: dict[str, Any] = field(default_factory=dict)
     phenomena: tuple[str, ...] = ()
 
-    def message_ref(self, dia_id: str) -> str:
+    def turn_ref(self, dia_id: str) -> str:
         """``msg:<store>:<dia_id>@1``."""
         return f"msg:{self.store_id}:{dia_id}@1"
 
@@ -303,7 +303,7 @@ def when_of(date: str) -> str:
 def message_rec(sc: Scenario, turn: HTurn) -> Rec:
     """The message variable of a turn."""
     claims = turn.fact.claims if turn.fact is not None else ()
-    line = Line(turn.text, claims, (sc.message_ref(turn.dia_id),), when_of(turn.date), turn.fact)
+    line = Line(turn.text, claims, (sc.turn_ref(turn.dia_id),), when_of(turn.date), turn.fact)
     return Rec(f"msg:{sc.store_id}:{turn.dia_id}", 1, Category.MESSAGE, (line,), date=turn.date)
 
 

@@ -402,7 +402,7 @@ def _rows(
             "case_id": case_id,
             "question": case.question,
             "gold_answers": [case.gold],
-            "evidence_refs": [sc.message_ref(d) for d in case.evidence],
+            "evidence_refs": [sc.turn_ref(d) for d in case.evidence],
             "verdict": "correct" if correct else "incorrect",
             "prediction": prediction,
             "system": system,

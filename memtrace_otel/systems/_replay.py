@@ -40,7 +40,7 @@ from memtrace_otel.systems._base import (
     StoreEvidence,
     UnchangedByCorrection,
     case_id_for,
-    message_ref,
+    turn_ref,
 )
 from memtrace_otel.systems._engine import OfflineEngine
 from memtrace_otel.systems._evermemos import EverMemOSSystem
@@ -135,7 +135,7 @@ class ConversationRun:
     def oracle(self, case_id: str) -> CaseOracle:
         """The oracle of a case."""
         question = self.questions[case_id]
-        evidence = {message_ref(self.store_id, e.dia_id): e for e in question.evidence}
+        evidence = {turn_ref(self.store_id, e.dia_id): e for e in question.evidence}
         return CaseOracle(case_id, question, evidence)
 
     def failed(self) -> list[str]:

@@ -8,7 +8,7 @@ carriage return.
 from __future__ import annotations
 
 import time
-from typing import Any, TextIO
+from typing import IO, Any
 
 from tqdm import tqdm
 
@@ -29,7 +29,7 @@ class Progress:
 
     def __init__(
         self,
-        stream: TextIO | None,
+        stream: IO[str] | None,
         desc: str,
         *,
         total: float | None = None,
