@@ -511,10 +511,10 @@ def normalise(text: str) -> str:
     return _SPACES.sub(" ", text).strip().casefold()
 
 
-def text_of(value: Any) -> str:
+def leaf_text(value: Any) -> str:
     """The text of a stored value: a string as is, else its string leaves joined by spaces.
 
-    >>> text_of({"text": "Ana lives in Porto", "tags": ["family"]})
+    >>> leaf_text({"text": "Ana lives in Porto", "tags": ["family"]})
     'Ana lives in Porto family'
     """
     if isinstance(value, str):
@@ -915,6 +915,7 @@ __all__ = [
     "forget_prompts",
     "forget_retrievals",
     "inside_memory_system",
+    "leaf_text",
     "leave_memory_system",
     "make_tracer",
     "memory_system_call",
@@ -929,7 +930,6 @@ __all__ = [
     "set_case_id",
     "span_hex",
     "supported_version",
-    "text_of",
     "using_prompt",
     "wrapper_for",
 ]

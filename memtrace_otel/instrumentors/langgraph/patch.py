@@ -37,11 +37,11 @@ from memtrace_otel.instrumentors._common import (
     bind,
     close_op,
     content_id,
+    leaf_text,
     message_ref,
     remember_retrieval,
     set_case_id,
     span_hex,
-    text_of,
     wrapper_for,
 )
 from memtrace_otel.semconv import Category
@@ -363,12 +363,12 @@ class _Step:
             value = getattr(item, "value", None)
             variable = Variable(rid, version, value, Category.MEMORY)
             op.input(variable)
-            entry: dict[str, Any] = {"ref": variable.ref, "text": text_of(value)}
+            entry: dict[str, Any] = {"ref": variable.ref, "text": leaf_text(value)}
             score = getattr(item, "score", None)
             if score is not None:
                 entry["score"] = score
             candidates.append(entry)
-            retrieved.append(Retrieved(variable.ref, text_of(value)))
+            retrieved.append(Retrieved(variable.ref, leaf_text(value)))
         op.set_attribute(A.GEN_AI_MEMORY_RECORD_COUNT, len(candidates))
         op.output(Variable(f"candidates:{span_hex(op)}", 1, candidates, Category.CANDIDATES))
         return retrieved
