@@ -6,7 +6,7 @@ changes: the caller gets ``None`` (or the public fallback) and carries on.
 
 1. ``opentelemetry.context._SUPPRESS_INSTRUMENTATION_KEY``: the context key the SDK, its
    exporters and every contrib instrumentation check to stay quiet. contrib's own
-   ``opentelemetry.instrumentation.utils`` imports it the same way (its FIXME says the public home
+   ``opentelemetry.instrumentation.utils`` imports it the same way (a comment there says the public home
    is not decided); the public ``suppress_instrumentation()`` sets it but takes no context to
    read it from, which the tracer's hot path needs.
 2. ``BatchSpanProcessor._batch_processor._metrics``: the SDK batch processor's self-metrics
