@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import gc
+import hashlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Link, Tracer
+
+from memtrace_otel.semconv import attributes as A
 
 
 def best_of(fn: Callable[[], None], *, number: int, repeat: int = 7) -> float:
@@ -43,23 +46,46 @@ def verdict(value: float, goal: float, *, higher_is_better: bool = False) -> str
     return "meets goal" if ok else "MISSES goal"
 
 
-def by_hand(tracer: Tracer, span: ReadableSpan, late: Iterable[str] = ()) -> Callable[[], None]:
+def by_hand(
+    tracer: Tracer,
+    span: ReadableSpan,
+    late: Iterable[str] = (),
+    values: Mapping[str, str] | None = None,
+) -> Callable[[], None]:
     """A function writing, with the SDK alone, the payload of ``span`` (one recorded span): its
     name, kind, attributes and links at start, its events, then the ``late`` attributes (those an
-    instrumentation can only know at the end, e.g. the outputs)."""
+    instrumentation can only know at the end, e.g. the outputs).
+
+    What a hand-written instrumentation must do on every call is done on every call: each link
+    is made from its writer's span context, and the ``memtrace.variable.digest`` of a variable
+    whose canonical value is in ``values`` (by ref) is computed (sha256, as the contract asks of
+    any writer); other event attributes are copied as recorded.
+    """
     attributes = dict(span.attributes or {})
     at_end = {key: attributes.pop(key) for key in late if key in attributes}
-    links = [Link(link.context, dict(link.attributes or {})) for link in span.links]
-    events = [(event.name, dict(event.attributes or {})) for event in span.events]
+    links = [(link.context, dict(link.attributes or {})) for link in span.links]
+    events = []
+    for event in span.events:
+        event_attributes = dict(event.attributes or {})
+        value = (values or {}).get(str(event_attributes.get(DIGEST_REF, "")))
+        events.append((event.name, event_attributes, value))
     name, kind = span.name, span.kind
 
     def write() -> None:
         with tracer.start_as_current_span(
-            name, kind=kind, attributes=attributes, links=links
+            name, kind=kind, attributes=attributes, links=[Link(c, a) for c, a in links]
         ) as hand:
-            for event_name, event_attributes in events:
+            for event_name, event_attributes, value in events:
+                if value is not None:
+                    event_attributes = {
+                        **event_attributes,
+                        DIGEST: "sha256:" + hashlib.sha256(value.encode()).hexdigest(),
+                    }
                 hand.add_event(event_name, event_attributes)
             if at_end:
                 hand.set_attributes(at_end)
 
     return write
+
+
+DIGEST, DIGEST_REF = A.MEMTRACE_VARIABLE_DIGEST, A.MEMTRACE_VARIABLE_REF

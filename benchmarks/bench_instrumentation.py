@@ -4,12 +4,16 @@ The op: an ``extract`` with one input ref (written earlier by a traced op, so it
 link) and one ~1 KB output value (an event with its sha256 digest, and the value itself when
 capture is on). The baseline is **the same payload written by hand**: the attributes, the link,
 the event and the outputs attribute of one span the op recorded (copied from it, so the two can
-never drift), written with ``start_as_current_span``, ``add_event`` and ``set_attribute``. The gap
-is our own bookkeeping: refs, the writer registry, the digest, the traceparent, context handling.
-A bare span with as many attributes is printed for scale.
+never drift), written with ``start_as_current_span``, ``add_event`` and ``set_attribute``, doing
+on every call what any writer of that payload must: the link made from the writer's span context
+and the value's sha256 digest computed (the contract requires it whatever the capture setting;
+``hashlib`` directly). The gap is our own bookkeeping: refs, the writer registry, the traceparent,
+context handling, attribute building. Printed too, without a goal: the same hand-written span
+with the digest computed once outside the loop (the constant value of a benchmark allows it, an
+application's values do not), and a bare span with as many attributes, for scale.
 
 Everything runs on one TracerProvider with a BatchSpanProcessor and a no-op exporter, in one
-process; the three sides alternate (interleaved rounds) and each figure is the best round, in
+process; the four sides alternate (interleaved rounds) and each figure is the best round, in
 process CPU time (the machine is shared: CPU time and the best round are the least disturbed).
 
 Goal: memtrace op / same payload by hand <= 1.15, capture off and on.
@@ -91,8 +95,10 @@ def op_sides(provider: TracerProvider, mode: str) -> dict[str, Callable[[], None
     recording.add_span_processor(SimpleSpanProcessor(recorder))
     memtrace_op(_like(mt, recording))
     (recorded,) = recorder.get_finished_spans()
-    hand = by_hand(tracer, recorded, late=[A.MEMTRACE_OP_OUTPUTS])
-    return {"bare": bare, "hand": hand, "ours": memtrace_op}
+    late = [A.MEMTRACE_OP_OUTPUTS]
+    hand = by_hand(tracer, recorded, late=late, values={out.ref: VALUE})
+    hoisted = by_hand(tracer, recorded, late=late)
+    return {"bare": bare, "hand": hand, "hoisted": hoisted, "ours": memtrace_op}
 
 
 def main() -> None:
@@ -101,17 +107,21 @@ def main() -> None:
     results = {}
     for label, mode in (("off", "NO_CONTENT"), ("on", "SPAN_AND_EVENT")):
         times = interleaved(op_sides(provider, mode), number=N)
-        results[label] = (times["bare"], times["hand"], times["ours"])
+        results[label] = (times["bare"], times["hand"], times["hoisted"], times["ours"])
 
     provider.shutdown()
     print(f"bench_instrumentation: {N} spans x 9 interleaved rounds, best round, CPU time")
-    for label, (base, hand, ours) in results.items():
+    for label, (base, hand, hoisted, ours) in results.items():
         ratio = ours / hand
         print(
             f"  manual op, capture {label:3}: same payload by hand {hand * 1e6:6.2f} us, "
-            f"memtrace op {ours * 1e6:6.2f} us, ratio {ratio:.2f} "
+            f"memtrace op {ours * 1e6:6.2f} us, ratio {ratio:.3f} "
             f"(goal <= {GOAL}: {verdict(ratio, GOAL)}), added {(ours - hand) * 1e6:5.2f} us/op; "
             f"bare span with 7 attributes {base * 1e6:.2f} us"
+        )
+        print(
+            f"    (by hand with the value's digest computed once, outside the loop: "
+            f"{hoisted * 1e6:6.2f} us, ratio {ours / hoisted:.3f}, no goal)"
         )
 
 

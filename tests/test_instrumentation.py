@@ -532,3 +532,52 @@ def test_links_follow_the_current_writer_of_a_ref(
             pass
     reads = [s for s in memtrace_exporter.get_finished_spans() if s.name == "search_memory"]
     assert [r.links[0].context for r in reads] == writers
+
+
+def test_add_records_links_known_writers_and_records_the_rest_as_input_events(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    mt, exporter = make_tracer()
+    with mt.create("store") as op:
+        here = op.output(mt.variable("mem:1", "Ana lives in Porto", category="memory"))
+    elsewhere = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with caplog.at_level(logging.WARNING), mt.retrieve("search", case_id="q1") as op:
+        op.add_records(
+            [
+                (here.ref, "Ana lives in Porto", None),  # the registry knows its writer
+                ("mem:2@3", "Ana likes tea", elsewhere),  # its metadata names the writer
+                ("mem:3@1", "Ana has a cat", None),  # written untraced: an input event
+                ("not a ref", "dropped", None),
+            ]
+        )
+    written, read = spans_as_dicts(exporter.get_finished_spans())
+    assert read["attributes"][A.MEMTRACE_OP_INPUTS] == ["mem:1@1", "mem:2@3", "mem:3@1"]
+    assert [(li["span_id"], li["attributes"]) for li in read["links"]] == [
+        (written["span_id"], {A.MEMTRACE_VARIABLE_REF: "mem:1@1"}),
+        ("b7ad6b7169203331", {A.MEMTRACE_VARIABLE_REF: "mem:2@3"}),
+    ]
+    [event] = read["events"]
+    assert event["attributes"][A.MEMTRACE_VARIABLE_REF] == "mem:3@1"
+    assert event["attributes"][A.MEMTRACE_VARIABLE_ROLE] == "input"
+    assert event["attributes"][A.MEMTRACE_VARIABLE_DIGEST] == sha("Ana has a cat")
+    assert "not a ref" in caplog.text
+
+
+def test_add_records_matches_add_inputs_with_variables() -> None:
+    """The one-pass form records what one Variable per record would."""
+    elsewhere = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    records = [("mem:2@3", "Ana likes tea", elsewhere), ("mem:3@1", "Ana has a cat", None)]
+    seen = []
+    for use_records in (True, False):
+        mt, exporter = make_tracer()
+        with mt.retrieve("search") as op:
+            if use_records:
+                op.add_records(records)
+            else:
+                op.add_inputs(
+                    Variable.from_ref(ref, text, category="memory", traceparent=tp)
+                    for ref, text, tp in records
+                )
+        [span] = spans_as_dicts(exporter.get_finished_spans())
+        seen.append((span["attributes"], span["links"], span["events"]))
+    assert seen[0] == seen[1]

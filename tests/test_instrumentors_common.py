@@ -162,3 +162,30 @@ def test_message_refs_are_content_addressed() -> None:
     assert ref != message_ref("My sister Ana lives in Porto.", store_id="other")
     assert ref != message_ref("My sister Ana lives in Porto.", store_id="dana", role="assistant")
     assert ref.endswith("@1")
+
+
+@pytest.mark.parametrize(
+    ("ref", "text", "score"),
+    [
+        ("mem0:1@2", "Ana lives in Porto", 0.8164966052612205),
+        ('mem0:ü"\\@1', 'She said "olá"\n\t\u2028 😀', 1e-07),
+        (None, "no id", None),
+        ("mem0:1@1", "", 1.0),
+        ("mem0:1@1", None, 0.5),  # not a string: json.dumps's own path
+        ("mem0:1@1", {"nested": [1, 2]}, float("nan")),
+        ("mem0:1@1", "int score", 3),
+        ("mem0:1@1", "surrogate \ud800", -0.0),
+    ],
+)
+def test_candidate_json_is_the_canonical_json_of_the_entry(ref: Any, text: Any, score: Any) -> None:
+    from memtrace_otel.instrumentation import canonical_value
+    from memtrace_otel.instrumentors._common import candidate_json, candidates_json
+
+    entry: dict[str, Any] = {"text": text}
+    if ref is not None:
+        entry["ref"] = ref
+    if score is not None:
+        entry["score"] = score
+    assert candidate_json(ref, text, score) == canonical_value(entry)
+    assert candidates_json([candidate_json(ref, text, score)] * 2) == canonical_value([entry] * 2)
+    assert candidates_json([]) == canonical_value([])

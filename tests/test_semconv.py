@@ -145,3 +145,36 @@ def test_all_attribute_names_collects_every_constant_of_the_module() -> None:
         and key not in ("OP_SPAN_NAME_PREFIX", "METADATA_TRACEPARENT", "METADATA_VERSION")
     }
     assert expected == set(attributes.ALL_ATTRIBUTE_NAMES)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a@1",
+        "a@0",
+        "a",
+        "@1",
+        "a@",
+        "a@00",
+        "a@01",
+        "a@²",
+        "a@-1",
+        "a@1.0",
+        "x@y@3",
+        "a@ 1",
+        "a@1 ",
+        "a@१",
+        "a@10",
+        7,
+        None,
+    ],
+)
+def test_is_ref_agrees_with_parse_ref(text: object) -> None:
+    from memtrace_otel.semconv import is_ref, parse_ref
+
+    try:
+        parse_ref(text)  # type: ignore[arg-type]
+        parsed = True
+    except ValueError:
+        parsed = False
+    assert is_ref(text) is parsed

@@ -427,6 +427,54 @@ class Op:
         except Exception:
             internal_error("op.input")
 
+    def add_records(
+        self,
+        records: Iterable[tuple[str, Any, str | None]],
+        category: Category = Category.MEMORY,
+    ) -> None:
+        """Record the records a read returned as inputs, in one pass: ``(ref, value,
+        traceparent)`` triples, ``traceparent`` being their writer's as the record's metadata
+        carries it (or ``None``).
+
+        What :meth:`add_inputs` does with one :class:`Variable` per record, without making
+        them: a record whose writer is known (the registry or its ``traceparent``) becomes a
+        link; one without is recorded as an input event with its value, like any input no
+        traced op wrote. A malformed ref is skipped with one warning.
+        """
+        span = self._span
+        if span is None or self._ended:
+            return
+        try:
+            lookup = self._mt.registry.lookup
+            inputs = self._inputs
+            add_link = span.add_link
+            unwritten: list[Variable] = []
+            for ref, value, traceparent in records:
+                writer = lookup(ref)
+                if writer is None:
+                    if not is_ref(ref):
+                        data_warning(
+                            "op.record.invalid",
+                            "memtrace-otel: ignoring record %r: expected an '<id>@<version>' ref",
+                            ref,
+                        )
+                        continue
+                    writer = parse_traceparent(traceparent) if traceparent else None
+                    if writer is None:
+                        unwritten.append(Variable.from_ref(ref, value, category=category))
+                inputs.append(ref)
+                if writer is not None:
+                    add_link(writer, {_REF: ref})
+            self._inputs_changed = True
+            if unwritten and span.is_recording():
+                capture = self._mt.capture
+                for var in unwritten:
+                    span.add_event(
+                        A.MEMTRACE_VARIABLE_EVENT, event_attributes(capture, var, var.ref, _INPUT)
+                    )
+        except Exception:
+            internal_error("op.input")
+
     def set_attribute(self, key: str, value: AttributeValue) -> None:
         """Set one more span attribute (e.g. ``gen_ai.usage.input_tokens``)."""
         if self._span is not None and not self._ended:

@@ -20,7 +20,9 @@ import contextlib
 import hashlib
 import importlib.metadata
 import inspect
+import json
 import logging
+import math
 import os
 import re
 import sys
@@ -491,6 +493,37 @@ def content_id(prefix: str, *parts: Any) -> str:
     return f"{prefix}:{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:20]}"
 
 
+def candidate_json(ref: str | None, text: Any, score: Any = None) -> str:
+    """One entry of a ``candidates`` value, as canonical JSON: exactly what
+    :func:`~memtrace_otel.instrumentation.canonical_value` gives for ``{"ref": ref, "score":
+    score, "text": text}`` (``ref`` and ``score`` left out when ``None``), built directly: it runs
+    once per hit of every search, where ``json.dumps`` of the dicts costs more. Join the entries
+    with :func:`candidates_json`.
+
+    >>> candidate_json("mem0:1@2", "Ana lives in Porto", 0.5)
+    '{"ref":"mem0:1@2","score":0.5,"text":"Ana lives in Porto"}'
+    """
+    if type(text) is str and (score is None or (type(score) is float and math.isfinite(score))):
+        # json.dumps writes a finite float as its repr, and sorts the keys: ref, score, text.
+        head = "{" if ref is None else f'{{"ref":{_json_string(ref)},'
+        middle = "" if score is None else f'"score":{score!r},'
+        return f'{head}{middle}"text":{_json_string(text)}}}'
+    entry: dict[str, Any] = {"text": text}
+    if ref is not None:
+        entry["ref"] = ref
+    if score is not None:
+        entry["score"] = score
+    return canonical_value(entry)
+
+
+def candidates_json(entries: Iterable[str]) -> str:
+    """The ``candidates`` value from :func:`candidate_json` entries (its canonical JSON list)."""
+    return f"[{','.join(entries)}]"
+
+
+_json_string = json.encoder.encode_basestring  # what json.dumps(ensure_ascii=False) uses
+
+
 def message_ref(content: Any, *, store_id: str | None = None, role: str = "user") -> str:
     """The ref auto-instrumentation gives an input message (content-addressed, version 1).
 
@@ -908,6 +941,8 @@ __all__ = [
     "Target",
     "VersionCache",
     "bind",
+    "candidate_json",
+    "candidates_json",
     "close_op",
     "content_id",
     "declare_prompt",

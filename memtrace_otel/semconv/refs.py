@@ -69,8 +69,9 @@ def is_ref(text: object) -> bool:
     >>> is_ref("a@1"), is_ref("a@0"), is_ref("a")
     (True, False, False)
     """
-    try:
-        parse_ref(text)  # type: ignore[arg-type]
-    except ValueError:
+    if not isinstance(text, str):
         return False
-    return True
+    # parse_ref's checks without building the Ref or an exception: this runs once per record
+    # a search returns. int(version) >= 1 for ASCII digits is "not all zeros".
+    ident, sep, version = text.rpartition("@")
+    return bool(sep and ident and version.isdigit() and version.isascii() and version.strip("0"))

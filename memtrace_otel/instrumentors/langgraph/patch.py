@@ -35,6 +35,8 @@ from memtrace_otel.instrumentors._common import (
     Target,
     VersionCache,
     bind,
+    candidate_json,
+    candidates_json,
     close_op,
     content_id,
     leaf_text,
@@ -349,7 +351,8 @@ class _Step:
             self.versions.set(rid, self.version + 1)
             return None
         items = result if isinstance(result, list) else [result] if result is not None else []
-        candidates: list[dict[str, Any]] = []
+        entries: list[str] = []
+        records: list[tuple[str, Any, str | None]] = []
         retrieved: list[Retrieved] = []
         for item in items:
             namespace, key = getattr(item, "namespace", None), getattr(item, "key", None)
@@ -361,15 +364,13 @@ class _Step:
                 version = 1
                 self.versions.set(rid, 1)
             value = getattr(item, "value", None)
-            variable = Variable(rid, version, value, Category.MEMORY)
-            op.input(variable)
-            entry: dict[str, Any] = {"ref": variable.ref, "text": leaf_text(value)}
-            score = getattr(item, "score", None)
-            if score is not None:
-                entry["score"] = score
-            candidates.append(entry)
-            retrieved.append(Retrieved(variable.ref, leaf_text(value)))
-        op.set_attribute(A.GEN_AI_MEMORY_RECORD_COUNT, len(candidates))
+            ref, text = f"{rid}@{version}", leaf_text(value)
+            records.append((ref, value, None))
+            entries.append(candidate_json(ref, text, getattr(item, "score", None)))
+            retrieved.append(Retrieved(ref, text))
+        op.add_records(records)
+        op.set_attribute(A.GEN_AI_MEMORY_RECORD_COUNT, len(entries))
+        candidates = candidates_json(entries)
         op.output(Variable(f"candidates:{span_hex(op)}", 1, candidates, Category.CANDIDATES))
         return retrieved
 

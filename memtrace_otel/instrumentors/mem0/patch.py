@@ -50,6 +50,8 @@ from memtrace_otel.instrumentors._common import (
     Target,
     VersionCache,
     bind,
+    candidate_json,
+    candidates_json,
     close_op,
     content_id,
     enter_memory_system,
@@ -558,31 +560,45 @@ def _record_hits(
     case_id: str | None,
     hits: list[Any],
 ) -> None:
-    candidates: list[dict[str, Any]] = []
-    retrieved: list[RecordTuple] = []
-    inputs: list[Variable] = []
+    """Record a search's hits in one pass: each record an input (a link to its writer), the
+    candidates output as canonical JSON, what was retrieved for the chat calls that follow."""
+    records: list[RecordTuple] = []
+    entries: list[str] = []
+    versions, stores = tel.versions, tel.stores
     for hit in hits:
         if not isinstance(hit, dict):
             continue
         text = hit.get("memory")
-        variable = tel.hit_variable(
-            instance, hit.get("id"), text, hit.get("metadata"), store or _store_of(hit)
-        )
-        entry: dict[str, Any] = {"text": text}
-        if variable is not None:
-            inputs.append(variable)
-            ref = entry["ref"] = variable.ref
-            retrieved.append(
-                (ref, text if isinstance(text, str) else str(text or ""), variable.traceparent)
+        memory_id = hit.get("id")
+        ref = None
+        if memory_id is None or memory_id == "":
+            data_warning(
+                "mem0.record_without_id",
+                "memtrace-otel: a mem0 record without an id was returned; it is not linked",
             )
-        score = hit.get("score")
-        if score is not None:
-            entry["score"] = score
-        candidates.append(entry)
-    op.add_inputs(inputs)  # once per call: the inputs attribute is written once, at the end
-    op.set_attribute(A.GEN_AI_MEMORY_RECORD_COUNT, len(candidates))
+        else:
+            # hit_variable's work, inline: this loop runs for every hit of every search.
+            memory_id = memory_id if type(memory_id) is str else str(memory_id)
+            metadata = hit.get("metadata")
+            tp = metadata.get(A.METADATA_TRACEPARENT) if type(metadata) is dict else None
+            hit_store = store or _store_of(hit)
+            if hit_store is not None and stores.get(memory_id) != hit_store:
+                stores.set(memory_id, hit_store)
+            version = versions.get(memory_id) or tel.version_of(instance, memory_id, metadata)
+            ref = f"mem0:{memory_id}@{version}"
+            records.append(
+                (
+                    ref,
+                    text if type(text) is str else str(text or ""),
+                    tp if type(tp) is str else None,
+                )
+            )
+        entries.append(candidate_json(ref, text, hit.get("score")))
+    op.add_records(records)  # once per call: the inputs attribute is written once, at the end
+    op.set_attribute(A.GEN_AI_MEMORY_RECORD_COUNT, len(entries))
+    candidates = candidates_json(entries)
     op.output(Variable(f"candidates:{span_hex(op)}", 1, candidates, Category.CANDIDATES))
-    remember_retrieval(op, store, case_id, retrieved)
+    remember_retrieval(op, store, case_id, records)
 
 
 class _GetCall(_OpCall):
