@@ -54,7 +54,8 @@ from memtrace_otel.instrumentation import CaptureConfig, MemTracer, Variable, Wr
 from memtrace_otel.semconv import Category
 from memtrace_otel.semconv import attributes as A
 
-N = 5000
+N = 3000
+ROUNDS_OP = 15
 GOAL = 1.15
 VALUE = ("Ana moved to Porto in May and works as a nurse at the city hospital. " * 15)[:1024]
 
@@ -106,11 +107,13 @@ def main() -> None:
     provider.add_span_processor(BatchSpanProcessor(NullExporter(), max_queue_size=100_000))
     results = {}
     for label, mode in (("off", "NO_CONTENT"), ("on", "SPAN_AND_EVENT")):
-        times = interleaved(op_sides(provider, mode), number=N)
+        times = interleaved(op_sides(provider, mode), number=N, repeat=ROUNDS_OP)
         results[label] = (times["bare"], times["hand"], times["hoisted"], times["ours"])
 
     provider.shutdown()
-    print(f"bench_instrumentation: {N} spans x 9 interleaved rounds, best round, CPU time")
+    print(
+        f"bench_instrumentation: {N} spans x {ROUNDS_OP} interleaved rounds, best round, CPU time"
+    )
     for label, (base, hand, hoisted, ours) in results.items():
         ratio = ours / hand
         print(

@@ -61,7 +61,10 @@ class AnswerRef:
     traceparent: str
 
 
-_last: ContextVar[AnswerRef | None] = ContextVar("memtrace_last_answer", default=None)
+_Noted = tuple[str, SpanContext]
+"""A noted answer: its case id and span context (made an :class:`AnswerRef` only when asked for:
+every question-serving op notes one, few are asked for)."""
+_last: ContextVar[_Noted | None] = ContextVar("memtrace_last_answer", default=None)
 _last_in_thread = threading.local()
 
 
@@ -70,9 +73,9 @@ def note_answer(case_id: str, span_context: SpanContext) -> None:
     try:
         if not span_context.is_valid:
             return
-        ref = AnswerRef(case_id, format_traceparent(span_context))
-        _last.set(ref)
-        _last_in_thread.ref = ref
+        noted = (case_id, span_context)
+        _last.set(noted)
+        _last_in_thread.ref = noted
     except Exception:
         internal_error("feedback.note_answer")
 
@@ -87,7 +90,10 @@ def last_answer() -> AnswerRef | None:
     found = _last.get()
     if found is None:
         found = getattr(_last_in_thread, "ref", None)
-    return found
+    if found is None:
+        return None
+    case_id, span_context = found
+    return AnswerRef(case_id, format_traceparent(span_context))
 
 
 def forget_answers() -> None:
