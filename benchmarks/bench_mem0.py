@@ -51,6 +51,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
 os.environ["MEM0_TELEMETRY"] = "false"  # mem0 reads it at import: no PostHog events
+# One BLAS thread: a second one spins between the local store's small matrix products, and the
+# CPU it burns lands on either side at random (it would be the same for both)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from _util import by_hand, verdict  # noqa: E402
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
