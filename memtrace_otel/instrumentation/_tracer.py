@@ -256,12 +256,8 @@ class Op:
         if self._case_id and self._kind is OpKind.GENERATE:
             note_answer(self._case_id, span.get_span_context())
         self._op_token = _current_op.set(self)
-        if external and span.is_recording():
-            capture = mt.capture
-            for var in external:
-                span.add_event(
-                    A.MEMTRACE_VARIABLE_EVENT, event_attributes(capture, var, var.ref, _INPUT)
-                )
+        if external:
+            _input_events(span, mt.capture, external)
 
     def _add_input(
         self,
@@ -418,12 +414,8 @@ class Op:
             self._inputs_changed = True
             for ref, writer in links:
                 span.add_link(writer, {_REF: ref})
-            if external and span.is_recording():
-                capture = self._mt.capture
-                for var in external:
-                    span.add_event(
-                        A.MEMTRACE_VARIABLE_EVENT, event_attributes(capture, var, var.ref, _INPUT)
-                    )
+            if external:
+                _input_events(span, self._mt.capture, external)
         except Exception:
             internal_error("op.input")
 
@@ -466,12 +458,8 @@ class Op:
                 if writer is not None:
                     add_link(writer, {_REF: ref})
             self._inputs_changed = True
-            if unwritten and span.is_recording():
-                capture = self._mt.capture
-                for var in unwritten:
-                    span.add_event(
-                        A.MEMTRACE_VARIABLE_EVENT, event_attributes(capture, var, var.ref, _INPUT)
-                    )
+            if unwritten:
+                _input_events(span, self._mt.capture, unwritten)
         except Exception:
             internal_error("op.input")
 
@@ -499,6 +487,15 @@ class Op:
         if self._traceparent is None:
             self._traceparent = format_traceparent(self._span.get_span_context())
         return self._traceparent
+
+
+def _input_events(span: Span, capture: CaptureConfig, variables: list[Variable]) -> None:
+    """One ``memtrace.variable`` input event per variable no traced op wrote (contract 3)."""
+    if span.is_recording():
+        for var in variables:
+            span.add_event(
+                A.MEMTRACE_VARIABLE_EVENT, event_attributes(capture, var, var.ref, _INPUT)
+            )
 
 
 def _kind_factory(kind: OpKind, doc: str) -> Callable[..., Op]:
