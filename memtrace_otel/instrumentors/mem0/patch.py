@@ -335,11 +335,12 @@ class Mem0Telemetry:
         self.versions.set(memory_id, version)
         return version
 
-    def hit_variable(
-        self, instance: Any, memory_id: Any, text: Any, metadata: Any, store: str | None
-    ) -> Variable | None:
-        """A record a read returned, as an op input: its ref at its current version, and its
-        writer's ``traceparent`` from the metadata; ``None`` (and one warning) without an id."""
+    def hit_ref(
+        self, instance: Any, memory_id: Any, metadata: Any, store: str | None
+    ) -> tuple[str, int, str | None] | None:
+        """A record a read returned: ``(id, current version, writer's traceparent)``, the id as
+        its variable's (``mem0:<memory id>``), the traceparent from the metadata; ``None`` (and
+        one warning) without an id."""
         if memory_id is None or memory_id == "":
             data_warning(
                 "mem0.record_without_id",
@@ -347,22 +348,22 @@ class Mem0Telemetry:
             )
             return None
         memory_id = memory_id if type(memory_id) is str else str(memory_id)
-        tp = metadata.get(A.METADATA_TRACEPARENT) if isinstance(metadata, dict) else None
+        tp = metadata.get(A.METADATA_TRACEPARENT) if type(metadata) is dict else None
         if store is not None and self.stores.get(memory_id) != store:
             self.stores.set(memory_id, store)
-        version = self.versions.get(memory_id)
-        if version is None:
-            version = self.version_of(instance, memory_id, metadata)
-        # Per hit, so without re-validation: a non-empty id, a version >= 1, a category.
-        return unchecked_variable(
-            f"mem0:{memory_id}",
-            version,
-            text,
-            Category.MEMORY,
-            None,
-            False,
-            tp if isinstance(tp, str) else None,
-        )
+        version = self.versions.get(memory_id) or self.version_of(instance, memory_id, metadata)
+        return f"mem0:{memory_id}", version, tp if type(tp) is str else None
+
+    def hit_variable(
+        self, instance: Any, memory_id: Any, text: Any, metadata: Any, store: str | None
+    ) -> Variable | None:
+        """:meth:`hit_ref` as an op input variable holding ``text``."""
+        found = self.hit_ref(instance, memory_id, metadata, store)
+        if found is None:
+            return None
+        ident, version, tp = found
+        # Without re-validation: a non-empty id, a version >= 1, a category.
+        return unchecked_variable(ident, version, text, Category.MEMORY, None, False, tp)
 
     # -- public methods ------------------------------------------------------------------------
     def _begin_public(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -564,35 +565,16 @@ def _record_hits(
     candidates output as canonical JSON, what was retrieved for the chat calls that follow."""
     records: list[RecordTuple] = []
     entries: list[str] = []
-    versions, stores = tel.versions, tel.stores
     for hit in hits:
         if not isinstance(hit, dict):
             continue
         text = hit.get("memory")
-        memory_id = hit.get("id")
         ref = None
-        if memory_id is None or memory_id == "":
-            data_warning(
-                "mem0.record_without_id",
-                "memtrace-otel: a mem0 record without an id was returned; it is not linked",
-            )
-        else:
-            # hit_variable's work, inline: this loop runs for every hit of every search.
-            memory_id = memory_id if type(memory_id) is str else str(memory_id)
-            metadata = hit.get("metadata")
-            tp = metadata.get(A.METADATA_TRACEPARENT) if type(metadata) is dict else None
-            hit_store = store or _store_of(hit)
-            if hit_store is not None and stores.get(memory_id) != hit_store:
-                stores.set(memory_id, hit_store)
-            version = versions.get(memory_id) or tel.version_of(instance, memory_id, metadata)
-            ref = f"mem0:{memory_id}@{version}"
-            records.append(
-                (
-                    ref,
-                    text if type(text) is str else str(text or ""),
-                    tp if type(tp) is str else None,
-                )
-            )
+        found = tel.hit_ref(instance, hit.get("id"), hit.get("metadata"), store or _store_of(hit))
+        if found is not None:
+            ident, version, tp = found
+            ref = f"{ident}@{version}"
+            records.append((ref, text if type(text) is str else str(text or ""), tp))
         entries.append(candidate_json(ref, text, hit.get("score")))
     op.add_records(records)  # once per call: the inputs attribute is written once, at the end
     op.set_attribute(A.GEN_AI_MEMORY_RECORD_COUNT, len(entries))
