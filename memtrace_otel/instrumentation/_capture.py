@@ -33,7 +33,7 @@ from opentelemetry.util.types import AttributeValue
 
 from memtrace_otel._internal import data_warning, internal_error
 from memtrace_otel.instrumentation._variables import Variable
-from memtrace_otel.semconv import CaptureMode, Category, Role, is_ref
+from memtrace_otel.semconv import PRODUCTION, CaptureMode, Category, Role, is_ref
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.semconv.attributes import (
     ENV_CAPTURE_MESSAGE_CONTENT,
@@ -108,10 +108,6 @@ def redact_pii(text: str) -> str:
 
 
 _LEGACY = {"true": CaptureMode.SPAN_AND_EVENT, "false": CaptureMode.NO_CONTENT}
-
-PRODUCTION: Final = "PRODUCTION"
-"""``MEMTRACE_CAPTURE_CONTENT=PRODUCTION``: memory records and messages captured, redacted and cut;
-LLM prompts and completions left to the upstream variable (default: not captured)."""
 
 MEMORY_CATEGORIES: Final = frozenset(
     [Category.MESSAGE, Category.MEMORY, Category.QUERY, Category.CANDIDATES, Category.GOLD]

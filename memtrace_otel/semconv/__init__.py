@@ -19,28 +19,41 @@ from memtrace_otel.semconv.record import (
 from memtrace_otel.semconv.refs import Ref, format_ref, is_ref, parse_ref
 from memtrace_otel.semconv.values import (
     DEFAULT_STAGE_BY_KIND,
+    DIGEST_BLAKE2B_KEYED,
+    DIGEST_HMAC_SHA256,
+    DIGEST_SHA256,
     ERROR_TYPE_BY_KIND,
     GEN_AI_OPERATION_BY_KIND,
     MEMORY_STORE_OPERATIONS,
+    PRODUCTION,
+    REFERENCE,
+    SIGNATURE_HMAC_SHA256,
     UPSERT_MEMORY,
     CaptureMode,
     Category,
     ErrorType,
     JudgeVerdict,
     OpKind,
+    ReviewLabel,
     Role,
     Stage,
 )
 
-CONTRACT_VERSION = "0.1"
+CONTRACT_VERSION = "0.3"
 """The version of ``shared/spec/semconv.md`` this package implements."""
 
 __all__ = [
     "CONTRACT_VERSION",
     "DEFAULT_STAGE_BY_KIND",
+    "DIGEST_BLAKE2B_KEYED",
+    "DIGEST_HMAC_SHA256",
+    "DIGEST_SHA256",
     "ERROR_TYPE_BY_KIND",
     "GEN_AI_OPERATION_BY_KIND",
     "MEMORY_STORE_OPERATIONS",
+    "PRODUCTION",
+    "REFERENCE",
+    "SIGNATURE_HMAC_SHA256",
     "SPAN_KINDS",
     "STATUS_CODES",
     "UPSERT_MEMORY",
@@ -54,6 +67,7 @@ __all__ = [
     "LinkRecord",
     "OpKind",
     "Ref",
+    "ReviewLabel",
     "Role",
     "SpanRecord",
     "Stage",

@@ -56,6 +56,9 @@ MEMTRACE_VARIABLE_DELETED: Final = "memtrace.variable.deleted"
 """Conditional. ``true`` on a tombstone."""
 MEMTRACE_VARIABLE_META: Final = "memtrace.variable.meta"
 """Optional. A JSON object: timestamps, speaker, score, source message refs."""
+MEMTRACE_VARIABLE_VALUE_REF: Final = "memtrace.variable.value_ref"
+"""Conditional (v0.3, ``REFERENCE`` capture): where the value is in the content store (its URL, or
+its path relative to the store), recorded instead of ``memtrace.variable.value``."""
 
 # --- Verdicts written back as telemetry (contract section 5) -----------------------------------
 MEMTRACE_ATTRIBUTION_SPAN: Final = "memtrace.attribution"
@@ -67,6 +70,12 @@ MEMTRACE_ATTRIBUTION_OP_NAME: Final = "memtrace.attribution.op_name"
 MEMTRACE_ATTRIBUTION_METHOD: Final = "memtrace.attribution.method"
 MEMTRACE_ATTRIBUTION_CONFIDENCE: Final = "memtrace.attribution.confidence"
 MEMTRACE_ATTRIBUTION_EVIDENCE_REFS: Final = "memtrace.attribution.evidence_refs"
+MEMTRACE_REVIEW_SPAN: Final = "memtrace.review"
+"""(v0.3) Name of the short span carrying a person's review of a verdict, parented to the verdict
+span; also the ``gen_ai.evaluation.name`` of the review's ``gen_ai.evaluation.result`` event
+(score label: :class:`memtrace_otel.semconv.ReviewLabel`)."""
+MEMTRACE_REVIEW_OP_ID: Final = "memtrace.review.op_id"
+"""(v0.3) On a review whose label is ``other_op``: the span id of the op the reviewer names."""
 
 # --- Feedback on answers (contract v0.2, section 5) ---------------------------------------------
 MEMTRACE_FEEDBACK_SPAN: Final = "memtrace.feedback"
@@ -75,6 +84,10 @@ parented to (or linked to) the answer's span; it may come days later, from anoth
 MEMTRACE_FEEDBACK_EXPECTED: Final = "memtrace.feedback.expected"
 """Optional, on the evaluation event or the feedback span: the expected answer, subject to content
 capture."""
+MEMTRACE_FEEDBACK_SIGNATURE: Final = "memtrace.feedback.signature"
+"""(v0.3) Optional, on the evaluation event or the feedback span: ``hmac-sha256:<key id>:<hex>``
+over the canonical JSON (sorted keys, no spaces) of ``{traceparent or case_id, label, score,
+expected, comment, time}`` with a shared key; the only thing readers trust (contract section 6)."""
 MEMTRACE_OPTIMIZE_VERSIONS: Final = "memtrace.optimize.versions"
 """Resource attribute of an optimiser run: the prompt and parameter variable refs in effect."""
 
@@ -93,6 +106,12 @@ GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
 """Upstream, opt-in: the messages a chat call returned (JSON)."""
 GEN_AI_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
 """Upstream, opt-in: the instructions (system prompt) a chat call sent, apart from its messages."""
+GEN_AI_INPUT_MESSAGES_REF: Final = "gen_ai.input.messages_ref"
+"""Upstream ("Uploading content to external storage"): where ``gen_ai.input.messages`` was uploaded."""
+GEN_AI_OUTPUT_MESSAGES_REF: Final = "gen_ai.output.messages_ref"
+"""Upstream: where ``gen_ai.output.messages`` was uploaded."""
+GEN_AI_SYSTEM_INSTRUCTIONS_REF: Final = "gen_ai.system_instructions_ref"
+"""Upstream: where ``gen_ai.system_instructions`` was uploaded."""
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
 GEN_AI_SYSTEM: Final = "gen_ai.system"
@@ -135,6 +154,13 @@ ENV_CAPTURE_MESSAGE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE
 """Upstream switch for content capture (``NO_CONTENT`` default)."""
 ENV_MEMTRACE_CAPTURE_CONTENT: Final = "MEMTRACE_CAPTURE_CONTENT"
 """Project override of the upstream switch for the memory categories only (message, memory, query, candidates, gold); same values plus ``PRODUCTION``."""
+ENV_MEMTRACE_CONTENT_URL: Final = "MEMTRACE_CONTENT_URL"
+"""(v0.3) The content store of ``REFERENCE`` capture: any fsspec URL (``file://``, ``s3://``, ...)."""
+ENV_GENAI_UPLOAD_BASE_PATH: Final = "OTEL_INSTRUMENTATION_GENAI_UPLOAD_BASE_PATH"
+"""Upstream (``opentelemetry-util-genai``'s upload hook): the content store, honoured when
+``MEMTRACE_CONTENT_URL`` is unset."""
+ENV_MEMTRACE_DIGEST_KEY: Final = "MEMTRACE_DIGEST_KEY"
+"""(v0.3) Key of the keyed digests: with it set, ``memtrace.variable.digest`` is ``hmac-sha256:<hex>``."""
 ENV_MEMTRACE_MAX_VALUE_LENGTH: Final = "MEMTRACE_MAX_VALUE_LENGTH"
 """Largest captured value in characters before it is cut and marked ``truncated``."""
 ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES: Final = "MEMTRACE_MAX_ATTRIBUTE_BYTES"
@@ -193,6 +219,7 @@ _NOT_ATTRIBUTES = frozenset(
         "MEMTRACE_VARIABLE_EVENT",
         "MEMTRACE_ATTRIBUTION_SPAN",
         "MEMTRACE_FEEDBACK_SPAN",
+        "MEMTRACE_REVIEW_SPAN",
         "GEN_AI_EVALUATION_RESULT_EVENT",
         "EXCEPTION_EVENT",
         "OP_SPAN_NAME_PREFIX",
@@ -205,6 +232,7 @@ SPAN_AND_EVENT_NAMES: Final[tuple[str, ...]] = (
     MEMTRACE_VARIABLE_EVENT,
     MEMTRACE_ATTRIBUTION_SPAN,
     MEMTRACE_FEEDBACK_SPAN,
+    MEMTRACE_REVIEW_SPAN,
     GEN_AI_EVALUATION_RESULT_EVENT,
     EXCEPTION_EVENT,
 )

@@ -78,6 +78,30 @@ class CaptureMode(StrEnum):
     SPAN_AND_EVENT = "SPAN_AND_EVENT"
 
 
+class ReviewLabel(StrEnum):
+    """(v0.3) Score labels of a person's review of a verdict (a ``memtrace.review`` evaluation)."""
+
+    CONFIRMED = "confirmed"
+    REJECTED = "rejected"
+    OTHER_OP = "other_op"
+    """The verdict named the wrong op; ``memtrace.review.op_id`` names the right one."""
+
+
+PRODUCTION: Final = "PRODUCTION"
+"""Project value of ``MEMTRACE_CAPTURE_CONTENT``: the memory pipeline's categories, redacted and cut."""
+REFERENCE: Final = "REFERENCE"
+"""(v0.3) Project capture value: every value goes to the content store, none into a span."""
+
+DIGEST_SHA256: Final = "sha256:"
+"""Prefix of an unkeyed digest (contract section 3)."""
+DIGEST_HMAC_SHA256: Final = "hmac-sha256:"
+"""(v0.3) Prefix of a digest keyed with ``MEMTRACE_DIGEST_KEY`` (HMAC-SHA256)."""
+DIGEST_BLAKE2B_KEYED: Final = "b2k:"
+"""(v0.3) Prefix of a keyed BLAKE2b digest, which readers also accept."""
+SIGNATURE_HMAC_SHA256: Final = "hmac-sha256"
+"""(v0.3) Scheme of ``memtrace.feedback.signature`` (``hmac-sha256:<key id>:<hex>``)."""
+
+
 ERROR_TYPE_BY_KIND: Final[dict[OpKind, ErrorType | None]] = {
     OpKind.INGEST: None,
     OpKind.EXTRACT: ErrorType.EXTRACTION,
