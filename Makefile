@@ -20,8 +20,8 @@ $(STAMP): $(PY) pyproject.toml
 install: $(STAMP)
 
 lint: install
-	$(VENV)/bin/ruff check memtrace_otel tests benchmarks scripts
-	$(VENV)/bin/ruff format --check memtrace_otel tests benchmarks scripts
+	$(VENV)/bin/ruff check memtrace_otel memtrace_bench tests benchmarks scripts
+	$(VENV)/bin/ruff format --check memtrace_otel memtrace_bench tests benchmarks scripts
 
 typecheck: install
 	$(VENV)/bin/mypy
