@@ -15,13 +15,20 @@ Two settings, two scopes:
   categories only (``message``, ``memory``, ``query``, ``candidates``, and ``gold``, the expected
   answer). Its extra value ``PRODUCTION`` captures those with the built-in redaction (unless a
   hook is given), while LLM prompts, context, answers, other values and exception messages keep
-  following the upstream variable, whose default ``NO_CONTENT`` keeps them out.
+  following the upstream variable, whose default ``NO_CONTENT`` keeps them out. Its value
+  ``REFERENCE`` (contract v0.3 section 6) sends every value ``SPAN_AND_EVENT`` would record, of
+  every category, to a content store (``MEMTRACE_CONTENT_URL``, any fsspec URL) instead: the span
+  carries the object's URL (``memtrace.variable.value_ref``), no text.
+
+``MEMTRACE_DIGEST_KEY`` keys every digest (``b2k:<key id>:<hex>``, keyed BLAKE2b) so that no one
+without the key can confirm a guessed value; without it digests are plain ``sha256:``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import traceback
@@ -32,12 +39,22 @@ from typing import Any, Final, Literal
 from opentelemetry.util.types import AttributeValue
 
 from memtrace_otel._internal import data_warning, internal_error
+from memtrace_otel.instrumentation._content import (
+    ContentWriter,
+    Digester,
+    content_writer,
+    object_name,
+    parse_key,
+)
 from memtrace_otel.instrumentation._variables import Variable
-from memtrace_otel.semconv import PRODUCTION, CaptureMode, Category, Role, is_ref
+from memtrace_otel.semconv import PRODUCTION, REFERENCE, CaptureMode, Category, Role, is_ref
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.semconv.attributes import (
     ENV_CAPTURE_MESSAGE_CONTENT,
+    ENV_GENAI_UPLOAD_BASE_PATH,
     ENV_MEMTRACE_CAPTURE_CONTENT,
+    ENV_MEMTRACE_CONTENT_URL,
+    ENV_MEMTRACE_DIGEST_KEY,
     ENV_MEMTRACE_MAX_VALUE_LENGTH,
 )
 
@@ -59,6 +76,52 @@ _PHONE = re.compile(
     r"(?<![\w+])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?\d{2,4}(?:[ .-]?\d{2,4}){1,4}(?!\w)"
 )
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+# Secrets, replaced before the identifiers (a token's digit runs must not become "phones").
+# A PEM private key, with or without its END line (a value cut mid-key leaks no less).
+_PEM = re.compile(
+    r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?:.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|.*)",
+    re.DOTALL,
+)
+# A JWT (and any JWS/JWE): base64url '{"' header, then payload and signature segments.
+_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}")
+_BEARER = re.compile(r"\b(Bearer|Token|Basic)(\s+)[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
+# OpenAI (sk-..., sk-proj-...), Anthropic (sk-ant-...), Stripe (sk_live_..., rk_test_...) keys.
+_API_KEY = re.compile(r"(?<![A-Za-z0-9])(?:sk|rk|pk)[-_][A-Za-z0-9_-]{16,}")
+_AWS_KEY = re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA)[A-Z0-9]{16}(?![A-Z0-9])")
+# GitHub (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_) and Slack (xoxb-, xoxp-, ...) tokens.
+_VENDOR_TOKEN = re.compile(
+    r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|xox[abposr]-[A-Za-z0-9-]{10,})"
+)
+# "api_key=...", "secret: ...", "aws_secret_access_key = ...": the value after a secret's name.
+_NAMED_SECRET = re.compile(
+    r"(?i)\b((?:[a-z0-9]+[_-])*(?:api[_-]?key|secret(?:[_-]access)?[_-]?key|secret|token|password|passwd)"
+    r"[\"']?\s*[:=]\s*[\"']?)([^\s\"',;]{6,})"
+)
+
+
+def redact_secrets(text: str) -> str:
+    """Replace API keys, tokens and private keys with placeholders (part of :func:`redact_pii`).
+
+    >>> redact_secrets("key sk-live-4eC39HqLyjWDarjtT1zdp7dc, auth: Bearer abc.def-123456")
+    'key <api-key>, auth: Bearer <token>'
+    >>> redact_secrets("AKIAIOSFODNN7EXAMPLE")
+    '<aws-key>'
+    """
+    if "PRIVATE KEY-----" in text:
+        text = _PEM.sub("<private-key>", text)
+    text = _JWT.sub("<jwt>", text)
+    text = _BEARER.sub(r"\1\2<token>", text)
+    text = _API_KEY.sub("<api-key>", text)
+    text = _AWS_KEY.sub("<aws-key>", text)
+    text = _VENDOR_TOKEN.sub("<token>", text)
+    return _NAMED_SECRET.sub(_named_secret, text)
+
+
+def _named_secret(match: re.Match[str]) -> str:
+    value = match.group(2)
+    if value.startswith("<") and value.endswith(">"):  # already a placeholder
+        return match.group()
+    return match.group(1) + "<secret>"
 
 
 def _luhn_ok(digits: str) -> bool:
@@ -88,9 +151,11 @@ def _phone(match: re.Match[str]) -> str:
 
 
 def redact_pii(text: str) -> str:
-    """Replace e-mail addresses, card numbers and phone numbers with placeholders.
+    """Replace secrets, e-mail addresses, card numbers and phone numbers with placeholders.
 
-    The built-in redaction hook (``CaptureConfig(redact="builtin")``). Card numbers must pass
+    The built-in redaction hook (``CaptureConfig(redact="builtin")``). Secrets first
+    (:func:`redact_secrets`: OpenAI-style ``sk-...`` keys, bearer tokens, AWS access keys, JWTs,
+    PEM private keys, GitHub and Slack tokens, ``api_key=...``-style values). Card numbers must pass
     the Luhn check, so order numbers and other long ids are kept; phone numbers need 9 to 15
     digits (7 with a leading ``+``). It is a safety net for common identifiers, not a
     guarantee: names and addresses pass through, so pair it with your own hook when needed.
@@ -102,6 +167,7 @@ def redact_pii(text: str) -> str:
     >>> redact_pii("moved to Porto on 2024-05-01")
     'moved to Porto on 2024-05-01'
     """
+    text = redact_secrets(text)
     text = _EMAIL.sub("<email>", text)
     text = _CARD.sub(_card, text)
     return _PHONE.sub(_phone, text)
@@ -120,6 +186,10 @@ STRUCTURAL_META_KEYS: Final = frozenset(["source_refs", "role"])
 """``memtrace.variable.meta`` fields that are structure, recorded whatever the capture setting:
 ``source_refs`` (its ``<id>@<version>`` refs) and ``role`` (a short identifier such as
 ``user``). Numbers and booleans are structure too. Every other field is content."""
+
+META_CONTENT_REF: Final = "content_ref"
+"""Under ``REFERENCE`` capture, the ``memtrace.variable.meta`` key holding the content store URL of
+the meta's content fields (one JSON object); structure fields stay inline."""
 
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_.:-]{1,32}")
 # Tuples, not ``bool | int | float``: a union expression is built again on every evaluation.
@@ -155,40 +225,55 @@ class CaptureConfig:
     """Content-capture settings, resolved at construction: argument > environment > default.
 
     Args:
-        mode: the GenAI content mode for every category (a :class:`CaptureMode` or its name);
-            ``None`` reads ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``, else
-            ``NO_CONTENT``. Our values live in span events, so every mode but ``NO_CONTENT``
-            records them.
+        mode: the GenAI content mode for every category (a :class:`CaptureMode` or its name, or
+            ``"REFERENCE"``); ``None`` reads ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``,
+            else ``NO_CONTENT``. Our values live in span events, so every mode but
+            ``NO_CONTENT`` records them.
         memory_mode: the narrower override for the memory pipeline's categories
             (:data:`MEMORY_CATEGORIES`): a mode, or ``"PRODUCTION"`` (capture them, with the
             built-in redaction unless ``redact`` is given); ``None`` reads
             ``MEMTRACE_CAPTURE_CONTENT`` (only when ``mode`` is not given), else follows ``mode``.
+            ``"REFERENCE"`` here (or in ``mode``) applies to every category.
         max_value_length: characters kept of a value; ``None`` reads
-            ``MEMTRACE_MAX_VALUE_LENGTH``, else 4096.
+            ``MEMTRACE_MAX_VALUE_LENGTH``, else 4096. (Objects in a content store are not cut.)
         redact: a hook every value passes before it is recorded, or ``"builtin"`` for
-            :func:`redact_pii` (e-mail, phone and card numbers). If it raises, the value is
-            dropped (digest only), never recorded unredacted. The digest is always of the raw
-            value: attribution compares digests across spans.
+            :func:`redact_pii` (e-mail, phone and card numbers, API keys and tokens). If it
+            raises, the value is dropped (digest only), never recorded unredacted. The digest is
+            always of the raw value: attribution compares digests across spans.
+        content_url: the content store of ``REFERENCE`` capture (any fsspec URL); ``None`` reads
+            ``MEMTRACE_CONTENT_URL``, else ``OTEL_INSTRUMENTATION_GENAI_UPLOAD_BASE_PATH``. With
+            none, ``REFERENCE`` logs once and records no content (``NO_CONTENT``).
+        digest_key: the key of keyed digests (at least 16 bytes); ``None`` reads
+            ``MEMTRACE_DIGEST_KEY``, else digests are unkeyed ``sha256:``.
 
     Raises:
         ValueError: an unknown mode or a non-positive length, from arguments or environment,
-            or a ``redact`` that is neither callable nor ``"builtin"``.
+            a ``redact`` that is neither callable nor ``"builtin"``, a digest key shorter than
+            16 bytes, or a content store URL whose protocol fsspec does not know.
 
     >>> CaptureConfig(mode="SPAN_ONLY", redact="builtin").mask("ana@example.com")
     ('<email>', False)
     >>> production = CaptureConfig(memory_mode="PRODUCTION")
     >>> production.record("ana@example.com", Category.MEMORY), production.record("hi", Category.PREDICTION)
     (('<email>', False), (None, False))
+    >>> reference = CaptureConfig(mode="REFERENCE", content_url="memory://doc-store")
+    >>> reference.record("hi", Category.PREDICTION)
+    ('memory://doc-store/objects/sha256/8f434346648f6b96df89dda901c5176b10a6d83961dd3c1ac88b59b2dc327aa4', False)
     """
 
     mode: CaptureMode | str | None = None
     max_value_length: int | None = None
     redact: Redactor | Literal["builtin"] | None = field(default=None, compare=False)
     memory_mode: CaptureMode | str | None = None
+    content_url: str | None = None
+    digest_key: str | bytes | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         explicit = self.mode is not None
-        if explicit:
+        reference = explicit and _is_reference(self.mode)
+        if reference:
+            mode = CaptureMode.SPAN_AND_EVENT
+        elif explicit:
             mode = parse_capture_mode(self.mode)  # type: ignore[arg-type]
         elif os.environ.get(ENV_CAPTURE_MESSAGE_CONTENT):
             mode = parse_capture_mode(
@@ -196,20 +281,34 @@ class CaptureConfig:
             )
         else:
             mode = CaptureMode.NO_CONTENT
-        object.__setattr__(self, "mode", mode)
         memory: Any = self.memory_mode
         source = "memory_mode"
         if memory is None and not explicit and os.environ.get(ENV_MEMTRACE_CAPTURE_CONTENT):
             memory, source = os.environ[ENV_MEMTRACE_CAPTURE_CONTENT], ENV_MEMTRACE_CAPTURE_CONTENT
         production = isinstance(memory, str) and memory.strip().upper() == PRODUCTION
-        if production:
+        if _is_reference(memory):
+            reference = True
+            memory = mode = CaptureMode.SPAN_AND_EVENT
+        elif production:
             memory = CaptureMode.SPAN_AND_EVENT
         elif memory is None:
             memory = mode
         else:
             memory = _parse_memory_mode(memory, source)
+        writer: ContentWriter | None = None
+        url = self.content_url
+        if reference:
+            url = url or os.environ.get(ENV_MEMTRACE_CONTENT_URL) or None
+            url = url or os.environ.get(ENV_GENAI_UPLOAD_BASE_PATH) or None
+            writer = _writer_or_none(url)
+            if writer is None:
+                mode = memory = CaptureMode.NO_CONTENT
+        object.__setattr__(self, "content_url", url if writer is not None else self.content_url)
+        object.__setattr__(self, "mode", mode)
         object.__setattr__(self, "memory_mode", memory)
         object.__setattr__(self, "production", production)
+        object.__setattr__(self, "reference", writer is not None)
+        object.__setattr__(self, "_writer", writer)
         object.__setattr__(
             self,
             "_captured",
@@ -219,6 +318,14 @@ class CaptureConfig:
                 if (memory if c in MEMORY_CATEGORIES else mode) is not CaptureMode.NO_CONTENT
             ),
         )
+
+        key: Any = self.digest_key
+        where = "digest_key"
+        if key is None and os.environ.get(ENV_MEMTRACE_DIGEST_KEY):
+            key, where = os.environ[ENV_MEMTRACE_DIGEST_KEY], ENV_MEMTRACE_DIGEST_KEY
+        digester = Digester(parse_key(key, source=where) if key else None)
+        object.__setattr__(self, "_digester", digester)
+        object.__setattr__(self, "_keyed_digest", None if digester.key is None else _keyed(digester))
 
         length: Any = self.max_value_length
         where = "max_value_length"
@@ -240,7 +347,12 @@ class CaptureConfig:
 
     production: bool = field(default=False, init=False, compare=False)
     """Whether ``memory_mode`` is ``PRODUCTION``."""
+    reference: bool = field(default=False, init=False, compare=False)
+    """Whether values go to a content store (``REFERENCE`` with a store configured)."""
+    _keyed_digest: Callable[[str], str] | None = field(init=False, repr=False, compare=False)
     _captured: frozenset[Category] = field(default=frozenset(), init=False, repr=False)
+    _writer: ContentWriter | None = field(default=None, init=False, repr=False, compare=False)
+    _digester: Digester = field(init=False, repr=False, compare=False)
 
     @classmethod
     def for_production(cls, redact: Redactor | Literal["builtin"] | None = None) -> CaptureConfig:
@@ -255,22 +367,47 @@ class CaptureConfig:
         """Whether values (not only digests) of any category are recorded."""
         return bool(self._captured)
 
+    @property
+    def content_writer(self) -> ContentWriter | None:
+        """The content store writer of ``REFERENCE`` capture (flush or shut it down in tests)."""
+        return self._writer
+
+    def value_digest(self, text: str) -> str:
+        """``memtrace.variable.digest`` of a canonical value: keyed when a digest key is set.
+
+        >>> CaptureConfig(digest_key="0123456789abcdef").value_digest("abc")[:13]
+        'b2k:f0ccd733:'
+        """
+        keyed = self._keyed_digest
+        return digest(text) if keyed is None else keyed(text)
+
     def captures(self, category: Category) -> bool:
         """Whether values of ``category`` are recorded (else digests only)."""
         return category in self._captured
 
-    def record(self, text: str, category: Category) -> tuple[str | None, bool]:
+    def record(
+        self, text: str, category: Category, store: str | None = None
+    ) -> tuple[str | None, bool]:
         """What of one piece of app text of ``category`` leaves the process.
 
-        Every value, every content field of ``memtrace.variable.meta`` and every exception
-        message passes here: nothing when capture is off for the category, else the text after
-        the redaction hook, cut to the size limit.
+        Every value, every content field of ``memtrace.variable.meta``, every exception message
+        and feedback's expected answer and comment pass here: nothing when capture is off for
+        the category, else the text after the redaction hook, cut to the size limit. Under
+        ``REFERENCE`` the redacted text goes to the content store instead (queued, never
+        blocking) and what leaves in the span is the object's URL.
+
+        Args:
+            store: the memory store the text belongs to (``REFERENCE``: whose manifest lists it).
 
         Returns:
-            ``(text, truncated)``; ``text`` is ``None`` when capture is off or the hook failed.
+            ``(text, truncated)``; ``text`` is ``None`` when capture is off or the hook failed;
+            under ``REFERENCE`` it is the object's URL (see :attr:`reference`).
         """
         if category not in self._captured:
             return None, False
+        writer = self._writer
+        if writer is not None:
+            return self._to_store(writer, text, store), False
         return self._redact_and_cut(text)
 
     def mask(self, text: str) -> tuple[str | None, bool]:
@@ -281,6 +418,21 @@ class CaptureConfig:
         if not self._captured:
             return None, False
         return self._redact_and_cut(text)
+
+    def _to_store(self, writer: ContentWriter, text: str, store: str | None) -> str | None:
+        hook = self.redact
+        if callable(hook):
+            try:
+                text = hook(text)
+                if not isinstance(text, str):
+                    raise TypeError(f"redaction hook returned {type(text).__name__}, not str")
+            except Exception:
+                internal_error("capture.redact")
+                return None
+        data = text.encode("utf-8", "surrogatepass")
+        name = object_name(self._digester(data))
+        writer.put(name, data, store)
+        return writer.ref(name)
 
     def _redact_and_cut(self, text: str) -> tuple[str | None, bool]:
         hook = self.redact
@@ -328,6 +480,45 @@ def digest(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _keyed(digester: Digester) -> Callable[[str], str]:
+    def keyed(text: str) -> str:
+        return digester(text.encode("utf-8", "surrogatepass"))
+
+    return keyed
+
+
+def _is_reference(value: Any) -> bool:
+    return isinstance(value, str) and value.strip().upper() == REFERENCE
+
+
+_no_store_logged: list[bool] = []
+
+
+def _writer_or_none(url: str | None) -> ContentWriter | None:
+    """The content writer of ``url``; ``None`` (logged once) when no store is configured or
+    fsspec is missing. A URL fsspec cannot read raises ``ValueError`` (a configuration error)."""
+    why = None
+    if not url:
+        why = (
+            f"no content store: set {ENV_MEMTRACE_CONTENT_URL} (or {ENV_GENAI_UPLOAD_BASE_PATH}) "
+            "or CaptureConfig(content_url=...)"
+        )
+    else:
+        try:
+            import fsspec  # noqa: F401 - only checked for here
+        except ImportError:
+            why = "fsspec is not installed: pip install 'memtrace-otel[content]'"
+    if why is not None:
+        if not _no_store_logged:
+            _no_store_logged.append(True)
+            logging.getLogger("memtrace_otel").warning(
+                "memtrace-otel: REFERENCE capture with %s; no content is recorded (NO_CONTENT)",
+                why,
+            )
+        return None
+    return content_writer(url)  # type: ignore[arg-type]
+
+
 def _parse_memory_mode(value: Any, source: str) -> CaptureMode:
     if not isinstance(value, str | CaptureMode):
         raise ValueError(f"invalid {source} {value!r}: expected a capture mode or {PRODUCTION!r}")
@@ -340,18 +531,23 @@ def _parse_memory_mode(value: Any, source: str) -> CaptureMode:
         ) from None
 
 
-def meta_json(capture: CaptureConfig, meta: Mapping[str, Any], category: Category) -> str | None:
+def meta_json(
+    capture: CaptureConfig, meta: Mapping[str, Any], category: Category, store: str | None = None
+) -> str | None:
     """``memtrace.variable.meta``: structure always, each content field as :meth:`CaptureConfig.record` says.
 
     Structure: ``source_refs`` (its refs), ``role`` (a short identifier), numbers and booleans.
     Every other field is content of the variable's category: recorded redacted and cut when its
     category is captured (a structured field stays structured unless redaction or the cut changed
-    it, then it is the redacted JSON text), else left out. ``None`` when nothing is left.
+    it, then it is the redacted JSON text), else left out. Under ``REFERENCE`` the content
+    fields go together, as one JSON object, to the content store, and the meta carries its URL
+    under :data:`META_CONTENT_REF`. ``None`` when nothing is left.
 
     >>> meta_json(CaptureConfig(mode="NO_CONTENT"), {"source_refs": ["m:1@1"], "note": "x"}, Category.MEMORY)
     '{"source_refs":["m:1@1"]}'
     """
     out: dict[str, Any] = {}
+    content: dict[str, Any] | None = {} if capture.reference else None
     for key, value in meta.items():
         key = str(key)
         if value is None or isinstance(value, _NUMBERS):
@@ -365,11 +561,18 @@ def meta_json(capture: CaptureConfig, meta: Mapping[str, Any], category: Categor
         if key == "role" and isinstance(value, str) and _IDENTIFIER.fullmatch(value):
             out[key] = value
             continue
+        if content is not None:
+            content[key] = value
+            continue
         text = canonical_value(value)
-        kept, truncated = capture.record(text, category)
+        kept, truncated = capture.record(text, category, store)
         if kept is None:
             continue
         out[key] = value if kept == text and not truncated else kept
+    if content:
+        ref, _ = capture.record(canonical_value(content), category, store)
+        if ref is not None:
+            out[META_CONTENT_REF] = ref
     if not out:
         return None
     return json.dumps(out, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
@@ -379,32 +582,38 @@ _CATEGORY_VALUES = {c: c.value for c in Category}  # enum .value is a descriptor
 
 
 def event_attributes(
-    capture: CaptureConfig, var: Variable, ref: str, role: Role | str
+    capture: CaptureConfig, var: Variable, ref: str, role: Role | str, store: str | None = None
 ) -> dict[str, AttributeValue]:
     """The attributes of one ``memtrace.variable`` event: ref, role, category, digest, and what
-    :meth:`CaptureConfig.record` and :func:`meta_json` let leave of the value and its meta.
+    :meth:`CaptureConfig.record` and :func:`meta_json` let leave of the value and its meta
+    (under ``REFERENCE``, ``memtrace.variable.value_ref`` instead of the value).
 
-    ``ref`` is ``var.ref`` (the caller often has it already); ``role`` a :class:`Role` or its value.
+    ``ref`` is ``var.ref`` (the caller often has it already); ``role`` a :class:`Role` or its
+    value; ``store`` the op's memory store.
     """
     value = var.value
     text = value if isinstance(value, str) else canonical_value(value)
     category = var.category
+    keyed = capture._keyed_digest
     attrs: dict[str, AttributeValue] = {
         A.MEMTRACE_VARIABLE_REF: ref,
         A.MEMTRACE_VARIABLE_ROLE: str(role),
         A.MEMTRACE_VARIABLE_CATEGORY: _CATEGORY_VALUES[category],
-        A.MEMTRACE_VARIABLE_DIGEST: digest(text),
+        A.MEMTRACE_VARIABLE_DIGEST: digest(text) if keyed is None else keyed(text),
     }
     if var.deleted:
         attrs[A.MEMTRACE_VARIABLE_DELETED] = True
     else:
-        value, truncated = capture.record(text, category)
+        value, truncated = capture.record(text, category, store)
         if value is not None:
-            attrs[A.MEMTRACE_VARIABLE_VALUE] = value
+            if capture.reference:
+                attrs[A.MEMTRACE_VARIABLE_VALUE_REF] = value
+            else:
+                attrs[A.MEMTRACE_VARIABLE_VALUE] = value
             if truncated:
                 attrs[A.MEMTRACE_VARIABLE_TRUNCATED] = True
     if var.meta:
-        meta = meta_json(capture, var.meta, category)
+        meta = meta_json(capture, var.meta, category, store)
         if meta is not None:
             attrs[A.MEMTRACE_VARIABLE_META] = meta
     return attrs
@@ -418,11 +627,16 @@ def exception_attributes(
     The type and the stack frames (code locations, never values) always leave; the message
     follows :meth:`CaptureConfig.record` as category ``other`` (the upstream variable: off by
     default), redacted and cut. Chained exceptions' messages are left out with the same rule.
+    Under ``REFERENCE`` the message goes to the content store and the event carries
+    ``memtrace.exception.message_ref``; the stack trace and the status name the type only.
     """
     module = type(exc).__module__
     qualname = type(exc).__qualname__
     name = f"{module}.{qualname}" if module and module != "builtins" else qualname
     message, _ = capture.record(str(exc), Category.OTHER)
+    message_ref = None
+    if capture.reference:
+        message_ref, message = message, None
     frames = "".join(traceback.format_tb(exc.__traceback__)) if exc.__traceback__ else ""
     last = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     attrs: dict[str, AttributeValue] = {
@@ -434,4 +648,6 @@ def exception_attributes(
     }
     if message:
         attrs[A.EXCEPTION_MESSAGE] = message
+    if message_ref:
+        attrs[A.MEMTRACE_EXCEPTION_MESSAGE_REF] = message_ref
     return attrs, last

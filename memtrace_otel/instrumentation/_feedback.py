@@ -129,7 +129,8 @@ def send_feedback(
         expected: the right answer, when known; recorded only when content capture allows it
             for category ``gold`` (``MEMTRACE_CAPTURE_CONTENT``, ``PRODUCTION`` included, or
             the upstream variable), redacted and cut like every captured value.
-        comment: a free-text explanation (``gen_ai.evaluation.explanation``).
+        comment: a free-text explanation (``gen_ai.evaluation.explanation``; under
+            ``REFERENCE`` capture it goes to the content store, ``memtrace.feedback.comment_ref``).
         evaluation_name: ``gen_ai.evaluation.name`` (``user_feedback`` by default).
         tracer_provider: where the span goes; ``None``: the global provider.
         capture: content capture for ``expected``; ``None`` reads the environment.
@@ -212,11 +213,17 @@ def _emit(
     if score is not None:
         event[A.GEN_AI_EVALUATION_SCORE_VALUE] = float(score)
     if comment:
-        event[A.GEN_AI_EVALUATION_EXPLANATION] = comment
+        if capture.reference:  # the comment is the user's text too: to the store, by reference
+            ref, _ = capture.record(comment, Category.GOLD)
+            if ref is not None:
+                event[A.MEMTRACE_FEEDBACK_COMMENT_REF] = ref
+        else:
+            event[A.GEN_AI_EVALUATION_EXPLANATION] = comment
     if expected is not None:
         value, _ = capture.record(expected, Category.GOLD)  # the one place deciding what leaves
         if value is not None:
-            event[A.MEMTRACE_FEEDBACK_EXPECTED] = value
+            key = A.MEMTRACE_FEEDBACK_EXPECTED_REF if capture.reference else A.MEMTRACE_FEEDBACK_EXPECTED
+            event[key] = value
     attributes: dict[str, AttributeValue] = {}
     if case_id:
         attributes[A.MEMTRACE_CASE_ID] = case_id

@@ -257,7 +257,7 @@ class Op:
             note_answer(self._case_id, span.get_span_context())
         self._op_token = _current_op.set(self)
         if external:
-            _input_events(span, mt.capture, external)
+            _input_events(span, mt.capture, external, self._store_id or mt.store_id)
 
     def _add_input(
         self,
@@ -386,7 +386,10 @@ class Op:
             self._mt.registry.record(ref, ctx)
             if span.is_recording():
                 span.add_event(
-                    A.MEMTRACE_VARIABLE_EVENT, event_attributes(self._mt.capture, var, ref, _OUTPUT)
+                    A.MEMTRACE_VARIABLE_EVENT,
+                    event_attributes(
+                        self._mt.capture, var, ref, _OUTPUT, self._store_id or self._mt.store_id
+                    ),
                 )
             traceparent = self._traceparent
             if traceparent is None:
@@ -415,7 +418,7 @@ class Op:
             for ref, writer in links:
                 span.add_link(writer, {_REF: ref})
             if external:
-                _input_events(span, self._mt.capture, external)
+                _input_events(span, self._mt.capture, external, self._store_id or self._mt.store_id)
         except Exception:
             internal_error("op.input")
 
@@ -459,7 +462,7 @@ class Op:
                     add_link(writer, {_REF: ref})
             self._inputs_changed = True
             if unwritten:
-                _input_events(span, self._mt.capture, unwritten)
+                _input_events(span, self._mt.capture, unwritten, self._store_id or self._mt.store_id)
         except Exception:
             internal_error("op.input")
 
@@ -489,12 +492,14 @@ class Op:
         return self._traceparent
 
 
-def _input_events(span: Span, capture: CaptureConfig, variables: list[Variable]) -> None:
+def _input_events(
+    span: Span, capture: CaptureConfig, variables: list[Variable], store: str | None
+) -> None:
     """One ``memtrace.variable`` input event per variable no traced op wrote (contract 3)."""
     if span.is_recording():
         for var in variables:
             span.add_event(
-                A.MEMTRACE_VARIABLE_EVENT, event_attributes(capture, var, var.ref, _INPUT)
+                A.MEMTRACE_VARIABLE_EVENT, event_attributes(capture, var, var.ref, _INPUT, store)
             )
 
 

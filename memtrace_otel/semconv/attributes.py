@@ -88,6 +88,15 @@ MEMTRACE_FEEDBACK_SIGNATURE: Final = "memtrace.feedback.signature"
 """(v0.3) Optional, on the evaluation event or the feedback span: ``hmac-sha256:<key id>:<hex>``
 over the canonical JSON (sorted keys, no spaces) of ``{traceparent or case_id, label, score,
 expected, comment, time}`` with a shared key; the only thing readers trust (contract section 6)."""
+MEMTRACE_FEEDBACK_EXPECTED_REF: Final = "memtrace.feedback.expected_ref"
+"""(v0.3, ``REFERENCE`` capture) Instead of ``memtrace.feedback.expected``: the content store URL
+of the expected answer."""
+MEMTRACE_FEEDBACK_COMMENT_REF: Final = "memtrace.feedback.comment_ref"
+"""(v0.3, ``REFERENCE`` capture) Instead of ``gen_ai.evaluation.explanation`` on feedback: the
+content store URL of the comment."""
+MEMTRACE_EXCEPTION_MESSAGE_REF: Final = "memtrace.exception.message_ref"
+"""(v0.3, ``REFERENCE`` capture) On the ``exception`` event, instead of ``exception.message``: the
+content store URL of the message."""
 MEMTRACE_OPTIMIZE_VERSIONS: Final = "memtrace.optimize.versions"
 """Resource attribute of an optimiser run: the prompt and parameter variable refs in effect."""
 
@@ -146,7 +155,14 @@ METRIC_SDK_SPANS_DROPPED: Final = "memtrace.sdk.spans.dropped"
 """Observable counter (``{span}``): spans ``CountingBatchSpanProcessor`` dropped because its queue was full."""
 METRIC_OTEL_COMPONENT_NAME: Final = "otel.component.name"
 """Upstream (OTel SDK health metrics), a data-point attribute: which processor instance a data point is about, e.g. ``memtrace_otel.batching_span_processor/0``."""
-METRIC_NAMES: Final[tuple[str, ...]] = (METRIC_SDK_SPANS_DROPPED, METRIC_OTEL_COMPONENT_NAME)
+METRIC_CONTENT_DROPPED: Final = "memtrace.content.dropped"
+"""(v0.3) Observable counter (``{object}``): objects ``REFERENCE`` capture could not write to its
+content store (queue full, store unreachable or refusing, shutdown budget spent)."""
+METRIC_NAMES: Final[tuple[str, ...]] = (
+    METRIC_SDK_SPANS_DROPPED,
+    METRIC_OTEL_COMPONENT_NAME,
+    METRIC_CONTENT_DROPPED,
+)
 """The metric names and data-point attributes above (``METRIC_*``: not span attributes)."""
 
 # --- Environment variables ---------------------------------------------------------------------

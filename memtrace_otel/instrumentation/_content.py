@@ -1,0 +1,490 @@
+"""Content by reference (contract v0.3 section 6): keyed digests and the content store writer.
+
+``REFERENCE`` capture writes every value :meth:`CaptureConfig.record
+<memtrace_otel.instrumentation.CaptureConfig.record>` lets leave to a content store (any fsspec
+URL) instead of into a span; the span carries the object's URL. Layout of a store::
+
+    objects/sha256/<hex>              unkeyed: named by the sha256 of the bytes stored
+    objects/b2k/<key id>/<hex>        keyed (MEMTRACE_DIGEST_KEY): keyed BLAKE2b of the bytes
+    manifests/<store>/<part>.jsonl    per memory store: {"object": name, "time": ns} lines
+    tombstones/<store>.json           written by ``memtrace content erase``
+
+An object's name is the digest of its bytes (after redaction), so a reader verifies every
+object it fetches against its own name. Manifests are written in parts (one per batch of
+writes) because object stores cannot append; ``memtrace content erase`` reads them to decide
+which objects only the erased store refers to.
+
+Writes go through a bounded queue to one daemon thread: :meth:`ContentWriter.put` never blocks
+and never raises; a full queue or a failed write drops the object, counted and reported as the
+``memtrace.content.dropped`` metric. :meth:`ContentWriter.shutdown` (also run at exit) flushes
+within its budget.
+
+Keyed BLAKE2b, not HMAC-SHA256: one C call per digest (``hashlib.blake2b(key=...)``) against
+HMAC's two hash passes; ``benchmarks/bench_instructions.py`` prints both (docs/semantic-conventions.md).
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+import urllib.parse
+import weakref
+from collections import deque
+from collections.abc import Iterable
+from typing import Any, Final
+
+from memtrace_otel._internal import internal_error, on_fork_in_child, reinit_after_fork
+from memtrace_otel.semconv import DIGEST_BLAKE2B_KEYED, DIGEST_HMAC_SHA256, DIGEST_SHA256
+from memtrace_otel.semconv.attributes import METRIC_CONTENT_DROPPED, METRIC_OTEL_COMPONENT_NAME
+
+_log = logging.getLogger("memtrace_otel")
+
+OBJECTS: Final = "objects"
+MANIFESTS: Final = "manifests"
+TOMBSTONES: Final = "tombstones"
+NO_STORE_KEY: Final = "_"
+"""The manifest folder of values written by ops that name no memory store."""
+MIN_KEY_BYTES: Final = 16
+"""Shortest ``MEMTRACE_DIGEST_KEY`` accepted (a short key can be guessed, defeating the point)."""
+DEFAULT_MAX_QUEUE_SIZE: Final = 4096
+DEFAULT_SHUTDOWN_MILLIS: Final = 5000.0
+_BATCH: Final = 256
+_REMEMBERED: Final = 1 << 16  # object names (and store/name pairs) remembered as written
+
+
+def key_id(key: bytes) -> str:
+    """A short public id of a digest key (8 hex): tells a rotated key apart, reveals nothing.
+
+    >>> key_id(b"0123456789abcdef")
+    'f0ccd733'
+    """
+    return hashlib.blake2b(key, digest_size=4, person=b"memtrace-kid").hexdigest()
+
+
+def parse_key(value: str | bytes, *, source: str = "digest key") -> bytes:
+    """The key bytes of ``MEMTRACE_DIGEST_KEY`` (its UTF-8 bytes).
+
+    Raises:
+        ValueError: shorter than :data:`MIN_KEY_BYTES` bytes.
+    """
+    key = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    if len(key) < MIN_KEY_BYTES:
+        raise ValueError(
+            f"invalid {source}: {len(key)} bytes; a digest key needs at least {MIN_KEY_BYTES} "
+            "(e.g. the output of `openssl rand -hex 32`)"
+        )
+    return key
+
+
+class Digester:
+    """Digest of bytes: ``sha256:<hex>`` without a key, ``b2k:<key id>:<hex>`` (keyed BLAKE2b,
+    32 bytes) with one.
+
+    >>> Digester(None)(b"abc")[:15]
+    'sha256:ba7816bf'
+    >>> Digester(b"0123456789abcdef")(b"abc")[:16]
+    'b2k:f0ccd733:66b'
+    """
+
+    __slots__ = ("key", "key_id", "prefix")
+
+    def __init__(self, key: bytes | None) -> None:
+        self.key = key
+        self.key_id = key_id(key) if key else None
+        self.prefix = DIGEST_SHA256 if not key else f"{DIGEST_BLAKE2B_KEYED}{self.key_id}:"
+
+    def __call__(self, data: bytes) -> str:
+        key = self.key
+        if key is None:
+            return DIGEST_SHA256 + hashlib.sha256(data).hexdigest()
+        return self.prefix + hashlib.blake2b(data, key=key, digest_size=32).hexdigest()
+
+
+def digest_with(algorithm: str, key: bytes, data: bytes) -> str:
+    """A keyed digest of ``data`` by ``algorithm`` (``b2k:`` or ``hmac-sha256:``), for readers
+    checking either kind (and for the benchmark comparing them)."""
+    kid = key_id(key)
+    if algorithm == DIGEST_HMAC_SHA256:
+        import hmac
+
+        return f"{DIGEST_HMAC_SHA256}{kid}:{hmac.digest(key, data, 'sha256').hex()}"
+    if algorithm == DIGEST_BLAKE2B_KEYED:
+        return f"{DIGEST_BLAKE2B_KEYED}{kid}:{hashlib.blake2b(data, key=key, digest_size=32).hexdigest()}"
+    raise ValueError(f"unknown keyed digest {algorithm!r}")
+
+
+def split_digest(value: str) -> tuple[str, str | None, str] | None:
+    """``(prefix, key id, hex)`` of a digest string, ``None`` if it is none we know.
+
+    >>> split_digest("b2k:5d8c4f3c:00ff")
+    ('b2k:', '5d8c4f3c', '00ff')
+    >>> split_digest("sha256:00ff")
+    ('sha256:', None, '00ff')
+    """
+    if value.startswith(DIGEST_SHA256):
+        hexpart = value[len(DIGEST_SHA256) :]
+        return (DIGEST_SHA256, None, hexpart) if _is_hex(hexpart) else None
+    for prefix in (DIGEST_BLAKE2B_KEYED, DIGEST_HMAC_SHA256):
+        if value.startswith(prefix):
+            kid, sep, hexpart = value[len(prefix) :].partition(":")
+            if sep and _is_hex(kid) and _is_hex(hexpart):
+                return prefix, kid, hexpart
+    return None
+
+
+def _is_hex(text: str) -> bool:
+    return bool(text) and all(c in "0123456789abcdef" for c in text)
+
+
+def object_name(digest: str) -> str:
+    """The object name of a digest: ``objects/<algorithm>/[<key id>/]<hex>``.
+
+    >>> object_name("b2k:5d8c4f3c:00ff")
+    'objects/b2k/5d8c4f3c/00ff'
+    >>> object_name("sha256:00ff")
+    'objects/sha256/00ff'
+    """
+    parts = split_digest(digest)
+    if parts is None:
+        raise ValueError(f"not a digest: {digest!r}")
+    prefix, kid, hexpart = parts
+    algorithm = prefix.rstrip(":")
+    return f"{OBJECTS}/{algorithm}/{kid}/{hexpart}" if kid else f"{OBJECTS}/{algorithm}/{hexpart}"
+
+
+def digest_of_name(ref: str) -> tuple[str, str] | None:
+    """``(object name, digest)`` from an object's URL or name (its trailing ``objects/...``).
+
+    >>> digest_of_name("file:///srv/content/objects/b2k/5d8c4f3c/00ff")
+    ('objects/b2k/5d8c4f3c/00ff', 'b2k:5d8c4f3c:00ff')
+    >>> digest_of_name("s3://bucket/objects/sha256/00ff")
+    ('objects/sha256/00ff', 'sha256:00ff')
+    """
+    parts = ref.rstrip("/").split("/")
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i] != OBJECTS:
+            continue
+        tail = parts[i + 1 :]
+        if len(tail) == 2:
+            digest = f"{tail[0]}:{tail[1]}"
+        elif len(tail) == 3:
+            digest = f"{tail[0]}:{tail[1]}:{tail[2]}"
+        else:
+            return None
+        if split_digest(digest) is None:
+            return None
+        return "/".join(parts[i:]), digest
+    return None
+
+
+def store_key(store: str | None) -> str:
+    """The folder name of a memory store's manifests and tombstone (URL-quoted; ``_`` for none).
+
+    >>> store_key("ana@example.com"), store_key(None)
+    ('ana%40example.com', '_')
+    """
+    return urllib.parse.quote(store, safe="") if store else NO_STORE_KEY
+
+
+def open_store(url: str) -> tuple[Any, str]:
+    """``(filesystem, root path)`` of a content store URL, through fsspec.
+
+    Raises:
+        ValueError: fsspec is not installed, or the URL's protocol is unknown to it.
+    """
+    try:
+        import fsspec
+    except ImportError:
+        raise ValueError(
+            "a content store needs fsspec: pip install 'memtrace-otel[content]'"
+        ) from None
+    try:
+        fs, root = fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError) as exc:
+        raise ValueError(f"content store {url!r}: {exc}") from None
+    return fs, str(root).rstrip("/")
+
+
+class ContentWriter:
+    """Writes objects to one content store from a daemon thread; never blocks or raises.
+
+    Args:
+        url: the store, any fsspec URL (``file:///srv/content``, ``s3://bucket/prefix``, ...).
+        max_queue_size: objects waiting at most; more are dropped and counted.
+        meter_provider: where ``memtrace.content.dropped`` is reported (else the global one).
+
+    Raises:
+        ValueError: fsspec is missing or the URL's protocol is unknown (at construction).
+    """
+
+    _instances = 0
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
+        meter_provider: Any = None,
+    ) -> None:
+        if max_queue_size < 1:
+            raise ValueError(f"max_queue_size must be >= 1, got {max_queue_size}")
+        self.url = url.rstrip("/")
+        self._fs, self._root = open_store(self.url)
+        self._max = max_queue_size
+        self._queue: deque[tuple[str, bytes, str, int]] = deque()
+        self._wake = threading.Event()
+        self._idle = threading.Condition()
+        self._busy = 0
+        self._written: dict[str, None] = {}
+        self._listed: dict[tuple[str, str], None] = {}
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        self._failed_once = False
+        self.dropped = 0
+        """Objects not written: the queue was full, or the store refused or could not be reached."""
+        self.written = 0
+        """Objects written (or found already written by this process)."""
+        self._seq = 0
+        ContentWriter._instances += 1
+        self._component = f"memtrace_otel.content_writer/{ContentWriter._instances - 1}"
+        try:
+            self._register_metric(meter_provider)
+        except Exception:
+            internal_error("content.metric")
+        _register_exit(self)
+        reinit_after_fork(self)
+
+    def ref(self, name: str) -> str:
+        """The URL of object ``name`` in this store (what ``memtrace.variable.value_ref`` holds)."""
+        return f"{self.url}/{name}"
+
+    def put(self, name: str, data: bytes, store: str | None) -> None:
+        """Queue one object for writing; drops (counted) when the queue is full or stopped."""
+        if self._stopped or len(self._queue) >= self._max:
+            self._drop(1, "its queue is full" if not self._stopped else "it is shut down")
+            return
+        self._queue.append((name, data, store_key(store), time.time_ns()))
+        if self._thread is None:
+            self._start()
+        self._wake.set()
+
+    def _drop(self, count: int, why: str) -> None:
+        self.dropped += count
+        if not self._failed_once:
+            self._failed_once = True
+            _log.warning(
+                "memtrace-otel: content store %s: an object was not written because %s; spans "
+                "keep their references, the batch job abstains where it needs the missing "
+                "values. Drops are counted in the %s metric.",
+                self.url,
+                why,
+                METRIC_CONTENT_DROPPED,
+            )
+
+    def _start(self) -> None:
+        with self._idle:
+            if self._thread is not None:
+                return
+            thread = threading.Thread(
+                target=self._run, name="memtrace-content-writer", daemon=True
+            )
+            self._thread = thread
+        thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(0.5)
+            self._wake.clear()
+            if not self._queue:
+                if self._stopped:
+                    return
+                continue
+            self._drain()
+
+    def _drain(self) -> None:
+        while self._queue:
+            batch: list[tuple[str, bytes, str, int]] = []
+            with self._idle:
+                while self._queue and len(batch) < _BATCH:
+                    batch.append(self._queue.popleft())
+                self._busy += len(batch)
+            try:
+                self._write(batch)
+            except Exception:
+                internal_error("content.write")
+            finally:
+                with self._idle:
+                    self._busy -= len(batch)
+                    self._idle.notify_all()
+
+    def _write(self, batch: list[tuple[str, bytes, str, int]]) -> None:
+        fs, root = self._fs, self._root
+        listed: dict[str, list[tuple[str, int]]] = {}
+        for name, data, store, when in batch:
+            if name not in self._written:
+                try:
+                    fs.pipe_file(f"{root}/{name}", data)
+                except Exception as exc:  # any filesystem's error: counted, never raised
+                    self._drop(1, f"the write failed ({type(exc).__name__}: {exc})")
+                    continue
+                _remember(self._written, name)
+            self.written += 1
+            if (store, name) not in self._listed:
+                listed.setdefault(store, []).append((name, when))
+        for store, entries in listed.items():
+            self._seq += 1
+            part = f"{root}/{MANIFESTS}/{store}/{time.time_ns()}-{os.getpid()}-{self._seq}.jsonl"
+            body = "".join(
+                json.dumps({"object": name, "time": when}, separators=(",", ":")) + "\n"
+                for name, when in entries
+            )
+            try:
+                fs.pipe_file(part, body.encode("utf-8"))
+            except Exception as exc:
+                # The objects exist but no manifest names them: erase cannot find them.
+                self._drop(len(entries), f"its manifest could not be written ({exc})")
+                continue
+            for name, _ in entries:
+                _remember(self._listed, (store, name))
+
+    def flush(self, timeout_millis: float = DEFAULT_SHUTDOWN_MILLIS) -> bool:
+        """Wait until every queued object is written; ``False`` when the budget ran out."""
+        if self._thread is None:
+            return not self._queue
+        deadline = time.monotonic() + timeout_millis / 1000
+        self._wake.set()
+        with self._idle:
+            while self._queue or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(min(left, 0.05))
+                self._wake.set()
+        return True
+
+    def shutdown(self, timeout_millis: float = DEFAULT_SHUTDOWN_MILLIS) -> None:
+        """Flush within the budget, stop the thread; what is left is counted as dropped."""
+        if self._stopped:
+            return
+        done = self.flush(timeout_millis)
+        self._stopped = True
+        self._wake.set()
+        if not done:
+            left = len(self._queue)
+            self._queue.clear()
+            self._drop(left, f"shutdown's {timeout_millis:.0f} ms budget ran out")
+        if self.dropped:
+            _log.warning(
+                "memtrace-otel: content store %s: %d object(s) dropped in this process",
+                self.url,
+                self.dropped,
+            )
+
+    def _reinit_after_fork(self) -> None:
+        self._queue = deque()
+        self._wake = threading.Event()
+        self._idle = threading.Condition()
+        self._busy = 0
+        self._thread = None
+
+    def _register_metric(self, meter_provider: Any) -> None:
+        from opentelemetry.metrics import CallbackOptions, Observation, get_meter_provider
+
+        from memtrace_otel._version import __version__
+
+        attributes = {METRIC_OTEL_COMPONENT_NAME: self._component}
+        ref = weakref.ref(self)
+
+        def observe(_options: CallbackOptions) -> Iterable[Observation]:
+            writer = ref()
+            return [Observation(writer.dropped if writer is not None else 0, attributes)]
+
+        meter = (meter_provider or get_meter_provider()).get_meter(
+            "memtrace_otel", __version__, attributes=attributes
+        )
+        meter.create_observable_counter(
+            METRIC_CONTENT_DROPPED,
+            callbacks=[observe],
+            unit="{object}",
+            description="Content objects REFERENCE capture could not write to its content store.",
+        )
+
+
+def _remember(seen: dict[Any, None], key: Any) -> None:
+    seen[key] = None
+    if len(seen) > _REMEMBERED:
+        del seen[next(iter(seen))]
+
+
+_writers: dict[str, ContentWriter] = {}
+_writers_lock = threading.Lock()
+_exit_list: list[weakref.ref[ContentWriter]] = []
+
+
+def _register_exit(writer: ContentWriter) -> None:
+    if not _exit_list:
+        atexit.register(_shutdown_all)
+    _exit_list.append(weakref.ref(writer))
+
+
+def _shutdown_all() -> None:
+    for ref in _exit_list:
+        writer = ref()
+        if writer is not None:
+            try:
+                writer.shutdown()
+            except Exception:
+                internal_error("content.shutdown")
+
+
+def _reset_writers_lock() -> None:
+    global _writers_lock
+    _writers_lock = threading.Lock()
+
+
+on_fork_in_child(_reset_writers_lock)
+
+
+def content_writer(url: str) -> ContentWriter:
+    """The process's one writer of store ``url`` (every ``CaptureConfig`` naming it shares it).
+
+    Raises:
+        ValueError: fsspec is missing or the URL's protocol is unknown.
+    """
+    key = url.rstrip("/")
+    with _writers_lock:
+        writer = _writers.get(key)
+        if writer is None or writer._stopped:
+            writer = _writers[key] = ContentWriter(key)
+        return writer
+
+
+def flush_content(timeout_millis: float = DEFAULT_SHUTDOWN_MILLIS) -> bool:
+    """Flush every content writer of the process within one budget (tests, before a fork)."""
+    deadline = time.monotonic() + timeout_millis / 1000
+    ok = True
+    for writer in list(_writers.values()):
+        left = max(0.0, deadline - time.monotonic()) * 1000
+        ok = writer.flush(left) and ok
+    return ok
+
+
+__all__ = [
+    "ContentWriter",
+    "Digester",
+    "content_writer",
+    "digest_of_name",
+    "digest_with",
+    "flush_content",
+    "key_id",
+    "object_name",
+    "open_store",
+    "parse_key",
+    "split_digest",
+    "store_key",
+]
