@@ -11,6 +11,7 @@ from typing import Any
 from memtrace_otel.attribution._base import Method, blame, no_verdict
 from memtrace_otel.attribution._baselines import BlameGenerate, BlameRetrieve
 from memtrace_otel.attribution._batch import (
+    CONTENT_NOTICE,
     BatchSummary,
     completed_case_ids,
     failed_cases,
@@ -70,6 +71,7 @@ def get_method(name: str, **options: Any) -> Method:
 
 
 __all__ = [
+    "CONTENT_NOTICE",
     "AllAtOnce",
     "BatchSummary",
     "BinarySearch",

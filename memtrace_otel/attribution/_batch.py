@@ -42,6 +42,7 @@ from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (
     BACKEND_SCHEMES,
     DEFAULT_RULE,
+    ContentResolver,
     NO_STORE,
     FileSource,
     Outcome,
@@ -111,6 +112,14 @@ class BatchSummary:
     """What feedback said (:class:`~memtrace_otel.attribution.FeedbackStats` as data)."""
     cases_by_source: dict[str, int] = field(default_factory=dict)
     """Failed cases by where they were found: ``cases-file``, ``judge``, ``feedback``."""
+    content: dict[str, Any] = field(default_factory=dict)
+    """What resolving content references did (:class:`~memtrace_otel.sources.ContentStats`
+    as data); empty when the traces carried none."""
+
+    @property
+    def resolved_content(self) -> bool:
+        """Whether values were read from a content store (the report then contains content)."""
+        return bool(self.content.get("resolved") or self.content.get("upstream"))
 
     @property
     def ok(self) -> bool:
@@ -163,6 +172,8 @@ class BatchSummary:
         for kind, count in loaded.skipped_by_kind.items():
             self.skipped_by_kind[kind] = self.skipped_by_kind.get(kind, 0) + count
         self.source_errors[:0] = loaded.source_errors
+        if loaded.content:
+            self.content = dict(loaded.content)
 
     def add_source_stats(self, stats: SourceStats) -> None:
         """Count what a source read, skipped and cut (keeping the first 20 messages)."""
@@ -232,18 +243,37 @@ def load_store_graphs(
             events, OTLP log records), judged by the default rule; ``memtrace.feedback`` spans
             then stay out of the graphs.
         progress: where to show the loading progress (see :class:`~memtrace_otel.sources.Progress`).
-        options: backend source options (``max_traces``, ``limit``), ignored for files.
+        options: backend source options (``max_traces``, ``limit``), ignored for files, and
+            ``content``: the content store URL references are read from (``--content``; else
+            where each reference points).
+
+    Raises:
+        ContentStoreError: a content store the references name cannot be read at all.
     """
+    options = dict(options or {})
+    resolver = ContentResolver(options.pop("content", None))
     records: list[SpanRecord] = []
+    unresolved: dict[int, SpanRecord] = {}
     for spec in sources:
-        source = open_source(spec, strict=strict, **(options or {} if is_backend(spec) else {}))
-        for record in load_with_progress(source, spec, progress):
+        source = open_source(spec, strict=strict, **(options if is_backend(spec) else {}))
+        for original in load_with_progress(source, spec, progress):
+            record = resolver.resolve(original)
             if outcomes is None or take_outcomes(record, outcomes):
+                if record is not original:
+                    unresolved[len(records)] = original
                 records.append(record)
         if outcomes is not None:
             outcomes.extend(source.outcomes)
         if summary is not None:
             summary.add_source_stats(source.stats)
+    incomplete = resolver.stats.failed_stores
+    if incomplete:
+        # A store some of whose objects are missing or do not verify uses none of its resolved
+        # values: one missing value among resolved ones misleads attribution; with none, it is
+        # attributed as with capture off (structure decides, or it abstains).
+        for index, original in unresolved.items():
+            if store_of(original) in incomplete:
+                records[index] = original
     by_store: dict[str, list[SpanRecord]] = defaultdict(list)
     case_stores: set[str] = set()
     for record in adapt_upstream(records):
@@ -260,7 +290,36 @@ def load_store_graphs(
         extra = {store: join.records_for(store, records) for store, records in by_store.items()}
         for store, more in extra.items():
             by_store[store] += more
-    return {store: build_graph(records) for store, records in by_store.items()}
+    graphs = {store: build_graph(records) for store, records in by_store.items()}
+    stats = resolver.stats
+    if stats.any and summary is not None:
+        summary.content = stats.to_json()
+    for store, when in stats.erased.items():
+        if store in graphs:
+            graphs[store].graph[ERASED_KEY] = when or "unknown time"
+    return graphs
+
+
+ERASED_KEY = "content_erased"
+"""``G.graph`` key: when the store's content was erased (``memtrace content erase``)."""
+
+
+def erased_verdict(G: nx.MultiDiGraph, case: Case, store: str, method: str) -> Verdict | None:
+    """The abstention of a case whose store's content was erased, else ``None``."""
+    when = G.graph.get(ERASED_KEY)
+    if when is None:
+        return None
+    return Verdict(
+        case_id=case.case_id,
+        error_type=None,
+        op_id=None,
+        op_name=None,
+        method=method,
+        confidence=0.0,
+        reason=f"the content of store {store!r} was erased ({when}): nothing left to attribute",
+        store_id=store or None,
+        unchecked=("content erased",),
+    )
 
 
 def take_outcomes(record: SpanRecord, outcomes: list[Outcome]) -> bool:
@@ -556,7 +615,9 @@ def _run_in_process(
                 continue
             G = graphs.get(store, empty)
             try:
-                verdict = note_inferred(G, method.attribute(G, case))
+                verdict = erased_verdict(G, case, store, method.name) or note_inferred(
+                    G, method.attribute(G, case)
+                )
             except (MemtraceError, ValueError, KeyError, TypeError, RuntimeError) as exc:
                 summary.failed.append(
                     {"case_id": case.case_id, "error": f"{type(exc).__name__}: {exc}"}
@@ -703,6 +764,24 @@ def summary_table(summary: BatchSummary) -> str:
         )
     if summary.skipped_cases:
         lines.append(f"skipped cases-file lines: {summary.skipped_cases}")
+    content = summary.content
+    if content:
+        lines.append(
+            f"content by reference: {content.get('resolved', 0)} objects resolved and verified, "
+            f"{content.get('upstream', 0)} upstream gen_ai objects, {content.get('missing', 0)} "
+            f"missing, {content.get('mismatched', 0)} not matching their digest (not used), "
+            f"{content.get('unverifiable', 0)} keyed by a key this job lacks (not used; set "
+            "MEMTRACE_DIGEST_KEY)"
+        )
+        for name in content.get("missing_objects", [])[:5]:
+            lines.append(f"missing content object: {name}")
+        for store, when in sorted(content.get("erased_stores", {}).items()):
+            lines.append(f"content erased: store {store!r} ({when}): its cases abstain")
+        for store, count in sorted(content.get("incomplete_stores", {}).items()):
+            lines.append(
+                f"content incomplete: store {store!r}: {count} objects missing or not verified; "
+                "none of its content is used (attributed as with capture off)"
+            )
     if summary.cases_not_in_traces:
         lines.append(f"cases not in the traces: {len(summary.cases_not_in_traces)}")
     for failure in summary.failed[:10]:
@@ -713,7 +792,14 @@ def summary_table(summary: BatchSummary) -> str:
 def summary_markdown(summary: BatchSummary) -> str:
     """The summary as Markdown (``summary.md``)."""
     table = summary_table(summary)
-    return "# Attribution summary\n\n```text\n" + table + "\n```\n"
+    notice = f"> {CONTENT_NOTICE}\n\n" if summary.resolved_content else ""
+    return "# Attribution summary\n\n" + notice + "```text\n" + table + "\n```\n"
+
+
+CONTENT_NOTICE = (
+    "This report contains memory content resolved from the content store: share it only "
+    "where that content may be read."
+)
 
 
 def write_summary(summary: BatchSummary, directory: str | os.PathLike[str]) -> None:

@@ -27,14 +27,18 @@ from memtrace_otel.export._configure import PROTOCOL_VARS
 from memtrace_otel.semconv import attributes as A
 
 
-def verdict_attributes(verdict: Verdict) -> dict[str, AttributeValue]:
-    """The ``memtrace.attribution.*`` attributes of a verdict span."""
+def verdict_attributes(verdict: Verdict, *, textless: bool = False) -> dict[str, AttributeValue]:
+    """The ``memtrace.attribution.*`` attributes of a verdict span.
+
+    ``textless``: the reason is replaced by a short label naming refs only (the verdicts were
+    made from content resolved from a content store, which must not reach the backend).
+    """
     attrs: dict[str, AttributeValue] = {
         A.MEMTRACE_ATTRIBUTION_CASE_ID: verdict.case_id,
         A.MEMTRACE_ATTRIBUTION_METHOD: verdict.method,
         A.MEMTRACE_ATTRIBUTION_CONFIDENCE: float(verdict.confidence),
         A.MEMTRACE_ATTRIBUTION_EVIDENCE_REFS: list(verdict.evidence_refs),
-        A.GEN_AI_EVALUATION_EXPLANATION: verdict.reason,
+        A.GEN_AI_EVALUATION_EXPLANATION: textless_reason(verdict) if textless else verdict.reason,
         A.MEMTRACE_CASE_ID: verdict.case_id,
     }
     if verdict.error_type is not None:
@@ -50,7 +54,20 @@ def verdict_attributes(verdict: Verdict) -> dict[str, AttributeValue]:
     return attrs
 
 
-def verdict_span_writer(provider: TracerProvider) -> Callable[[Verdict], None]:
+def textless_reason(verdict: Verdict) -> str:
+    """A verdict's reason without any text of the app: its label, op and evidence refs.
+
+    >>> textless_reason(Verdict("c1", "UpdateError", "ab", "mem0.update", "evidence", 0.9, ("m:1@2",)))
+    'UpdateError at mem0.update; evidence: m:1@2'
+    """
+    head = f"{verdict.error_type} at {verdict.op_name or verdict.op_id}" if verdict.error_type else "abstained"
+    refs = ", ".join(verdict.evidence_refs[:20])
+    return f"{head}; evidence: {refs}" if refs else head
+
+
+def verdict_span_writer(
+    provider: TracerProvider, *, textless: bool = False
+) -> Callable[[Verdict], None]:
     """A callback that emits one verdict span per verdict through ``provider``."""
     from memtrace_otel import __version__
 
@@ -70,7 +87,7 @@ def verdict_span_writer(provider: TracerProvider) -> Callable[[Verdict], None]:
             A.MEMTRACE_ATTRIBUTION_SPAN,
             context=Context(),  # a new trace, not a child of whatever is current
             links=links,
-            attributes=verdict_attributes(verdict),
+            attributes=verdict_attributes(verdict, textless=textless),
         )
         span.end()
 
@@ -124,18 +141,20 @@ def send_verdicts(
     *,
     service_name: str = "memtrace-attribution",
     batch: int = WRITE_BACK_BATCH,
+    textless: bool = False,
 ) -> WriteBackResult:
     """Export one verdict span per verdict through ``exporter``, synchronously, batch by batch,
     checking each batch's result (a background processor would drop failures silently).
 
     After the first batch the endpoint refuses (down, wrong protocol), the rest are not tried:
-    they count as failed, and the caller retries them on its next run.
+    they count as failed, and the caller retries them on its next run. ``textless``: reasons
+    become refs and labels only (see :func:`textless_reason`).
     """
     result = WriteBackResult()
     collected = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({A.SERVICE_NAME: service_name}))
     provider.add_span_processor(SimpleSpanProcessor(collected))
-    write = verdict_span_writer(provider)
+    write = verdict_span_writer(provider, textless=textless)
     try:
         for start in range(0, len(verdicts), batch):
             chunk = verdicts[start : start + batch]

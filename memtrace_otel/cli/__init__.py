@@ -24,6 +24,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "attribute",
     "graph",
     "export",
+    "content",
     "bench",
     "optimize",
 )

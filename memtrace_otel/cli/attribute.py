@@ -28,7 +28,7 @@ from memtrace_otel.cli import EXIT_NOTHING_TO_ATTRIBUTE
 from memtrace_otel.cli._backend import add_backend_options, http_options
 from memtrace_otel.export._configure import ENDPOINT_VARS, resolve_exporter
 from memtrace_otel.reporting import check_base_url, label_accuracy, load_labels, write_report
-from memtrace_otel.sources import Outcome, OutcomeRule
+from memtrace_otel.sources import ContentResolver, Outcome, OutcomeRule
 
 NO_FAILURES_HINT = (
     "memtrace: nothing to attribute: no answer in these traces is marked wrong. Mark one with\n"
@@ -160,6 +160,14 @@ def register(subparsers: Any) -> None:
         help="without --executor: spill span records per store to a SQLite temp file to keep "
         "memory near SIZE (512M, 2G) on exports larger than RAM",
     )
+    parser.add_argument(
+        "--content",
+        metavar="URL",
+        help="read the values of REFERENCE capture (memtrace.variable.value_ref, gen_ai.*_ref) "
+        "from this content store (any fsspec URL, your own credentials); default: where each "
+        "reference points. Each object is verified against its digest (MEMTRACE_DIGEST_KEY for "
+        "keyed ones); the report then contains content",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress line")
     add_backend_options(parser)
     parser.set_defaults(func=run)
@@ -187,6 +195,11 @@ def run(args: argparse.Namespace) -> int:
                 ) from None
         if bound is not None:
             parse_size(bound)
+        content = getattr(args, "content", None)
+        if content and (executor is not None or bound is not None):
+            raise ValueError("--content does not combine with --executor or --memory-bound yet")
+        if content:
+            ContentResolver(content)  # a bad URL, no fsspec or a short key fails here
         check_paths(args)
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
@@ -216,6 +229,8 @@ def run(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {}
     if args.max_traces is not None:
         options["max_traces"] = args.max_traces
+    if getattr(args, "content", None):
+        options["content"] = args.content
     try:
         options["http"] = http_options(args)
     except ValueError as exc:
@@ -367,7 +382,8 @@ def _write_back(
     pending verdicts wait for their final version) and count what the endpoint refused."""
     entries = log.unsent() if log is not None else []
     todo = [entry.verdict for entry in entries] if log is not None else verdicts
-    result = send_verdicts(todo, exporter)
+    # Verdicts made from resolved content: their reasons may quote it; the backend gets refs.
+    result = send_verdicts(todo, exporter, textless=summary.resolved_content or bool(summary.content))
     if log is not None:
         log.mark_sent(entries[i] for i in result.sent)
     summary.written_back = len(result.sent)

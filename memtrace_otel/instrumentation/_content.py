@@ -323,12 +323,12 @@ class ContentWriter:
                     self._idle.notify_all()
 
     def _write(self, batch: list[tuple[str, bytes, str, int]]) -> None:
-        fs, root = self._fs, self._root
+        root = self._root
         listed: dict[str, list[tuple[str, int]]] = {}
         for name, data, store, when in batch:
             if name not in self._written:
                 try:
-                    fs.pipe_file(f"{root}/{name}", data)
+                    self._pipe(f"{root}/{name}", data)
                 except Exception as exc:  # any filesystem's error: counted, never raised
                     self._drop(1, f"the write failed ({type(exc).__name__}: {exc})")
                     continue
@@ -344,13 +344,20 @@ class ContentWriter:
                 for name, when in entries
             )
             try:
-                fs.pipe_file(part, body.encode("utf-8"))
+                self._pipe(part, body.encode("utf-8"))
             except Exception as exc:
                 # The objects exist but no manifest names them: erase cannot find them.
                 self._drop(len(entries), f"its manifest could not be written ({exc})")
                 continue
             for name, _ in entries:
                 _remember(self._listed, (store, name))
+
+    def _pipe(self, path: str, data: bytes) -> None:
+        try:
+            self._fs.pipe_file(path, data)
+        except FileNotFoundError:  # a local or mounted store: its folders are made on demand
+            self._fs.makedirs(path.rpartition("/")[0], exist_ok=True)
+            self._fs.pipe_file(path, data)
 
     def flush(self, timeout_millis: float = DEFAULT_SHUTDOWN_MILLIS) -> bool:
         """Wait until every queued object is written; ``False`` when the budget ran out."""

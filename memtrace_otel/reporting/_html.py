@@ -25,7 +25,7 @@ from typing import Any
 import jinja2
 import networkx as nx
 
-from memtrace_otel.attribution import BatchSummary, Case, Verdict, write_summary
+from memtrace_otel.attribution import CONTENT_NOTICE, BatchSummary, Case, Verdict, write_summary
 from memtrace_otel.reporting._labels import Label, load_labels
 from memtrace_otel.reporting._links import check_base_url
 from memtrace_otel.reporting._view import case_row, case_view, summary_data
@@ -200,6 +200,8 @@ def write_report(
         )
         rows.append(case_row(key, verdict, label, len(view["nodes"]) or None))
 
+    if _resolved_content(summary):
+        title = f"{title}: CONTAINS CONTENT. {CONTENT_NOTICE}"
     data = {
         "title": title,
         "generated": dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
@@ -219,6 +221,13 @@ def write_report(
     if isinstance(summary, BatchSummary):
         write_summary(summary, folder)
     return index
+
+
+def _resolved_content(summary: BatchSummary | Mapping[str, Any]) -> bool:
+    if isinstance(summary, BatchSummary):
+        return summary.resolved_content
+    content = summary.get("content") or {}
+    return bool(content.get("resolved") or content.get("upstream"))
 
 
 def _copy_assets(target: Path) -> None:

@@ -40,6 +40,14 @@ from memtrace_otel.sources._backends import (
 from memtrace_otel.sources._common import (
     SourceStats,
 )
+from memtrace_otel.sources._content import (
+    ContentResolver,
+    ContentStats,
+    ContentStoreError,
+    EraseResult,
+    erase_store,
+    parse_age,
+)
 from memtrace_otel.sources._documents import decode_document, decode_jaeger, decode_otlp_json
 from memtrace_otel.sources._export import ExportResult, export_source
 from memtrace_otel.sources._files import expand_paths
@@ -156,6 +164,10 @@ __all__ = [
     "NO_STORE",
     "OTHER_KIND",
     "BenchGraph",
+    "ContentResolver",
+    "ContentStats",
+    "ContentStoreError",
+    "EraseResult",
     "ExportResult",
     "ExportSummary",
     "FileSource",
@@ -177,6 +189,7 @@ __all__ = [
     "decode_memtracebench",
     "decode_otlp_json",
     "decode_otlp_proto",
+    "erase_store",
     "expand_paths",
     "export_memtracebench",
     "export_source",
@@ -187,6 +200,7 @@ __all__ = [
     "open_source",
     "outcome_key",
     "outcomes_of",
+    "parse_age",
     "prune_stores",
     "raw_store",
     "read_outcomes",

@@ -1,0 +1,496 @@
+"""REFERENCE capture (contract v0.3 section 6): values go to a content store, spans carry refs.
+
+Real parts: the OTel SDK, fsspec's local (``file://``) and memory (``memory://``) filesystems,
+the OTLP JSON Lines exporter, the batch job and the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from memtrace_otel.attribution import EvidenceMethod, run_batch
+from memtrace_otel.cli import main
+from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry, send_feedback
+from memtrace_otel.instrumentation._capture import META_CONTENT_REF, redact_pii
+from memtrace_otel.instrumentation._content import ContentWriter, digest_of_name, key_id
+from memtrace_otel.semconv import Category
+from memtrace_otel.semconv import attributes as A
+from memtrace_otel.sources import ContentResolver, erase_store, open_source
+from tests._pipeline import EXPECTED, write_workload
+
+KEY = "k" * 32
+
+
+def _store_url(tmp_path: Path) -> str:
+    return (tmp_path / "content").as_uri()
+
+
+def _memory_url() -> str:
+    return f"memory://content-{uuid.uuid4().hex}"
+
+
+def _flush(capture: CaptureConfig) -> None:
+    writer = capture.content_writer
+    assert writer is not None
+    assert writer.flush(10_000)
+
+
+def _tracer(capture: CaptureConfig) -> tuple[MemTracer, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    mt = MemTracer(
+        tracer_provider=provider,
+        system="test",
+        store_id="user-ana",
+        capture=capture,
+        registry=WriterRegistry(),
+    )
+    return mt, exporter
+
+
+def _events(exporter: InMemorySpanExporter, name: str = A.MEMTRACE_VARIABLE_EVENT) -> list[Any]:
+    return [e for s in exporter.get_finished_spans() for e in s.events if e.name == name]
+
+
+# --- capture --------------------------------------------------------------------------------
+
+
+def test_reference_events_carry_a_ref_to_a_verified_object_and_no_value() -> None:
+    url = _memory_url()
+    capture = CaptureConfig(mode="REFERENCE", content_url=url)
+    mt, exporter = _tracer(capture)
+    with mt.extract("test.extract", inputs=[]) as op:
+        op.output(
+            mt.variable(
+                "fact:1",
+                "Ana moved to Porto last May",
+                category="memory",
+                meta={"source_refs": ["msg:1@1"], "speaker": "Ana Sousa", "turn": 3},
+            )
+        )
+    _flush(capture)
+    (event,) = _events(exporter)
+    attrs = dict(event.attributes)
+    assert A.MEMTRACE_VARIABLE_VALUE not in attrs
+    ref = attrs[A.MEMTRACE_VARIABLE_VALUE_REF]
+    assert ref.startswith(url + "/objects/sha256/")
+    fs = fsspec.filesystem("memory")
+    assert fs.cat_file(ref.removeprefix("memory://")) == b"Ana moved to Porto last May"
+    # The name verifies the object: it is the digest of the bytes stored.
+    assert digest_of_name(ref)[1] == attrs[A.MEMTRACE_VARIABLE_DIGEST]
+    meta = json.loads(attrs[A.MEMTRACE_VARIABLE_META])
+    assert meta["source_refs"] == ["msg:1@1"] and meta["turn"] == 3  # structure stays inline
+    assert "speaker" not in meta and "Ana Sousa" not in attrs[A.MEMTRACE_VARIABLE_META]
+    stored = json.loads(fs.cat_file(meta[META_CONTENT_REF].removeprefix("memory://")))
+    assert stored == {"speaker": "Ana Sousa"}
+    # The store's manifest names both objects, with their times.
+    manifests = fs.find(url.removeprefix("memory://") + "/manifests/user-ana")
+    names = {json.loads(line)["object"] for m in manifests for line in fs.cat_file(m).splitlines()}
+    assert names == {digest_of_name(ref)[0], digest_of_name(meta[META_CONTENT_REF])[0]}
+
+
+def test_reference_covers_prompts_context_exceptions_and_feedback() -> None:
+    url = _memory_url()
+    capture = CaptureConfig(mode="REFERENCE", content_url=url)
+    mt, exporter = _tracer(capture)
+    with mt.generate("test.answer", inputs=[]) as op:
+        op.output(mt.variable("ctx:1", "context: Ana lives in Porto", category="context"))
+        op.output(mt.variable("p:1", "She lives in Porto, Portugal", category="prediction"))
+    message = "cannot merge 'Ana lives in Porto' with 'Ana lives abroad'"
+    with pytest.raises(ValueError), mt.update("test.merge", inputs=[]):
+        raise ValueError(message)  # a variable: the frames show source lines, not values
+    provider = TracerProvider()
+    feedback_exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(feedback_exporter))
+    send_feedback(
+        case_id="case-1",
+        correct=False,
+        expected="Porto, in the north of Portugal",
+        comment="the assistant forgot my sister moved",
+        tracer_provider=provider,
+        capture=capture,
+    )
+    _flush(capture)
+    for event in _events(exporter):
+        assert A.MEMTRACE_VARIABLE_VALUE not in event.attributes
+        assert event.attributes[A.MEMTRACE_VARIABLE_VALUE_REF].startswith(url)
+    (exc,) = _events(exporter, A.EXCEPTION_EVENT)
+    assert A.EXCEPTION_MESSAGE not in exc.attributes
+    assert "Porto" not in exc.attributes[A.EXCEPTION_STACKTRACE]
+    assert exc.attributes[A.MEMTRACE_EXCEPTION_MESSAGE_REF].startswith(url)
+    (failed,) = [s for s in exporter.get_finished_spans() if s.events and s.events[0].name == A.EXCEPTION_EVENT]
+    assert "Porto" not in (failed.status.description or "")
+    (evaluation,) = _events(feedback_exporter, A.GEN_AI_EVALUATION_RESULT_EVENT)
+    assert A.MEMTRACE_FEEDBACK_EXPECTED not in evaluation.attributes
+    assert A.GEN_AI_EVALUATION_EXPLANATION not in evaluation.attributes
+    fs = fsspec.filesystem("memory")
+    for key, text in (
+        (A.MEMTRACE_FEEDBACK_EXPECTED_REF, b"Porto, in the north of Portugal"),
+        (A.MEMTRACE_FEEDBACK_COMMENT_REF, b"the assistant forgot my sister moved"),
+        (A.MEMTRACE_EXCEPTION_MESSAGE_REF, None),
+    ):
+        attrs = exc.attributes if key == A.MEMTRACE_EXCEPTION_MESSAGE_REF else evaluation.attributes
+        body = fs.cat_file(str(attrs[key]).removeprefix("memory://"))
+        assert body == (text or b"cannot merge 'Ana lives in Porto' with 'Ana lives abroad'")
+
+
+def test_reference_without_a_store_logs_once_and_records_no_content(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from memtrace_otel.instrumentation import _capture
+
+    monkeypatch.delenv(A.ENV_MEMTRACE_CONTENT_URL, raising=False)
+    monkeypatch.delenv(A.ENV_GENAI_UPLOAD_BASE_PATH, raising=False)
+    monkeypatch.setenv(A.ENV_MEMTRACE_CAPTURE_CONTENT, "REFERENCE")
+    monkeypatch.setattr(_capture, "_no_store_logged", [])
+    with caplog.at_level(logging.WARNING, "memtrace_otel"):
+        first, second = CaptureConfig(), CaptureConfig()
+    assert not first.reference and not first.captures_values and not second.captures_values
+    assert first.record("Ana lives in Porto", Category.MEMORY) == (None, False)
+    assert len([r for r in caplog.records if "REFERENCE" in r.getMessage()]) == 1
+
+
+def test_the_upstream_upload_base_path_is_honoured_when_ours_is_unset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = _memory_url()
+    monkeypatch.delenv(A.ENV_MEMTRACE_CONTENT_URL, raising=False)
+    monkeypatch.setenv(A.ENV_GENAI_UPLOAD_BASE_PATH, url)
+    monkeypatch.setenv(A.ENV_MEMTRACE_CAPTURE_CONTENT, "REFERENCE")
+    capture = CaptureConfig()
+    assert capture.reference and capture.content_url == url
+    ref, _ = capture.record("a prompt", Category.PROMPT)
+    assert ref is not None and ref.startswith(url)
+
+
+def test_an_unknown_store_protocol_raises_at_construction() -> None:
+    with pytest.raises(ValueError, match="nosuchfs"):
+        CaptureConfig(mode="REFERENCE", content_url="nosuchfs://bucket/x")
+
+
+def test_an_unwritable_store_drops_counted_as_a_metric_and_never_raises(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the store's folder should be")
+    reader = InMemoryMetricReader()
+    writer = ContentWriter(blocker.as_uri(), meter_provider=MeterProvider([reader]))
+    for i in range(5):
+        writer.put(f"objects/sha256/{i:064x}", b"x", "user-ana")  # never raises
+    assert writer.flush(10_000)
+    assert writer.dropped == 5 and writer.written == 0
+    points = [
+        p.value
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == A.METRIC_CONTENT_DROPPED
+        for p in m.data.data_points
+    ]
+    assert points == [5]
+    writer.shutdown(1000)
+
+
+def test_a_full_queue_drops_instead_of_blocking() -> None:
+    writer = ContentWriter(_memory_url(), max_queue_size=2)
+    writer._thread = object()  # type: ignore[assignment]  # no worker: the queue only fills
+    for i in range(5):
+        writer.put(f"objects/sha256/{i:064x}", b"x", None)
+    assert writer.dropped == 3 and len(writer._queue) == 2
+    writer._thread = None
+    writer._stopped = True
+
+
+# --- keyed digests ----------------------------------------------------------------------------
+
+
+def test_a_digest_key_keys_digests_and_object_names_with_its_key_id() -> None:
+    url = _memory_url()
+    keyed = CaptureConfig(mode="REFERENCE", content_url=url, digest_key=KEY)
+    plain = CaptureConfig(mode="SPAN_AND_EVENT")
+    rotated = CaptureConfig(mode="SPAN_AND_EVENT", digest_key="r" * 32)
+    kid = key_id(KEY.encode())
+    assert keyed.value_digest("Porto").startswith(f"b2k:{kid}:")
+    assert plain.value_digest("Porto").startswith("sha256:")
+    assert rotated.value_digest("Porto").split(":")[1] != kid  # a rotated key is told apart
+    ref, _ = keyed.record("Porto", Category.MEMORY)
+    assert ref is not None and f"/objects/b2k/{kid}/" in ref
+    with pytest.raises(ValueError, match="at least 16"):
+        CaptureConfig(digest_key="short")
+
+
+# --- redaction --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("secret", "placeholder"),
+    [
+        ("sk-live-4eC39HqLyjWDarjtT1zdp7dcAb", "<api-key>"),
+        ("sk-proj-Abc123Def456Ghi789Jkl012Mno345", "<api-key>"),
+        ("Authorization: Bearer ya29.a0AfH6SMBx-long_opaque.token", "Bearer <token>"),
+        ("AKIAIOSFODNN7EXAMPLE", "<aws-key>"),
+        (
+            "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+            "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+            "<jwt>",
+        ),
+        (
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo\n"
+            "-----END RSA PRIVATE KEY-----",
+            "<private-key>",
+        ),
+        ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA", "<private-key>"),
+        ("ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8", "<token>"),
+        ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "<secret>"),
+    ],
+    ids=["openai", "openai-project", "bearer", "aws", "jwt", "pem", "pem-cut", "github", "named"],
+)
+def test_builtin_redaction_removes_each_kind_of_secret(secret: str, placeholder: str) -> None:
+    text = f"remember this: {secret} thanks"
+    redacted = redact_pii(text)
+    assert placeholder in redacted
+    body = secret.split()[-1] if placeholder != "<private-key>" else secret
+    assert body not in redacted
+    assert redacted.startswith("remember this: ") and redacted.endswith(" thanks") or (
+        placeholder == "<private-key>"
+    )
+
+
+def test_redaction_keeps_ordinary_text() -> None:
+    text = "Ana asked for a task list: skim the report, book the flight, call Tokyo at 9"
+    assert redact_pii(text) == text
+
+
+# --- the batch job resolves references ---------------------------------------------------------
+
+
+def _verdicts(traces: Path, cases: Path, **options: Any) -> dict[str, tuple[Any, Any]]:
+    verdicts, summary = run_batch(
+        [str(traces)], EvidenceMethod(), cases_file=str(cases), source_options=options
+    )
+    return {v.case_id: (v.error_type, v.op_name) for v in verdicts}
+
+
+def _captured_texts(tmp_path: Path) -> tuple[dict[str, tuple[Any, Any]], set[str]]:
+    """Verdicts and every value text of the same workload with capture on."""
+    folder = tmp_path / "on"
+    folder.mkdir()
+    traces, cases = write_workload(folder, capture="SPAN_AND_EVENT")
+    texts: set[str] = set()
+    for record in open_source(str(traces)).records():
+        for event in record.events:
+            value = event.attributes.get(A.MEMTRACE_VARIABLE_VALUE)
+            if isinstance(value, str):
+                texts.update(_leaves(value))
+    return _verdicts(traces, cases), texts
+
+
+def _leaves(value: str) -> list[str]:
+    """The texts of a value: itself, or the strings of its JSON other than refs (structure)."""
+    from memtrace_otel.semconv import is_ref
+
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return [value]
+    out: list[str] = []
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str) and not is_ref(item):
+            out.append(item)
+    return out
+
+
+def _substrings(texts: set[str], width: int = 12) -> set[str]:
+    return {t[i : i + width] for t in texts for i in range(len(t) - width + 1)}
+
+
+def test_reference_gives_the_same_verdicts_and_no_text_reaches_the_spans(tmp_path: Path) -> None:
+    expected, texts = _captured_texts(tmp_path)
+    assert {k: v for k, v in expected.items() if v[0]} == {
+        f"case-{f}": v for f, v in EXPECTED.items()
+    }
+    url = _store_url(tmp_path)
+    capture = CaptureConfig(mode="REFERENCE", content_url=url, digest_key=KEY)
+    folder = tmp_path / "ref"
+    folder.mkdir()
+    traces, cases = write_workload(folder, capture=capture)
+    _flush(capture)
+    # The byte scan: no 12-character piece of any captured text is in the exported spans.
+    raw = traces.read_text(encoding="utf-8")
+    decoded = json.dumps([json.loads(line) for line in raw.splitlines()], ensure_ascii=False)
+    leaked = sorted(p for p in _substrings(texts) if p in raw or p in decoded)
+    assert leaked == []
+    # Same verdicts with the job's key, by the refs' own location or by --content.
+    import os
+
+    os.environ[A.ENV_MEMTRACE_DIGEST_KEY] = KEY
+    try:
+        assert _verdicts(traces, cases) == expected
+        assert _verdicts(traces, cases, content=url) == expected
+    finally:
+        del os.environ[A.ENV_MEMTRACE_DIGEST_KEY]
+    # Without the key the keyed objects cannot be verified: not used, so no verdict is wrong.
+    without = _verdicts(traces, cases)
+    for case, verdict in without.items():
+        assert verdict in (expected[case], (None, None)), case
+
+
+def test_a_tampered_object_is_counted_and_not_used(tmp_path: Path) -> None:
+    url = _store_url(tmp_path)
+    capture = CaptureConfig(mode="REFERENCE", content_url=url)
+    folder = tmp_path / "ref"
+    folder.mkdir()
+    traces, cases = write_workload(folder, capture=capture, faults=("update",))
+    _flush(capture)
+    objects = sorted((tmp_path / "content" / "objects").rglob("*"))
+    target = next(p for p in objects if p.is_file() and p.read_bytes() == b"Ana lives abroad")
+    target.write_bytes(b"Ana lives in Porto")  # the culprit's output, rewritten
+    verdicts, summary = run_batch([str(traces)], EvidenceMethod(), cases_file=str(cases))
+    assert summary.content["mismatched"] == 1
+    assert summary.content["incomplete_stores"] == {"user-update": 1}
+    (verdict,) = verdicts
+    assert verdict.error_type in ("UpdateError", None)  # right, or honestly unsure
+    resolver = ContentResolver()
+    values = [
+        e.attributes.get(A.MEMTRACE_VARIABLE_VALUE)
+        for r in open_source(str(traces)).records()
+        for e in resolver.resolve(r).events
+    ]
+    assert "Ana lives in Porto" in values and values.count("Ana lives abroad") == 0
+
+
+def test_missing_objects_are_named_and_the_cli_report_says_it_contains_content(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = _store_url(tmp_path)
+    capture = CaptureConfig(mode="REFERENCE", content_url=url)
+    folder = tmp_path / "ref"
+    folder.mkdir()
+    traces, cases = write_workload(folder, capture=capture, faults=("update", "deletion"))
+    _flush(capture)
+    report = tmp_path / "report"
+    code = main(
+        ["attribute", str(traces), "--cases", str(cases), "--content", url, "--report", str(report), "--quiet"]
+    )
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "content by reference:" in err and "0 missing" in err
+    assert "CONTAINS CONTENT" in (report / "index.html").read_text(encoding="utf-8")
+    assert (report / "summary.md").read_text(encoding="utf-8").splitlines()[2].startswith("> ")
+    # An object gone from the store: named, the run goes on.
+    victim = next(p for p in (tmp_path / "content" / "objects").rglob("*") if p.is_file())
+    victim.unlink()
+    main(["attribute", str(traces), "--cases", str(cases), "--content", url, "--quiet"])
+    err = capsys.readouterr().err
+    assert "missing content object: " in err and victim.name in err
+
+
+def test_a_store_that_cannot_be_read_is_one_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["attribute", str(tmp_path), "--content", "nosuchfs://bucket/x", "--quiet"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nosuchfs" in err and "Traceback" not in err
+
+
+def test_upstream_gen_ai_refs_are_resolved(tmp_path: Path) -> None:
+    from memtrace_otel.semconv import EventRecord, SpanRecord
+
+    store = tmp_path / "uploads"
+    store.mkdir()
+    messages = [{"role": "user", "parts": [{"type": "text", "content": "Where does Ana live?"}]}]
+    (store / "abc_input.json").write_text(json.dumps(messages))
+    record = SpanRecord(
+        trace_id="0" * 31 + "1",
+        span_id="0" * 15 + "1",
+        name="chat gpt-4o",
+        attributes={A.GEN_AI_INPUT_MESSAGES_REF: (store / "abc_input.json").as_uri()},
+        events=(EventRecord("x"),),
+    )
+    resolver = ContentResolver()
+    resolved = resolver.resolve(record)
+    assert json.loads(resolved.attributes[A.GEN_AI_INPUT_MESSAGES]) == messages
+    assert resolver.stats.upstream == 1
+    # With --content the object is found by its name under the given store.
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (moved / "abc_input.json").write_text(json.dumps(messages))
+    (store / "abc_input.json").unlink()
+    again = ContentResolver(moved.as_uri()).resolve(record)
+    assert A.GEN_AI_INPUT_MESSAGES in again.attributes
+
+
+# --- erase ------------------------------------------------------------------------------------
+
+
+def test_erase_removes_only_the_objects_no_other_store_refers_to_and_leaves_a_tombstone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = _store_url(tmp_path)
+    capture = CaptureConfig(mode="REFERENCE", content_url=url)
+    folder = tmp_path / "ref"
+    folder.mkdir()
+    traces, cases = write_workload(folder, capture=capture, faults=("update", "deletion"))
+    _flush(capture)
+    root = tmp_path / "content"
+
+    def manifest(store: str) -> set[str]:
+        return {
+            json.loads(line)["object"]
+            for part in (root / "manifests" / store).glob("*.jsonl")
+            for line in part.read_text().splitlines()
+        }
+
+    update, deletion = manifest("user-update"), manifest("user-deletion")
+    only_update, shared = update - deletion, update & deletion
+    assert only_update and shared  # "Ana lives abroad" is the update store's alone
+    before = {p.relative_to(root).as_posix() for p in (root / "objects").rglob("*") if p.is_file()}
+    code = main(["content", "erase", "--store", "user-update", "--content", url])
+    assert code == 0
+    counts = json.loads(capsys.readouterr().out)
+    assert counts["deleted"] == len(only_update) and counts["kept_shared"] == len(shared)
+    after = {p.relative_to(root).as_posix() for p in (root / "objects").rglob("*") if p.is_file()}
+    assert before - after == only_update
+    assert deletion <= after  # nothing another store refers to went
+    assert (root / "tombstones" / "user-update.json").is_file()
+    verdicts, summary = run_batch([str(traces)], EvidenceMethod(), cases_file=str(cases))
+    by_case = {v.case_id: v for v in verdicts}
+    erased = by_case["case-update"]
+    assert erased.error_type is None and "erased" in erased.reason
+    assert by_case["case-deletion"].error_type == "DeletionError"
+    assert summary.content["erased_stores"].keys() == {"user-update"}
+
+
+def test_erase_older_than_keeps_newer_entries(tmp_path: Path) -> None:
+    url = _memory_url()
+    capture = CaptureConfig(mode="REFERENCE", content_url=url)
+    ref_old, _ = capture.record("an old memory of Ana", Category.MEMORY, "user-ana")
+    _flush(capture)
+    later = __import__("time").time_ns() + 3600 * 10**9
+    ref_new, _ = capture.record("a newer memory of Ana", Category.MEMORY, "user-ana")
+    _flush(capture)
+    result = erase_store(url, "user-ana", older_than=1800, now_ns=later + 10**9)
+    # Both were written "now", 2 h before the erase's clock; only entries older than 30 min go.
+    assert result.deleted == 2 and result.tombstone is None
+    fs = fsspec.filesystem("memory")
+    assert not fs.exists(str(ref_old).removeprefix("memory://"))
+    none = erase_store(url, "user-ana", older_than=1800)
+    assert none.deleted == 0
