@@ -131,7 +131,11 @@ def test_reference_covers_prompts_context_exceptions_and_feedback() -> None:
     assert A.EXCEPTION_MESSAGE not in exc.attributes
     assert "Porto" not in exc.attributes[A.EXCEPTION_STACKTRACE]
     assert exc.attributes[A.MEMTRACE_EXCEPTION_MESSAGE_REF].startswith(url)
-    (failed,) = [s for s in exporter.get_finished_spans() if s.events and s.events[0].name == A.EXCEPTION_EVENT]
+    (failed,) = [
+        s
+        for s in exporter.get_finished_spans()
+        if s.events and s.events[0].name == A.EXCEPTION_EVENT
+    ]
     assert "Porto" not in (failed.status.description or "")
     (evaluation,) = _events(feedback_exporter, A.GEN_AI_EVALUATION_RESULT_EVENT)
     assert A.MEMTRACE_FEEDBACK_EXPECTED not in evaluation.attributes
@@ -182,7 +186,7 @@ def test_an_unknown_store_protocol_raises_at_construction() -> None:
 
 
 def test_an_unwritable_store_drops_counted_as_a_metric_and_never_raises(tmp_path: Path) -> None:
-    blocker = tmp_path / "not-a-folder"
+    blocker = tmp_path / "not-a-folder"  # the store's root is a file: every write fails
     blocker.write_text("a file where the store's folder should be")
     reader = InMemoryMetricReader()
     writer = ContentWriter(blocker.as_uri(), meter_provider=MeterProvider([reader]))
@@ -262,7 +266,7 @@ def test_builtin_redaction_removes_each_kind_of_secret(secret: str, placeholder:
     assert placeholder in redacted
     body = secret.split()[-1] if placeholder != "<private-key>" else secret
     assert body not in redacted
-    assert redacted.startswith("remember this: ") and redacted.endswith(" thanks") or (
+    assert (redacted.startswith("remember this: ") and redacted.endswith(" thanks")) or (
         placeholder == "<private-key>"
     )
 
@@ -276,7 +280,7 @@ def test_redaction_keeps_ordinary_text() -> None:
 
 
 def _verdicts(traces: Path, cases: Path, **options: Any) -> dict[str, tuple[Any, Any]]:
-    verdicts, summary = run_batch(
+    verdicts, _ = run_batch(
         [str(traces)], EvidenceMethod(), cases_file=str(cases), source_options=options
     )
     return {v.case_id: (v.error_type, v.op_name) for v in verdicts}
@@ -387,7 +391,17 @@ def test_missing_objects_are_named_and_the_cli_report_says_it_contains_content(
     _flush(capture)
     report = tmp_path / "report"
     code = main(
-        ["attribute", str(traces), "--cases", str(cases), "--content", url, "--report", str(report), "--quiet"]
+        [
+            "attribute",
+            str(traces),
+            "--cases",
+            str(cases),
+            "--content",
+            url,
+            "--report",
+            str(report),
+            "--quiet",
+        ]
     )
     assert code == 0
     err = capsys.readouterr().err
@@ -479,18 +493,24 @@ def test_erase_removes_only_the_objects_no_other_store_refers_to_and_leaves_a_to
     assert summary.content["erased_stores"].keys() == {"user-update"}
 
 
-def test_erase_older_than_keeps_newer_entries(tmp_path: Path) -> None:
+def test_erase_older_than_keeps_newer_entries() -> None:
+    import time
+
     url = _memory_url()
     capture = CaptureConfig(mode="REFERENCE", content_url=url)
-    ref_old, _ = capture.record("an old memory of Ana", Category.MEMORY, "user-ana")
+    old, _ = capture.record("an old memory of Ana", Category.MEMORY, "user-ana")
     _flush(capture)
-    later = __import__("time").time_ns() + 3600 * 10**9
-    ref_new, _ = capture.record("a newer memory of Ana", Category.MEMORY, "user-ana")
+    between = time.time_ns()
+    time.sleep(0.01)
+    new, _ = capture.record("a newer memory of Ana", Category.MEMORY, "user-ana")
     _flush(capture)
-    result = erase_store(url, "user-ana", older_than=1800, now_ns=later + 10**9)
-    # Both were written "now", 2 h before the erase's clock; only entries older than 30 min go.
-    assert result.deleted == 2 and result.tombstone is None
+    # "Older than 1 ms" on a clock set 1 ms after the first write: only that one goes.
+    result = erase_store(url, "user-ana", older_than=0.001, now_ns=between + 1_000_000)
+    assert (result.deleted, result.kept_shared, result.tombstone) == (1, 0, None)
     fs = fsspec.filesystem("memory")
-    assert not fs.exists(str(ref_old).removeprefix("memory://"))
-    none = erase_store(url, "user-ana", older_than=1800)
-    assert none.deleted == 0
+    assert not fs.exists(str(old).removeprefix("memory://"))
+    assert fs.exists(str(new).removeprefix("memory://"))
+    again = erase_store(url, "user-ana", older_than=0.001, now_ns=between + 1_000_000)
+    assert again.deleted == 0  # the manifests kept only the newer entry
+    full = erase_store(url, "user-ana")
+    assert full.deleted == 1 and full.tombstone is not None

@@ -42,8 +42,8 @@ from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (
     BACKEND_SCHEMES,
     DEFAULT_RULE,
-    ContentResolver,
     NO_STORE,
+    ContentResolver,
     FileSource,
     Outcome,
     OutcomeRule,

@@ -60,7 +60,11 @@ def textless_reason(verdict: Verdict) -> str:
     >>> textless_reason(Verdict("c1", "UpdateError", "ab", "mem0.update", "evidence", 0.9, ("m:1@2",)))
     'UpdateError at mem0.update; evidence: m:1@2'
     """
-    head = f"{verdict.error_type} at {verdict.op_name or verdict.op_id}" if verdict.error_type else "abstained"
+    head = (
+        f"{verdict.error_type} at {verdict.op_name or verdict.op_id}"
+        if verdict.error_type
+        else "abstained"
+    )
     refs = ", ".join(verdict.evidence_refs[:20])
     return f"{head}; evidence: {refs}" if refs else head
 

@@ -383,7 +383,9 @@ def _write_back(
     entries = log.unsent() if log is not None else []
     todo = [entry.verdict for entry in entries] if log is not None else verdicts
     # Verdicts made from resolved content: their reasons may quote it; the backend gets refs.
-    result = send_verdicts(todo, exporter, textless=summary.resolved_content or bool(summary.content))
+    result = send_verdicts(
+        todo, exporter, textless=summary.resolved_content or bool(summary.content)
+    )
     if log is not None:
         log.mark_sent(entries[i] for i in result.sent)
     summary.written_back = len(result.sent)

@@ -23,6 +23,7 @@ from memtrace_otel.instrumentation._capture import (
     digest,
     parse_capture_mode,
     redact_pii,
+    redact_secrets,
 )
 from memtrace_otel.instrumentation._feedback import (
     AnswerRef,
@@ -58,6 +59,7 @@ __all__ = [
     "parse_capture_mode",
     "parse_traceparent",
     "redact_pii",
+    "redact_secrets",
     "send_feedback",
     "suppress_tracing",
 ]

@@ -87,7 +87,9 @@ _JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}
 _BEARER = re.compile(r"\b(Bearer|Token|Basic)(\s+)[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
 # OpenAI (sk-..., sk-proj-...), Anthropic (sk-ant-...), Stripe (sk_live_..., rk_test_...) keys.
 _API_KEY = re.compile(r"(?<![A-Za-z0-9])(?:sk|rk|pk)[-_][A-Za-z0-9_-]{16,}")
-_AWS_KEY = re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA)[A-Z0-9]{16}(?![A-Z0-9])")
+_AWS_KEY = re.compile(
+    r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA)[A-Z0-9]{16}(?![A-Z0-9])"
+)
 # GitHub (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_) and Slack (xoxb-, xoxp-, ...) tokens.
 _VENDOR_TOKEN = re.compile(
     r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|xox[abposr]-[A-Za-z0-9-]{10,})"
@@ -238,7 +240,8 @@ class CaptureConfig:
             ``MEMTRACE_MAX_VALUE_LENGTH``, else 4096. (Objects in a content store are not cut.)
         redact: a hook every value passes before it is recorded, or ``"builtin"`` for
             :func:`redact_pii` (e-mail, phone and card numbers, API keys and tokens). If it
-            raises, the value is dropped (digest only), never recorded unredacted. The digest is
+            raises, the value is dropped (digest only), never recorded unredacted. Default:
+            :func:`redact_pii` under ``PRODUCTION``, :func:`redact_secrets` under ``REFERENCE``. The digest is
             always of the raw value: attribution compares digests across spans.
         content_url: the content store of ``REFERENCE`` capture (any fsspec URL); ``None`` reads
             ``MEMTRACE_CONTENT_URL``, else ``OTEL_INSTRUMENTATION_GENAI_UPLOAD_BASE_PATH``. With
@@ -325,7 +328,9 @@ class CaptureConfig:
             key, where = os.environ[ENV_MEMTRACE_DIGEST_KEY], ENV_MEMTRACE_DIGEST_KEY
         digester = Digester(parse_key(key, source=where) if key else None)
         object.__setattr__(self, "_digester", digester)
-        object.__setattr__(self, "_keyed_digest", None if digester.key is None else _keyed(digester))
+        object.__setattr__(
+            self, "_keyed_digest", None if digester.key is None else _keyed(digester)
+        )
 
         length: Any = self.max_value_length
         where = "max_value_length"
@@ -342,6 +347,10 @@ class CaptureConfig:
         object.__setattr__(self, "max_value_length", length)
         if self.redact == BUILTIN_REDACTOR or (self.redact is None and production):
             object.__setattr__(self, "redact", redact_pii)
+        elif self.redact is None and writer is not None:
+            # The store is the user's, and PII may be the memory itself (a new phone number):
+            # only secrets, which no memory needs, are kept out of it by default.
+            object.__setattr__(self, "redact", redact_secrets)
         elif self.redact is not None and not callable(self.redact):
             raise ValueError(f"redact must be callable or 'builtin', got {self.redact!r}")
 

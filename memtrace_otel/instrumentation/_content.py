@@ -290,9 +290,7 @@ class ContentWriter:
         with self._idle:
             if self._thread is not None:
                 return
-            thread = threading.Thread(
-                target=self._run, name="memtrace-content-writer", daemon=True
-            )
+            thread = threading.Thread(target=self._run, name="memtrace-content-writer", daemon=True)
             self._thread = thread
         thread.start()
 

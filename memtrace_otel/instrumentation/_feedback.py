@@ -222,7 +222,11 @@ def _emit(
     if expected is not None:
         value, _ = capture.record(expected, Category.GOLD)  # the one place deciding what leaves
         if value is not None:
-            key = A.MEMTRACE_FEEDBACK_EXPECTED_REF if capture.reference else A.MEMTRACE_FEEDBACK_EXPECTED
+            key = (
+                A.MEMTRACE_FEEDBACK_EXPECTED_REF
+                if capture.reference
+                else A.MEMTRACE_FEEDBACK_EXPECTED
+            )
             event[key] = value
     attributes: dict[str, AttributeValue] = {}
     if case_id:

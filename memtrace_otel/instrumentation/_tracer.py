@@ -462,7 +462,9 @@ class Op:
                     add_link(writer, {_REF: ref})
             self._inputs_changed = True
             if unwritten:
-                _input_events(span, self._mt.capture, unwritten, self._store_id or self._mt.store_id)
+                _input_events(
+                    span, self._mt.capture, unwritten, self._store_id or self._mt.store_id
+                )
         except Exception:
             internal_error("op.input")
 

@@ -330,8 +330,6 @@ def _has_ref(event: EventRecord) -> bool:
     return isinstance(meta, str) and META_CONTENT_REF in meta
 
 
-
-
 @dataclass
 class EraseResult:
     """What :func:`erase_store` did."""
@@ -476,9 +474,7 @@ def erase_store(
     except (FileNotFoundError, ValueError):
         raise
     except Exception as exc:
-        raise ContentStoreError(
-            f"content store {url}: {type(exc).__name__}: {exc}"
-        ) from None
+        raise ContentStoreError(f"content store {url}: {type(exc).__name__}: {exc}") from None
     return result
 
 
