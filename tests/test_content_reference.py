@@ -350,6 +350,24 @@ def test_reference_gives_the_same_verdicts_and_no_text_reaches_the_spans(tmp_pat
         assert _verdicts(traces, cases, content=url) == expected
     finally:
         del os.environ[A.ENV_MEMTRACE_DIGEST_KEY]
+    # Verdict spans written back from these verdicts carry labels and refs, no text.
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from memtrace_otel.attribution._writeback import send_verdicts
+
+    os.environ[A.ENV_MEMTRACE_DIGEST_KEY] = KEY
+    try:
+        verdicts, summary = run_batch([str(traces)], EvidenceMethod(), cases_file=str(cases))
+    finally:
+        del os.environ[A.ENV_MEMTRACE_DIGEST_KEY]
+    assert summary.resolved_content
+    sink = InMemorySpanExporter()
+    send_verdicts(verdicts, sink, textless=True)
+    written = json.dumps(
+        [dict(s.attributes or {}) for s in sink.get_finished_spans()], ensure_ascii=False
+    )
+    assert len(sink.get_finished_spans()) == len(verdicts)
+    assert sorted(p for p in _substrings(texts) if p in written) == []
     # Without the key the keyed objects cannot be verified: not used, so no verdict is wrong.
     without = _verdicts(traces, cases)
     for case, verdict in without.items():
