@@ -265,10 +265,13 @@ class ContentWriter:
 
     def put(self, name: str, data: bytes, store: str | None) -> None:
         """Queue one object for writing; drops (counted) when the queue is full or stopped."""
+        key = store_key(store)
+        if name in self._written and (key, name) in self._listed:
+            return  # written and listed for this store already: nothing to do
         if self._stopped or len(self._queue) >= self._max:
             self._drop(1, "its queue is full" if not self._stopped else "it is shut down")
             return
-        self._queue.append((name, data, store_key(store), time.time_ns()))
+        self._queue.append((name, data, key, time.time_ns()))
         if self._thread is None:
             self._start()
         self._wake.set()
@@ -323,12 +326,16 @@ class ContentWriter:
     def _write(self, batch: list[tuple[str, bytes, str, int]]) -> None:
         root = self._root
         listed: dict[str, list[tuple[str, int]]] = {}
-        for name, data, store, when in batch:
+        fresh = {f"{root}/{n}": d for n, d, _, _ in batch if n not in self._written}
+        failed: set[str] = set()
+        if fresh:
+            try:
+                self._fs.pipe(fresh)  # one call: concurrent uploads on object stores (s3fs)
+            except Exception:
+                failed = self._one_by_one(fresh)
+        for name, _data, store, when in batch:
             if name not in self._written:
-                try:
-                    self._pipe(f"{root}/{name}", data)
-                except Exception as exc:  # any filesystem's error: counted, never raised
-                    self._drop(1, f"the write failed ({type(exc).__name__}: {exc})")
+                if f"{root}/{name}" in failed:
                     continue
                 _remember(self._written, name)
             self.written += 1
@@ -349,6 +356,17 @@ class ContentWriter:
                 continue
             for name, _ in entries:
                 _remember(self._listed, (store, name))
+
+    def _one_by_one(self, objects: dict[str, bytes]) -> set[str]:
+        """Write ``objects`` one at a time (after a batch failed); the paths that failed."""
+        failed: set[str] = set()
+        for path, data in objects.items():
+            try:
+                self._pipe(path, data)
+            except Exception as exc:  # any filesystem's error: counted, never raised
+                self._drop(1, f"the write failed ({type(exc).__name__}: {exc})")
+                failed.add(path)
+        return failed
 
     def _pipe(self, path: str, data: bytes) -> None:
         try:
