@@ -13,6 +13,9 @@ counted only inside ``itertools.starmap``, which makes the calls. Sides:
 - the manual op of ``bench_instrumentation.py`` (one input ref with a link, one ~1 KB output),
   capture off and on, against the same payload written by hand with the SDK (its digest computed
   per call, and, printed beside it, computed once outside the loop);
+- the digest of one value as ``MEMTRACE_DIGEST_KEY`` would make it: plain ``sha256`` (no key),
+  HMAC-SHA256 and keyed BLAKE2b (the one chosen), of a short (~45 B) and a ~1 KB value, each
+  through the function the capture uses (``CaptureConfig.value_digest``, ``digest_with``);
 - the ``Memory.search`` wrapper of ``bench_wrappers.py`` (mem0ai 2.x, a recorded 20-hit result
   returned by a stand-in for the library), capture off and on, against the recorded result
   returned alone and with its span written by hand with the SDK.
@@ -20,7 +23,8 @@ counted only inside ``itertools.starmap``, which makes the calls. Sides:
 Caveat: valgrind's virtual CPU has no SHA extensions, so OpenSSL hashes in software there: a
 ``sha256`` digest weighs several times more in these counts than on hardware that has them.
 
-Run: .venv/bin/python benchmarks/bench_instructions.py   (needs valgrind; prints a note without)
+Run: .venv/bin/python benchmarks/bench_instructions.py   (needs valgrind; prints a note without;
+``--digests`` counts the digest sides alone)
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
 os.environ["MEM0_TELEMETRY"] = "false"
 
-CALLS = {"op": 2000, "search": 100}
+CALLS = {"op": 2000, "search": 100, "digest": 2000}
 OP_SIDES = (
     "op-hand-off",
     "op-hoisted-off",
@@ -52,6 +56,12 @@ OP_SIDES = (
     "op-ours-on",
 )
 SEARCH_SIDES = ("search-plain", "search-hand", "search-ours-off", "search-ours-on")
+DIGEST_SIDES = tuple(
+    f"digest-{algorithm}-{size}"
+    for size in ("short", "1k")
+    for algorithm in ("sha256", "hmac", "b2k")
+)
+_DIGEST_KEY = b"bench-digest-key-0123456789abcdef"
 WARM_UP = 50
 _OPEN: list[object] = []
 
@@ -69,6 +79,8 @@ def _sides(side: str) -> Callable[[], None]:
         )
     )
     kind, *rest = side.split("-")
+    if kind == "digest":
+        return _digest_side(*rest)
     if kind == "op":
         from bench_instrumentation import op_sides
 
@@ -96,6 +108,26 @@ def _sides(side: str) -> Callable[[], None]:
         tracer_provider=provider, capture=CaptureConfig(mode=mode), registry=WriterRegistry()
     )
     return search
+
+
+def _digest_side(algorithm: str, size: str) -> Callable[[], None]:
+    from memtrace_otel.instrumentation import CaptureConfig
+    from memtrace_otel.instrumentation._content import digest_with
+
+    text = "Ana moved to Porto last May, near her sister."
+    if size == "1k":
+        text = (text + " ") * 22
+    if algorithm == "sha256":
+        digest = CaptureConfig().value_digest
+        return lambda: None if digest(text) is None else None
+    if algorithm == "b2k":
+        keyed = CaptureConfig(digest_key=_DIGEST_KEY).value_digest
+        return lambda: None if keyed(text) is None else None
+
+    def hmac_digest() -> None:
+        digest_with("hmac-sha256:", _DIGEST_KEY, text.encode("utf-8", "surrogatepass"))
+
+    return hmac_digest
 
 
 def _child(side: str) -> None:
@@ -139,7 +171,11 @@ def main() -> None:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("bench_instructions: valgrind is not installed (apt-get install valgrind)")
         return
-    ir = {side: _count(side) for side in (*OP_SIDES, *SEARCH_SIDES)}
+    if "--digests" in sys.argv:
+        _print_digests({side: _count(side) for side in DIGEST_SIDES})
+        return
+    ir = {side: _count(side) for side in (*OP_SIDES, *SEARCH_SIDES, *DIGEST_SIDES)}
+    _print_digests(ir)
     print("bench_instructions: instructions per call (callgrind Ir), one process per side")
     for mode in ("off", "on"):
         hand, ours = ir[f"op-hand-{mode}"], ir[f"op-ours-{mode}"]
@@ -163,13 +199,23 @@ def main() -> None:
         )
 
 
+def _print_digests(ir: dict[str, float]) -> None:
+    print("bench_instructions: one value's digest (callgrind Ir per call)")
+    for size, label in (("short", "~45 B"), ("1k", "~1 KB")):
+        plain = ir[f"digest-sha256-{size}"]
+        print(
+            f"  {label}: sha256 {plain / 1e3:6.1f}k, HMAC-SHA256 {ir[f'digest-hmac-{size}'] / 1e3:6.1f}k, "
+            f"keyed BLAKE2b {ir[f'digest-b2k-{size}'] / 1e3:6.1f}k"
+        )
+
+
 class _NullExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         return SpanExportResult.SUCCESS
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--side":
+    if len(sys.argv) >= 3 and sys.argv[1] == "--side":
         _child(sys.argv[2])
     else:
         main()
