@@ -117,12 +117,14 @@ def _digest_side(algorithm: str, size: str) -> Callable[[], None]:
     text = "Ana moved to Porto last May, near her sister."
     if size == "1k":
         text = (text + " ") * 22
-    if algorithm == "sha256":
-        digest = CaptureConfig().value_digest
-        return lambda: None if digest(text) is None else None
-    if algorithm == "b2k":
-        keyed = CaptureConfig(digest_key=_DIGEST_KEY).value_digest
-        return lambda: None if keyed(text) is None else None
+    if algorithm in ("sha256", "b2k"):
+        capture = CaptureConfig(digest_key=_DIGEST_KEY if algorithm == "b2k" else None)
+        digest = capture.value_digest
+
+        def capture_digest() -> None:
+            digest(text)
+
+        return capture_digest
 
     def hmac_digest() -> None:
         digest_with("hmac-sha256:", _DIGEST_KEY, text.encode("utf-8", "surrogatepass"))
