@@ -1,10 +1,15 @@
 """The package's one settings resolver: argument > environment variable > default.
 
 Every setting a user can give in code or in the environment (the names live in
-:mod:`memtrace_otel.semconv.env`) is resolved here, once, at construction, with one error
-message: ``invalid <argument or variable> <value>: expected <what>``. A wrong *argument* is a
-bug in code and raises ``ValueError``. A bad *environment variable* raises too unless the caller
-asks for ``bad_env="warn"``: then it is logged once and the default is used.
+:mod:`memtrace_otel.semconv.env`) is resolved here, once, at construction, with one message:
+``invalid <argument or variable> <value>: expected <what>``. The rule is the OpenTelemetry SDK's
+(``OTEL_BSP_EXPORT_TIMEOUT=-1``):
+
+- a wrong *argument* is a bug in code: ``ValueError`` at construction;
+- a bad *environment variable* is a typo in a deployment, which must not break the app at
+  ``import`` or at ``MemTracer()``: it is logged once (per variable and value) and the default
+  is used. Offline code that would rather stop before any work (the batch job's size caps)
+  asks for ``bad_env="raise"``.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ def resolve(
     default: T,
     parse: Callable[[object], T],
     *,
-    bad_env: BadEnv = "raise",
+    bad_env: BadEnv = "warn",
 ) -> T:
     """A setting: ``argument`` if not ``None``, else the variable ``env`` if set, else ``default``.
 
@@ -38,8 +43,8 @@ def resolve(
         default: the value when neither is given (returned as it is, not parsed).
         parse: turns a given value (the argument, or the variable's stripped text) into the
             setting; raises ``ValueError("expected ...")`` for a bad one.
-        bad_env: what a bad variable does: ``"raise"`` a ``ValueError``, or ``"warn"``: log
-            once per variable and value, and use ``default``.
+        bad_env: what a bad variable does: ``"warn"`` (log once per variable and value, and
+            use ``default``) or ``"raise"`` a ``ValueError``.
 
     Raises:
         ValueError: a bad argument, or a bad variable with ``bad_env="raise"``.
@@ -62,7 +67,7 @@ def resolve(
             raise ValueError(f"invalid {env} {raw!r}: {e}") from None
         data_warning(
             f"env:{env}={raw}",
-            "memtrace-otel: invalid %s %r: %s; using the default %r",
+            "memtrace-otel: invalid %s %r: %s; using the default %s",
             env,
             raw,
             e,

@@ -211,12 +211,11 @@ def test_capture_resolution_order(monkeypatch: pytest.MonkeyPatch) -> None:
     ("kwargs", "env", "message"),
     [
         ({"mode": "sometimes"}, {}, "invalid capture mode 'sometimes'"),
-        ({}, {E.ENV_CAPTURE_MESSAGE_CONTENT: "maybe"}, E.ENV_CAPTURE_MESSAGE_CONTENT),
         ({"max_value_length": 0}, {}, "max_value_length"),
-        ({}, {E.ENV_MEMTRACE_MAX_VALUE_LENGTH: "lots"}, E.ENV_MEMTRACE_MAX_VALUE_LENGTH),
         ({"redact": "not callable"}, {}, "redact must be callable"),
         ({"memory_mode": "most"}, {}, "invalid memory_mode 'most'"),
-        ({}, {E.ENV_MEMTRACE_CAPTURE_CONTENT: "most"}, E.ENV_MEMTRACE_CAPTURE_CONTENT),
+        # An argument wins over a variable, and a bad one raises whatever the environment says.
+        ({"max_value_length": -1}, {E.ENV_MEMTRACE_MAX_VALUE_LENGTH: "10"}, "max_value_length"),
     ],
 )
 def test_bad_capture_configuration_raises_at_construction(

@@ -153,7 +153,6 @@ def shutdown_budget_millis(export_timeout_millis: float | None = None) -> float:
         ENV_OTEL_BSP_EXPORT_TIMEOUT,
         DEFAULT_SHUTDOWN_BUDGET_MILLIS,
         _millis,
-        bad_env="warn",
     )
 
 

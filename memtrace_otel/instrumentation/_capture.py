@@ -162,8 +162,9 @@ class CaptureConfig:
             value: attribution compares digests across spans.
 
     Raises:
-        ValueError: an unknown mode or a non-positive length, from arguments or environment,
-            or a ``redact`` that is neither callable nor ``"builtin"``.
+        ValueError: an unknown mode or a non-positive length given as an argument, or a
+            ``redact`` that is neither callable nor ``"builtin"``. A bad environment variable
+            is logged once and its default used (it must not break the app).
 
     >>> CaptureConfig(mode="SPAN_ONLY", redact="builtin").mask("ana@example.com")
     ('<email>', False)

@@ -65,7 +65,9 @@ class WriterRegistry(BoundedCache[str, SpanContext]):
         max_entries: capacity; ``None`` reads ``MEMTRACE_REGISTRY_SIZE``, else 100,000.
 
     Raises:
-        ValueError: a capacity below 1.
+        ValueError: a capacity below 1 given as ``max_entries``. A bad
+            ``MEMTRACE_REGISTRY_SIZE`` is logged once and the default used: the default
+            registry is built at ``import memtrace_otel``.
     """
 
     def __init__(self, max_entries: int | None = None) -> None:

@@ -658,14 +658,12 @@ class RetrievalMemory:
     """
 
     def __init__(self, max_bytes: int | None = None) -> None:
-        # A bad variable was always logged and replaced by the default here (in the app).
         self.max_bytes = resolve(
             "max_bytes",
             max_bytes,
             ENV_MEMTRACE_RETRIEVAL_MEMORY_BYTES,
             DEFAULT_RETRIEVAL_MEMORY_BYTES,
             non_negative_int,
-            bad_env="warn",
         )
         self.evicted = 0
         self._bytes = 0

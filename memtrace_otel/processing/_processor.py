@@ -89,7 +89,8 @@ class EvolutionGraphProcessor(SpanProcessor):
             thread and folds only in :meth:`graph`, :meth:`force_flush` and :meth:`shutdown`.
 
     Raises:
-        ValueError: a limit (argument or environment variable) is not a positive number.
+        ValueError: a limit given as an argument is not a positive number (a bad environment
+            variable is logged once and its default used).
     """
 
     def __init__(
@@ -107,7 +108,11 @@ class EvolutionGraphProcessor(SpanProcessor):
             positive_int,
         )
         self.max_ops = resolve(
-            "max_ops", max_ops, E.ENV_MEMTRACE_PROCESSOR_MAX_OPS, DEFAULT_MAX_OPS, positive_int
+            "max_ops",
+            max_ops,
+            E.ENV_MEMTRACE_PROCESSOR_MAX_OPS,
+            DEFAULT_MAX_OPS,
+            positive_int,
         )
         self.fold_interval = resolve(
             "fold_interval",

@@ -85,7 +85,8 @@ def resolve_cap(name: str, value: int | None, env: str, default: int) -> int:
     """
     if value is not None:
         return _positive(name, value)
-    return resolve(name, None, env, default, positive_int)
+    # Offline: a bad cap in the environment stops the job before it reads anything.
+    return resolve(name, None, env, default, positive_int, bad_env="raise")
 
 
 @dataclass(frozen=True, slots=True)
