@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from memtrace_bench.systems import generate_benchmark, generate_workload
 from memtrace_otel.attribution import get_method, run_batch
 from memtrace_otel.cli import main
-from memtrace_otel.systems import generate_benchmark, generate_workload
 
 
 @pytest.fixture(scope="module")

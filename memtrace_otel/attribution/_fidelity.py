@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memtrace_bench.systems.metrics import evaluate, load_jsonl
 from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._model import Verdict
 from memtrace_otel.attribution._run import run_batch
 from memtrace_otel.sources import export_source, open_source
-from memtrace_otel.systems.metrics import evaluate, load_jsonl
 
 
 @dataclass

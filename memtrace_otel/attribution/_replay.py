@@ -18,9 +18,9 @@ from typing import Any
 
 import networkx as nx
 
+from memtrace_bench.systems import generate_workload, replay_case
 from memtrace_otel.attribution._base import blame, no_verdict
 from memtrace_otel.attribution._model import Case, Verdict
-from memtrace_otel.systems import generate_workload, replay_case
 
 _SYNTHETIC = re.compile(r"^synthetic-(\d+)x(\d+)-seed(-?\d+)$")
 

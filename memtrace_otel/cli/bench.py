@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from memtrace_otel.systems import (
+from memtrace_bench.systems import (
     ENGINES,
     FAULTS,
     HARD_STORES,

@@ -17,9 +17,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from memtrace_bench.systems.metrics import Report, evaluate
 from memtrace_otel.attribution._fidelity import annotation_rows, source_op_predictions
 from memtrace_otel.sources import export_source, open_source
-from memtrace_otel.systems.metrics import Report, evaluate
 
 ANNOTATION = "annotation"
 """The group name of MemTraceBench annotations in reports and ``--json`` output."""

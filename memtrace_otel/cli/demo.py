@@ -39,9 +39,9 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Generate, attribute, score."""
+    from memtrace_bench.systems import run_demo
+    from memtrace_bench.systems.metrics import evaluate, format_report, load_jsonl
     from memtrace_otel.cli import main
-    from memtrace_otel.systems import run_demo
-    from memtrace_otel.systems.metrics import evaluate, format_report, load_jsonl
 
     if args.users < 1:
         print("memtrace: error: --users must be at least 1", file=sys.stderr)

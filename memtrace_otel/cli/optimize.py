@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from memtrace_bench.optimize import ReferenceSystem, optimize, split_workload
+from memtrace_bench.systems import generate_workload, make_engine, resolve_systems
 from memtrace_otel.cli import EXIT_OK, EXIT_USAGE
-from memtrace_otel.optimize import ReferenceSystem, optimize, split_workload
-from memtrace_otel.systems import generate_workload, make_engine, resolve_systems
 
 __all__ = ["cmd_optimize", "register"]
 

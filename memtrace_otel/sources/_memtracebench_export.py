@@ -36,12 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memtrace_bench.systems.metrics import load_jsonl
 from memtrace_otel.errors import DecodeError
 from memtrace_otel.semconv import Category, OpKind, SpanRecord, Stage
 from memtrace_otel.semconv import attributes as attr
 from memtrace_otel.sources._memtracebench import OP_KIND_BY_CATEGORY, OP_KIND_BY_NAME, op_kind
 from memtrace_otel.sources._source import FileSource
-from memtrace_otel.systems.metrics import load_jsonl
 
 RECORDER = Path(__file__).with_name("_smartcomment_recorder.py")
 """The script the Python 3.12 environment runs."""

@@ -20,9 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from memtrace_otel.instrumentation import Variable
-from memtrace_otel.semconv import Category, OpKind, Stage
-from memtrace_otel.systems._base import (
+from memtrace_bench.systems._base import (
     Blame,
     Line,
     MemorySystem,
@@ -35,8 +33,10 @@ from memtrace_otel.systems._base import (
     source_refs_of,
     truncate_before_evidence,
 )
-from memtrace_otel.systems._protocol import Decision
-from memtrace_otel.systems._workload import Question, Turn
+from memtrace_bench.systems._protocol import Decision
+from memtrace_bench.systems._workload import Question, Turn
+from memtrace_otel.instrumentation import Variable
+from memtrace_otel.semconv import Category, OpKind, Stage
 
 FACT_EXTRACTION_PROMPT = """You organise personal information. From the conversation lines below, extract
 the facts worth remembering about the people speaking: where they live and when they moved,

@@ -27,16 +27,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import SpanKind, Tracer
 
+from memtrace_bench.systems._hard import OpExec, Rec, Run, Scenario, judged
+from memtrace_bench.systems._hard_replay import label_hard_case
+from memtrace_bench.systems._hard_scenarios import build_scenario
+from memtrace_bench.systems._hard_systems import execute
+from memtrace_bench.systems._locomo import load_locomo
+from memtrace_bench.systems._replay import SYSTEMS
 from memtrace_otel.export import OtlpJsonLinesExporter
 from memtrace_otel.instrumentation import CaptureConfig, MemTracer, Variable, WriterRegistry
 from memtrace_otel.semconv import ERROR_TYPE_BY_KIND, Category, OpKind
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.systems._hard import OpExec, Rec, Run, Scenario, judged
-from memtrace_otel.systems._hard_replay import label_hard_case
-from memtrace_otel.systems._hard_scenarios import build_scenario
-from memtrace_otel.systems._hard_systems import execute
-from memtrace_otel.systems._locomo import load_locomo
-from memtrace_otel.systems._replay import SYSTEMS
 
 HARD_STORES = 100
 """Stores per system at full size (one targeted failure and two or three controls each)."""

@@ -30,23 +30,23 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from memtrace_otel._progress import Progress
-from memtrace_otel.export import OtlpJsonLinesExporter
-from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
-from memtrace_otel.semconv import attributes as A
-from memtrace_otel.systems._base import Judge, make_config, turn_ref
-from memtrace_otel.systems._engine import OfflineEngine
-from memtrace_otel.systems._faults import FaultSpec
-from memtrace_otel.systems._judge import LLM_JUDGE_PROMPT, DeterministicJudge, LLMJudge
-from memtrace_otel.systems._protocol import Engine
-from memtrace_otel.systems._replay import (
+from memtrace_bench.systems._base import Judge, make_config, turn_ref
+from memtrace_bench.systems._engine import OfflineEngine
+from memtrace_bench.systems._faults import FaultSpec
+from memtrace_bench.systems._judge import LLM_JUDGE_PROMPT, DeterministicJudge, LLMJudge
+from memtrace_bench.systems._protocol import Engine
+from memtrace_bench.systems._replay import (
     SYSTEMS,
     ConversationRun,
     label_case,
     resolve_systems,
     run_conversation,
 )
-from memtrace_otel.systems._workload import Workload, generate_workload
+from memtrace_bench.systems._workload import Workload, generate_workload
+from memtrace_otel._progress import Progress
+from memtrace_otel.export import OtlpJsonLinesExporter
+from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
+from memtrace_otel.semconv import attributes as A
 
 TRACES_FILE = "traces.jsonl"
 CASES_FILE = "cases.jsonl"

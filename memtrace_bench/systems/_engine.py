@@ -28,10 +28,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from memtrace_otel._openai import endpoint_settings, missing_settings, openai_client
-from memtrace_otel.systems import _facts as F
-from memtrace_otel.systems._judge import judge_answer
-from memtrace_otel.systems._protocol import (
+from memtrace_bench.systems import _facts as F
+from memtrace_bench.systems._judge import judge_answer
+from memtrace_bench.systems._protocol import (
     Decision,
     Engine,
     EngineReplyError,
@@ -39,7 +38,8 @@ from memtrace_otel.systems._protocol import (
     MemCellContent,
     Sufficiency,
 )
-from memtrace_otel.systems._text import content_tokens, overlap
+from memtrace_bench.systems._text import content_tokens, overlap
+from memtrace_otel._openai import endpoint_settings, missing_settings, openai_client
 
 T = TypeVar("T")
 
@@ -84,7 +84,7 @@ def _is_assistant(speaker: str | None) -> bool:
 
 
 class OfflineEngine:
-    """Deterministic rules in place of a model (see ``memtrace_otel.systems._facts``).
+    """Deterministic rules in place of a model (see ``memtrace_bench.systems._facts``).
 
     Good enough that most synthetic questions are answered right; what remains wrong is wrong
     for a reason a trace can show (a trimmed window, a missed retrieval, a lossy update).

@@ -21,15 +21,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
 
-from memtrace_otel.instrumentation import (
-    CaptureConfig,
-    MemTracer,
-    Variable,
-    WriterRegistry,
-    suppress_tracing,
-)
-from memtrace_otel.semconv import ERROR_TYPE_BY_KIND, OpKind
-from memtrace_otel.systems._base import (
+from memtrace_bench.systems._base import (
     Blame,
     CaseOracle,
     CaseResult,
@@ -42,15 +34,23 @@ from memtrace_otel.systems._base import (
     case_id_for,
     turn_ref,
 )
-from memtrace_otel.systems._engine import OfflineEngine
-from memtrace_otel.systems._evermemos import EverMemOSSystem
-from memtrace_otel.systems._faults import FaultPlan, FaultSpec
-from memtrace_otel.systems._judge import DeterministicJudge
-from memtrace_otel.systems._long_context import LongContextSystem
-from memtrace_otel.systems._mem0 import Mem0System
-from memtrace_otel.systems._protocol import Engine
-from memtrace_otel.systems._rag import RagSystem
-from memtrace_otel.systems._workload import Conversation, Question, Workload
+from memtrace_bench.systems._engine import OfflineEngine
+from memtrace_bench.systems._evermemos import EverMemOSSystem
+from memtrace_bench.systems._faults import FaultPlan, FaultSpec
+from memtrace_bench.systems._judge import DeterministicJudge
+from memtrace_bench.systems._long_context import LongContextSystem
+from memtrace_bench.systems._mem0 import Mem0System
+from memtrace_bench.systems._protocol import Engine
+from memtrace_bench.systems._rag import RagSystem
+from memtrace_bench.systems._workload import Conversation, Question, Workload
+from memtrace_otel.instrumentation import (
+    CaptureConfig,
+    MemTracer,
+    Variable,
+    WriterRegistry,
+    suppress_tracing,
+)
+from memtrace_otel.semconv import ERROR_TYPE_BY_KIND, OpKind
 
 SYSTEMS: Mapping[str, type[MemorySystem]] = {
     "long_context": LongContextSystem,

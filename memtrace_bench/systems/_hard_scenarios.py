@@ -14,8 +14,8 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from memtrace_otel.systems._hard import Fault, HCase, HSession, HTurn, Scenario
-from memtrace_otel.systems._hard_facts import (
+from memtrace_bench.systems._hard import Fault, HCase, HSession, HTurn, Scenario
+from memtrace_bench.systems._hard_facts import (
     CITIES,
     EVENTS,
     JOBS,
@@ -27,7 +27,7 @@ from memtrace_otel.systems._hard_facts import (
     question_text,
     slot,
 )
-from memtrace_otel.systems._workload import Conversation
+from memtrace_bench.systems._workload import Conversation
 
 RECIPES: dict[str, dict[str, float]] = {
     "long_context": {

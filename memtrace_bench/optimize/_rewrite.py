@@ -58,7 +58,7 @@ def _decode(text: str) -> dict[str, Any] | None:
 
 
 def _template(name: str) -> Template:
-    path = resources.files("memtrace_otel.optimize") / "prompts" / f"{name}.txt"
+    path = resources.files("memtrace_bench.optimize") / "prompts" / f"{name}.txt"
     return Template(path.read_text(encoding="utf-8"))
 
 

@@ -13,8 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from memtrace_otel.semconv import Category, OpKind, Stage
-from memtrace_otel.systems._hard import (
+from memtrace_bench.systems._hard import (
     Fault,
     HCase,
     HSession,
@@ -38,7 +37,8 @@ from memtrace_otel.systems._hard import (
     transcript_line,
     when_of,
 )
-from memtrace_otel.systems._hard_facts import Claim, render
+from memtrace_bench.systems._hard_facts import Claim, render
+from memtrace_otel.semconv import Category, OpKind, Stage
 
 
 def execute(sc: Scenario, mode: Mode | None = None, only: str | None = None) -> Run:

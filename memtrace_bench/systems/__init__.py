@@ -12,27 +12,27 @@ and :func:`generate_benchmark`, the library side of ``memtrace bench generate``.
 True
 """
 
-from memtrace_otel.systems._base import (
+from memtrace_bench.systems._base import (
     Blame,
     Bm25Index,
     Correction,
     MemorySystem,
 )
-from memtrace_otel.systems._engine import (
+from memtrace_bench.systems._engine import (
     ENGINES,
     OfflineEngine,
     OpenAIEngine,
     make_engine,
 )
-from memtrace_otel.systems._evermemos import (
+from memtrace_bench.systems._evermemos import (
     EverMemOSSystem,
 )
-from memtrace_otel.systems._faults import (
+from memtrace_bench.systems._faults import (
     FAULTS,
     FaultPlan,
     FaultSpec,
 )
-from memtrace_otel.systems._generate import (
+from memtrace_bench.systems._generate import (
     CASES_FILE,
     LABELS_FILE,
     TRACES_FILE,
@@ -41,21 +41,21 @@ from memtrace_otel.systems._generate import (
     generate_benchmark,
     run_demo,
 )
-from memtrace_otel.systems._hard_output import (
+from memtrace_bench.systems._hard_output import (
     HARD_STORES,
     HardSummary,
     generate_hard_benchmark,
 )
-from memtrace_otel.systems._locomo import (
+from memtrace_bench.systems._locomo import (
     load_locomo,
 )
-from memtrace_otel.systems._long_context import (
+from memtrace_bench.systems._long_context import (
     LongContextSystem,
 )
-from memtrace_otel.systems._mem0 import (
+from memtrace_bench.systems._mem0 import (
     Mem0System,
 )
-from memtrace_otel.systems._protocol import (
+from memtrace_bench.systems._protocol import (
     Decision,
     Engine,
     EngineError,
@@ -64,10 +64,10 @@ from memtrace_otel.systems._protocol import (
     MemCellContent,
     Sufficiency,
 )
-from memtrace_otel.systems._rag import (
+from memtrace_bench.systems._rag import (
     RagSystem,
 )
-from memtrace_otel.systems._replay import (
+from memtrace_bench.systems._replay import (
     NO_SINGLE_FIX,
     SYSTEMS,
     ConversationRun,
@@ -77,7 +77,7 @@ from memtrace_otel.systems._replay import (
     resolve_systems,
     run_conversation,
 )
-from memtrace_otel.systems._workload import (
+from memtrace_bench.systems._workload import (
     Conversation,
     Evidence,
     Question,

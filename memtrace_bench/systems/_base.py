@@ -26,14 +26,14 @@ from enum import StrEnum
 from types import TracebackType
 from typing import Any, ClassVar
 
+from memtrace_bench.systems._faults import FaultPlan
+from memtrace_bench.systems._judge import DeterministicJudge, Judgement, LLMJudge
+from memtrace_bench.systems._protocol import Engine, EngineReplyError
+from memtrace_bench.systems._text import content_tokens, normalize_answer, overlap
+from memtrace_bench.systems._workload import Conversation, Evidence, Question, Session, Turn
 from memtrace_otel.instrumentation import MemTracer, Op, Variable
 from memtrace_otel.semconv import Category, OpKind, Stage
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.systems._faults import FaultPlan
-from memtrace_otel.systems._judge import DeterministicJudge, Judgement, LLMJudge
-from memtrace_otel.systems._protocol import Engine, EngineReplyError
-from memtrace_otel.systems._text import content_tokens, normalize_answer, overlap
-from memtrace_otel.systems._workload import Conversation, Evidence, Question, Session, Turn
 
 Judge = DeterministicJudge | LLMJudge
 
@@ -692,7 +692,7 @@ class MemorySystem(ABC):
                 fallback,
             )
             if step.failed:
-                from memtrace_otel.systems._judge import judge_answer
+                from memtrace_bench.systems._judge import judge_answer
 
                 judgement = judge_answer(
                     text, question.gold_answers, abstention=question.abstention

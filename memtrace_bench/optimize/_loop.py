@@ -25,6 +25,23 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
+from memtrace_bench.optimize._params import (
+    PARAM_SPACES,
+    Param,
+    blame_counts,
+    candidate_values,
+    ranked_params,
+)
+from memtrace_bench.optimize._rewrite import Failure, PromptRewriter, missing_placeholders
+from memtrace_bench.systems import (
+    SYSTEMS,
+    Conversation,
+    Engine,
+    OfflineEngine,
+    Workload,
+    run_conversation,
+)
+from memtrace_bench.systems._base import turn_ref
 from memtrace_otel.attribution import ChatModel, Verdict, get_method, load_store_graphs, run_batch
 from memtrace_otel.errors import ModelError
 from memtrace_otel.export import OtlpJsonLinesExporter
@@ -35,25 +52,8 @@ from memtrace_otel.instrumentation import (
     WriterRegistry,
     suppress_tracing,
 )
-from memtrace_otel.optimize._params import (
-    PARAM_SPACES,
-    Param,
-    blame_counts,
-    candidate_values,
-    ranked_params,
-)
-from memtrace_otel.optimize._rewrite import Failure, PromptRewriter, missing_placeholders
 from memtrace_otel.semconv import Category
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.systems import (
-    SYSTEMS,
-    Conversation,
-    Engine,
-    OfflineEngine,
-    Workload,
-    run_conversation,
-)
-from memtrace_otel.systems._base import turn_ref
 
 __all__ = [
     "OptimisableSystem",
@@ -189,7 +189,7 @@ def split_workload(
     Raises:
         ValueError: a fraction outside (0, 1) or fewer than two conversations.
 
-    >>> from memtrace_otel.systems import generate_workload
+    >>> from memtrace_bench.systems import generate_workload
     >>> train, held = split_workload(generate_workload(4, seed=1), seed=0)
     >>> len(train), len(held), {c.conv_id for c in train} & {c.conv_id for c in held}
     (2, 2, set())

@@ -19,10 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memtrace_otel._internal import data_warning
-from memtrace_otel.errors import DecodeError
-from memtrace_otel.systems._text import format_date, parse_date
-from memtrace_otel.systems._workload import (
+from memtrace_bench.systems._text import format_date, parse_date
+from memtrace_bench.systems._workload import (
     Conversation,
     Evidence,
     Question,
@@ -30,6 +28,8 @@ from memtrace_otel.systems._workload import (
     Turn,
     Workload,
 )
+from memtrace_otel._internal import data_warning
+from memtrace_otel.errors import DecodeError
 
 CATEGORY_NAMES = {
     1: "multi-hop",

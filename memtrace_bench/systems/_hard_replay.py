@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memtrace_bench.systems._hard import HCase, Mode, OpExec, Run, Scenario, judged
+from memtrace_bench.systems._hard_systems import execute
 from memtrace_otel.semconv import ERROR_TYPE_BY_KIND
-from memtrace_otel.systems._hard import HCase, Mode, OpExec, Run, Scenario, judged
-from memtrace_otel.systems._hard_systems import execute
 
 
 @dataclass(frozen=True)

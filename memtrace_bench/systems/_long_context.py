@@ -12,9 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from memtrace_otel.instrumentation import Variable
-from memtrace_otel.semconv import OpKind
-from memtrace_otel.systems._base import (
+from memtrace_bench.systems._base import (
     Line,
     MemorySystem,
     SystemConfig,
@@ -24,8 +22,10 @@ from memtrace_otel.systems._base import (
     context_variable,
     truncate_before_evidence,
 )
-from memtrace_otel.systems._text import count_tokens
-from memtrace_otel.systems._workload import Question, Turn
+from memtrace_bench.systems._text import count_tokens
+from memtrace_bench.systems._workload import Question, Turn
+from memtrace_otel.instrumentation import Variable
+from memtrace_otel.semconv import OpKind
 
 ANSWER_PROMPT = """You answer questions about a long conversation, using only the transcript below.
 Each line is "[date] speaker: message". Resolve relative dates ("yesterday") against the line's date.

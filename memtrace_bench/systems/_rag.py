@@ -13,9 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from memtrace_otel.instrumentation import Variable
-from memtrace_otel.semconv import Category, OpKind
-from memtrace_otel.systems._base import (
+from memtrace_bench.systems._base import (
     Line,
     MemorySystem,
     SystemConfig,
@@ -26,8 +24,10 @@ from memtrace_otel.systems._base import (
     dense_search,
     truncate_before_evidence,
 )
-from memtrace_otel.systems._text import count_tokens
-from memtrace_otel.systems._workload import Question, Session, Turn
+from memtrace_bench.systems._text import count_tokens
+from memtrace_bench.systems._workload import Question, Session, Turn
+from memtrace_otel.instrumentation import Variable
+from memtrace_otel.semconv import Category, OpKind
 
 ANSWER_PROMPT = """Answer the question using only the retrieved conversation excerpts below.
 Each line is "[date] speaker: message"; resolve relative dates against the line's date.

@@ -21,9 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from memtrace_otel.instrumentation import Variable
-from memtrace_otel.semconv import Category, OpKind
-from memtrace_otel.systems._base import (
+from memtrace_bench.systems._base import (
     Blame,
     Line,
     MemorySystem,
@@ -38,9 +36,11 @@ from memtrace_otel.systems._base import (
     source_refs_of,
     truncate_before_evidence,
 )
-from memtrace_otel.systems._protocol import MemCellContent, Sufficiency
-from memtrace_otel.systems._text import content_tokens
-from memtrace_otel.systems._workload import Question, Session, Turn
+from memtrace_bench.systems._protocol import MemCellContent, Sufficiency
+from memtrace_bench.systems._text import content_tokens
+from memtrace_bench.systems._workload import Question, Session, Turn
+from memtrace_otel.instrumentation import Variable
+from memtrace_otel.semconv import Category, OpKind
 
 BOUNDARY_PROMPT = """You segment a conversation into episodes. Given the lines of the current episode and a new
 message, decide whether the new message starts a new episode (a new topic or a long pause).

@@ -5,12 +5,12 @@ new versions of the variables the blamed ops own (prompts rewritten by a model, 
 parameters moved in the direction the verdicts ask for) and keeps a version only when the train
 score does not drop. The held-out split is scored before and after, never used for choosing.
 
->>> from memtrace_otel.optimize import PARAM_SPACES
+>>> from memtrace_bench.optimize import PARAM_SPACES
 >>> [p.name for p in PARAM_SPACES["long_context"]]
 ['window_tokens']
 """
 
-from memtrace_otel.optimize._loop import (
+from memtrace_bench.optimize._loop import (
     OptimisableSystem,
     OptimizeResult,
     ReferenceSystem,
@@ -18,14 +18,14 @@ from memtrace_otel.optimize._loop import (
     report_markdown,
     split_workload,
 )
-from memtrace_otel.optimize._params import (
+from memtrace_bench.optimize._params import (
     PARAM_SPACES,
     Param,
     blame_counts,
     candidate_values,
     ranked_params,
 )
-from memtrace_otel.optimize._rewrite import (
+from memtrace_bench.optimize._rewrite import (
     Failure,
     PromptRewriter,
     missing_placeholders,
