@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _util import verdict
 
+from memtrace_bench.cli.bench_evaluate import _production_cases
 from memtrace_bench.systems import generate_benchmark, generate_hard_benchmark, generate_workload
 from memtrace_otel.attribution import (
     BatchSummary,
@@ -34,7 +35,6 @@ from memtrace_otel.attribution import (
     load_store_graphs,
 )
 from memtrace_otel.attribution._scoring import production_view
-from memtrace_otel.cli.bench_evaluate import _production_cases
 
 
 def _cold() -> None:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memtrace_bench.cli.bench_annotations import ANNOTATION, bench_folder, score_annotations
 from memtrace_bench.systems.metrics import evaluate, format_report, load_jsonl
 from memtrace_otel.attribution import get_method, load_store_graphs, method_names, run_batch
 from memtrace_otel.attribution._scoring import (
@@ -27,7 +28,6 @@ from memtrace_otel.attribution._scoring import (
     production_view,
     score_verdicts,
 )
-from memtrace_otel.cli.bench_annotations import ANNOTATION, bench_folder, score_annotations
 
 BASELINES = ("blame-generate", "blame-retrieve")
 """Constant baselines added by ``--baselines`` (no model, no network)."""

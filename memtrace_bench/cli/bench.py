@@ -29,7 +29,7 @@ from memtrace_bench.systems import (
 )
 
 SUBCOMMAND_MODULES: tuple[str, ...] = ("bench_evaluate", "bench_memtracebench")
-"""Modules in ``memtrace_otel.cli`` that add ``bench`` subcommands (e.g. ``"bench_evaluate"``)."""
+"""Modules in ``memtrace_bench.cli`` that add ``bench`` subcommands (e.g. ``"bench_evaluate"``)."""
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -51,7 +51,7 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=no_subcommand)
     _register_generate(bench)
     for name in SUBCOMMAND_MODULES:
-        importlib.import_module(f"memtrace_otel.cli.{name}").register(bench)
+        importlib.import_module(f"memtrace_bench.cli.{name}").register(bench)
 
 
 def _register_generate(bench: Any) -> None:
