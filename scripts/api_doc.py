@@ -32,6 +32,7 @@ PACKAGES = [
     "memtrace_otel.testing",
     "memtrace_bench.systems",
     "memtrace_bench.optimize",
+    "memtrace_bench.methods",
 ]
 
 

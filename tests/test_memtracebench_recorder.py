@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from memtrace_otel.attribution import compare_recordings, get_method, run_batch
+from memtrace_bench.methods import compare_recordings
+from memtrace_otel.attribution import get_method, run_batch
 from memtrace_otel.cli import main
 from memtrace_otel.semconv import attributes as attr
 from memtrace_otel.sources import export_memtracebench, load_memtracebench, open_source

@@ -17,6 +17,9 @@ COMMANDS: tuple[str, ...] = ("demo", "bench", "optimize")
 
 def register_methods() -> None:
     """Make the bench wing's attribution methods available to ``get_method`` and ``--method``."""
+    from memtrace_bench.methods import register
+
+    register()
 
 
 def register_commands(subparsers: Any) -> None:

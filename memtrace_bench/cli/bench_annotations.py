@@ -17,8 +17,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from memtrace_bench.methods import annotation_rows, source_op_predictions
 from memtrace_bench.systems.metrics import Report, evaluate
-from memtrace_otel.attribution._fidelity import annotation_rows, source_op_predictions
 from memtrace_otel.sources import export_source, open_source
 
 ANNOTATION = "annotation"

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from memtrace_otel.attribution import compare_recordings, get_method, method_names
+from memtrace_bench.methods import compare_recordings
+from memtrace_otel.attribution import get_method, method_names
 from memtrace_otel.errors import MemtraceError
 from memtrace_otel.sources import export_memtracebench
 
