@@ -33,6 +33,7 @@ PACKAGES = [
     "memtrace_bench.systems",
     "memtrace_bench.optimize",
     "memtrace_bench.methods",
+    "memtrace_bench.memtracebench",
 ]
 
 

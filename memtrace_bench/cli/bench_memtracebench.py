@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from memtrace_bench.memtracebench import export_memtracebench
 from memtrace_bench.methods import compare_recordings
 from memtrace_otel.attribution import get_method, method_names
 from memtrace_otel.errors import MemtraceError
-from memtrace_otel.sources import export_memtracebench
 
 
 def register(bench: Any) -> None:

@@ -1,6 +1,6 @@
 """Two recordings of one run, one verdict: attribution on our spans vs on the MemTraceBench file.
 
-:func:`memtrace_otel.sources.export_memtracebench` records a run of our reference systems with
+:func:`memtrace_bench.memtracebench.export_memtracebench` records a run of our reference systems with
 the real ``smartcomment`` recorder; importing that file and attributing its failed cases must
 name the same culprit (the same op, mapped back through the ``memtrace_span_id`` the recorder
 kept in each op's metadata) and the same error type as attributing our own spans of the run.

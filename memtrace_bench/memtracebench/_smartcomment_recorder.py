@@ -2,7 +2,7 @@
 
 Run by the Python 3.12 environment of ``scripts/smartcomment_env.sh`` (smartcomment needs
 Python >= 3.12), never imported by this package: it imports nothing from memtrace_otel. The plan
-(written by :mod:`memtrace_otel.sources._memtracebench_export`) lists one graph per memory store:
+(written by :mod:`memtrace_bench.memtracebench._export`) lists one graph per memory store:
 sessions of steps, each step a variable or an operation, plus the annotations. The script drives
 the real recorder API as MemBase's instrumented systems do:
 

@@ -5,7 +5,7 @@ MemTraceBench's graphs come from zjunlp's MemBase harness, which records each me
 (a ``memtrace bench generate`` directory): it turns each memory store's spans into a *plan*,
 i.e. the recorder calls MemBase's instrumented systems make, in the order the run made them,
 and has ``smartcomment`` 0.1.2 (Python 3.12, ``scripts/smartcomment_env.sh``) execute it through
-:mod:`memtrace_otel.sources._smartcomment_recorder`. Our labels become ``data.annotations``. The
+:mod:`memtrace_bench.memtracebench._smartcomment_recorder`. Our labels become ``data.annotations``. The
 result is a second recording of the same run, so attribution on the imported file must agree
 with attribution on our own spans (the fidelity test).
 
