@@ -29,8 +29,8 @@ from typing import Any, ClassVar
 from memtrace_bench.systems._faults import FaultPlan
 from memtrace_bench.systems._judge import DeterministicJudge, Judgement, LLMJudge
 from memtrace_bench.systems._protocol import Engine, EngineReplyError
-from memtrace_bench.systems._text import content_tokens, normalize_answer, overlap
 from memtrace_bench.systems._workload import Conversation, Evidence, Question, Session, Turn
+from memtrace_otel.attribution._tokens import content_tokens, normalize_answer, overlap
 from memtrace_otel.instrumentation import MemTracer, Op, Variable
 from memtrace_otel.semconv import Category, OpKind, Stage
 from memtrace_otel.semconv import attributes as A

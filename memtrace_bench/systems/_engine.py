@@ -38,8 +38,8 @@ from memtrace_bench.systems._protocol import (
     MemCellContent,
     Sufficiency,
 )
-from memtrace_bench.systems._text import content_tokens, overlap
 from memtrace_otel._openai import endpoint_settings, missing_settings, openai_client
+from memtrace_otel.attribution._tokens import content_tokens, overlap
 
 T = TypeVar("T")
 

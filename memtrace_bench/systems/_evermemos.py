@@ -37,8 +37,8 @@ from memtrace_bench.systems._base import (
     truncate_before_evidence,
 )
 from memtrace_bench.systems._protocol import MemCellContent, Sufficiency
-from memtrace_bench.systems._text import content_tokens
 from memtrace_bench.systems._workload import Question, Session, Turn
+from memtrace_otel.attribution._tokens import content_tokens
 from memtrace_otel.instrumentation import Variable
 from memtrace_otel.semconv import Category, OpKind
 

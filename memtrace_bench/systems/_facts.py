@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from memtrace_bench.systems._text import (
+from memtrace_otel.attribution._tokens import (
     DATE_PATTERN,
     content_tokens,
     overlap,

@@ -18,7 +18,7 @@ import random
 import re
 from dataclasses import dataclass, replace
 
-from memtrace_bench.systems._text import shift_date
+from memtrace_otel.attribution._tokens import shift_date
 
 
 @dataclass(frozen=True)

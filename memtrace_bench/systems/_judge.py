@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memtrace_bench.systems._protocol import Engine
-from memtrace_bench.systems._text import normalize_answer, token_f1
+from memtrace_otel.attribution._tokens import normalize_answer, token_f1
 
 F1_THRESHOLD = 0.5
 """Token F1 at or above which an answer counts as right when no gold answer is contained in it."""

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memtrace_bench.systems._text import format_date, parse_date
 from memtrace_bench.systems._workload import (
     Conversation,
     Evidence,
@@ -29,6 +28,7 @@ from memtrace_bench.systems._workload import (
     Workload,
 )
 from memtrace_otel._internal import data_warning
+from memtrace_otel.attribution._tokens import format_date, parse_date
 from memtrace_otel.errors import DecodeError
 
 CATEGORY_NAMES = {

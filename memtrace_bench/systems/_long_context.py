@@ -22,8 +22,8 @@ from memtrace_bench.systems._base import (
     context_variable,
     truncate_before_evidence,
 )
-from memtrace_bench.systems._text import count_tokens
 from memtrace_bench.systems._workload import Question, Turn
+from memtrace_otel.attribution._tokens import count_tokens
 from memtrace_otel.instrumentation import Variable
 from memtrace_otel.semconv import OpKind
 

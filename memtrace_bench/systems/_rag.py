@@ -24,8 +24,8 @@ from memtrace_bench.systems._base import (
     dense_search,
     truncate_before_evidence,
 )
-from memtrace_bench.systems._text import count_tokens
 from memtrace_bench.systems._workload import Question, Session, Turn
+from memtrace_otel.attribution._tokens import count_tokens
 from memtrace_otel.instrumentation import Variable
 from memtrace_otel.semconv import Category, OpKind
 

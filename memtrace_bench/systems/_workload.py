@@ -37,7 +37,7 @@ from memtrace_bench.systems._facts import (
     Fact,
     with_article,
 )
-from memtrace_bench.systems._text import format_date
+from memtrace_otel.attribution._tokens import format_date
 
 CATEGORIES = ("single-hop", "multi-hop", "temporal", "knowledge-update", "abstention")
 """The question categories of the synthetic workload."""
@@ -475,7 +475,7 @@ def _evidence(statement: _Statement, *keys: str) -> Evidence:
 
 
 def _yesterday(date: str) -> str:
-    from memtrace_bench.systems._text import shift_date
+    from memtrace_otel.attribution._tokens import shift_date
 
     return shift_date(date, -1)
 

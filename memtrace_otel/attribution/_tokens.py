@@ -1,4 +1,4 @@
-"""Text helpers shared by the systems, the offline engine and the judge.
+"""The package's one tokenizer, owned by the attribution method; the bench wing imports it from here.
 
 Tokens are lower-case alphanumeric runs; ``content_tokens`` drops stop words and strips a few
 English suffixes so that ``lives``/``living``/``live`` meet in BM25 and in overlap scores.
