@@ -14,7 +14,6 @@ True
 
 from memtrace_bench.systems._base import (
     Blame,
-    Bm25Index,
     Correction,
     MemorySystem,
 )
@@ -98,7 +97,6 @@ __all__ = [
     "TRACES_FILE",
     "BenchSummary",
     "Blame",
-    "Bm25Index",
     "Conversation",
     "ConversationRun",
     "Correction",

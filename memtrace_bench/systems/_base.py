@@ -30,7 +30,7 @@ from memtrace_bench.systems._faults import FaultPlan
 from memtrace_bench.systems._judge import DeterministicJudge, Judgement, LLMJudge
 from memtrace_bench.systems._protocol import Engine, EngineReplyError
 from memtrace_bench.systems._workload import Conversation, Evidence, Question, Session, Turn
-from memtrace_otel.attribution._tokens import content_tokens, normalize_answer, overlap
+from memtrace_otel.attribution._tokens import normalize_answer, overlap
 from memtrace_otel.instrumentation import MemTracer, Op, Variable
 from memtrace_otel.semconv import Category, OpKind, Stage
 from memtrace_otel.semconv import attributes as A
@@ -368,51 +368,6 @@ class Step:
 
 
 # --- retrieval --------------------------------------------------------------------------------
-class Bm25Index:
-    """BM25+ (``rank_bm25.BM25Plus``) over stemmed content tokens; deterministic ties.
-
-    BM25+ keeps every idf positive, which matters for the small stores here (with Okapi's idf a
-    word in half of two documents scores zero). Only documents sharing a word with the query are
-    returned.
-
-    >>> index = Bm25Index([("a", "Maya lives in Porto"), ("b", "Leo has a cat")])
-    >>> index.search("Where does Maya live?", 5)
-    [('a', ...)]
-    """
-
-    def __init__(self, docs: Sequence[tuple[str, str]]) -> None:
-        self.keys = [k for k, _ in docs]
-        corpus = [content_tokens(text) or ["_"] for _, text in docs]
-        self._words = [frozenset(c) for c in corpus]
-        self._bm25: Any = None
-        if corpus:
-            from rank_bm25 import BM25Plus
-
-            self._bm25 = BM25Plus(corpus)
-
-    def search(self, query: str, k: int) -> list[tuple[str, float]]:
-        """The ``k`` best keys with a positive score, best first."""
-        if self._bm25 is None or k <= 0:
-            return []
-        words = content_tokens(query)
-        if not words:
-            return []
-        wanted = set(words)
-        hits = [i for i, doc in enumerate(self._words) if doc & wanted]
-        if not hits:
-            return []
-        scores = self._bm25.get_batch_scores(words, hits)
-        order = sorted(range(len(hits)), key=lambda j: (-float(scores[j]), hits[j]))
-        return [(self.keys[hits[j]], round(float(scores[j]), 4)) for j in order[:k]]
-
-
-@functools.lru_cache(maxsize=128)
-def bm25_index(docs: tuple[tuple[str, str], ...]) -> Bm25Index:
-    """A shared, cached :class:`Bm25Index` for ``(key, text)`` documents: replays re-run the same
-    store states, and rebuilding BM25 over hundreds of memories per message is the cost."""
-    return Bm25Index(docs)
-
-
 def dense_search(
     query_vec: Sequence[float], docs: Sequence[tuple[str, Sequence[float]]], k: int
 ) -> list[tuple[str, float]]:

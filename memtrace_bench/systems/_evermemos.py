@@ -27,7 +27,6 @@ from memtrace_bench.systems._base import (
     MemorySystem,
     SystemConfig,
     VarInfo,
-    bm25_index,
     candidates_variable,
     carrying,
     context_variable,
@@ -38,7 +37,7 @@ from memtrace_bench.systems._base import (
 )
 from memtrace_bench.systems._protocol import MemCellContent, Sufficiency
 from memtrace_bench.systems._workload import Question, Session, Turn
-from memtrace_otel.attribution._tokens import content_tokens
+from memtrace_otel.attribution._tokens import bm25_index, content_tokens
 from memtrace_otel.instrumentation import Variable
 from memtrace_otel.semconv import Category, OpKind
 

@@ -19,10 +19,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from memtrace_bench.systems._base import Bm25Index
 from memtrace_bench.systems._hard_facts import Claim, Fact, swapped, undated, unnamed
 from memtrace_bench.systems._judge import judge_answer
-from memtrace_otel.attribution._tokens import count_tokens, parse_date
+from memtrace_otel.attribution._tokens import Bm25Index, count_tokens, parse_date
 from memtrace_otel.semconv import Category, OpKind, Stage
 
 IDK = "I don't know."

@@ -26,7 +26,6 @@ from memtrace_bench.systems._base import (
     MemorySystem,
     SystemConfig,
     VarInfo,
-    bm25_index,
     candidates_variable,
     carrying,
     context_variable,
@@ -35,6 +34,7 @@ from memtrace_bench.systems._base import (
 )
 from memtrace_bench.systems._protocol import Decision
 from memtrace_bench.systems._workload import Question, Turn
+from memtrace_otel.attribution._tokens import bm25_index
 from memtrace_otel.instrumentation import Variable
 from memtrace_otel.semconv import Category, OpKind, Stage
 

@@ -17,7 +17,6 @@ from memtrace_bench.systems._base import (
     Line,
     MemorySystem,
     SystemConfig,
-    bm25_index,
     candidates_variable,
     carrying,
     context_variable,
@@ -25,7 +24,7 @@ from memtrace_bench.systems._base import (
     truncate_before_evidence,
 )
 from memtrace_bench.systems._workload import Question, Session, Turn
-from memtrace_otel.attribution._tokens import count_tokens
+from memtrace_otel.attribution._tokens import bm25_index, count_tokens
 from memtrace_otel.instrumentation import Variable
 from memtrace_otel.semconv import Category, OpKind
 
