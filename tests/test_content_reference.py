@@ -27,6 +27,7 @@ from memtrace_otel.instrumentation._capture import META_CONTENT_REF, redact_pii
 from memtrace_otel.instrumentation._content import ContentWriter, digest_of_name, key_id
 from memtrace_otel.semconv import Category
 from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 from memtrace_otel.sources import ContentResolver, erase_store, open_source
 from tests._pipeline import EXPECTED, write_workload
 
@@ -156,9 +157,9 @@ def test_reference_without_a_store_logs_once_and_records_no_content(
 ) -> None:
     from memtrace_otel.instrumentation import _capture
 
-    monkeypatch.delenv(A.ENV_MEMTRACE_CONTENT_URL, raising=False)
-    monkeypatch.delenv(A.ENV_GENAI_UPLOAD_BASE_PATH, raising=False)
-    monkeypatch.setenv(A.ENV_MEMTRACE_CAPTURE_CONTENT, "REFERENCE")
+    monkeypatch.delenv(E.ENV_MEMTRACE_CONTENT_URL, raising=False)
+    monkeypatch.delenv(E.ENV_GENAI_UPLOAD_BASE_PATH, raising=False)
+    monkeypatch.setenv(E.ENV_MEMTRACE_CAPTURE_CONTENT, "REFERENCE")
     monkeypatch.setattr(_capture, "_no_store_logged", [])
     with caplog.at_level(logging.WARNING, "memtrace_otel"):
         first, second = CaptureConfig(), CaptureConfig()
@@ -171,9 +172,9 @@ def test_the_upstream_upload_base_path_is_honoured_when_ours_is_unset(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url = _memory_url()
-    monkeypatch.delenv(A.ENV_MEMTRACE_CONTENT_URL, raising=False)
-    monkeypatch.setenv(A.ENV_GENAI_UPLOAD_BASE_PATH, url)
-    monkeypatch.setenv(A.ENV_MEMTRACE_CAPTURE_CONTENT, "REFERENCE")
+    monkeypatch.delenv(E.ENV_MEMTRACE_CONTENT_URL, raising=False)
+    monkeypatch.setenv(E.ENV_GENAI_UPLOAD_BASE_PATH, url)
+    monkeypatch.setenv(E.ENV_MEMTRACE_CAPTURE_CONTENT, "REFERENCE")
     capture = CaptureConfig()
     assert capture.reference and capture.content_url == url
     ref, _ = capture.record("a prompt", Category.PROMPT)
@@ -344,22 +345,22 @@ def test_reference_gives_the_same_verdicts_and_no_text_reaches_the_spans(tmp_pat
     # Same verdicts with the job's key, by the refs' own location or by --content.
     import os
 
-    os.environ[A.ENV_MEMTRACE_DIGEST_KEY] = KEY
+    os.environ[E.ENV_MEMTRACE_DIGEST_KEY] = KEY
     try:
         assert _verdicts(traces, cases) == expected
         assert _verdicts(traces, cases, content=url) == expected
     finally:
-        del os.environ[A.ENV_MEMTRACE_DIGEST_KEY]
+        del os.environ[E.ENV_MEMTRACE_DIGEST_KEY]
     # Verdict spans written back from these verdicts carry labels and refs, no text.
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from memtrace_otel.attribution._writeback import send_verdicts
 
-    os.environ[A.ENV_MEMTRACE_DIGEST_KEY] = KEY
+    os.environ[E.ENV_MEMTRACE_DIGEST_KEY] = KEY
     try:
         verdicts, summary = run_batch([str(traces)], EvidenceMethod(), cases_file=str(cases))
     finally:
-        del os.environ[A.ENV_MEMTRACE_DIGEST_KEY]
+        del os.environ[E.ENV_MEMTRACE_DIGEST_KEY]
     assert summary.resolved_content
     sink = InMemorySpanExporter()
     send_verdicts(verdicts, sink, textless=True)

@@ -16,6 +16,7 @@ import pytest
 from memtrace_otel.cli import main
 from memtrace_otel.instrumentation import CaptureConfig
 from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 from tests._pipeline import EXPECTED, write_workload
 
 KEY = "s3-test-digest-key-0123456789"
@@ -55,7 +56,7 @@ def test_reference_over_s3_attributes_erases_and_keeps_text_out_of_the_spans(
     assert "Porto" not in raw and "hiking" not in raw
     assert A.MEMTRACE_VARIABLE_VALUE_REF in raw and s3_url in raw
 
-    monkeypatch.setenv(A.ENV_MEMTRACE_DIGEST_KEY, KEY)
+    monkeypatch.setenv(E.ENV_MEMTRACE_DIGEST_KEY, KEY)
     out = tmp_path / "verdicts.jsonl"
     code = main(
         [

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from memtrace_otel.semconv.attributes import ENV_GENAI_UPLOAD_BASE_PATH, ENV_MEMTRACE_CONTENT_URL
+from memtrace_otel.semconv.env import ENV_GENAI_UPLOAD_BASE_PATH, ENV_MEMTRACE_CONTENT_URL
 from memtrace_otel.sources import erase_store, parse_age
 
 

@@ -39,6 +39,7 @@ from typing import Any, Final, Literal
 from opentelemetry.util.types import AttributeValue
 
 from memtrace_otel._internal import data_warning, internal_error
+from memtrace_otel._settings import check, positive_int, resolve
 from memtrace_otel.instrumentation._content import (
     ContentWriter,
     Digester,
@@ -49,7 +50,7 @@ from memtrace_otel.instrumentation._content import (
 from memtrace_otel.instrumentation._variables import Variable
 from memtrace_otel.semconv import PRODUCTION, REFERENCE, CaptureMode, Category, Role, is_ref
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.semconv.attributes import (
+from memtrace_otel.semconv.env import (
     ENV_CAPTURE_MESSAGE_CONTENT,
     ENV_GENAI_UPLOAD_BASE_PATH,
     ENV_MEMTRACE_CAPTURE_CONTENT,
@@ -220,16 +221,7 @@ def parse_capture_mode(value: str | CaptureMode, *, source: str = "capture mode"
     >>> parse_capture_mode("true")
     <CaptureMode.SPAN_AND_EVENT: 'SPAN_AND_EVENT'>
     """
-    if isinstance(value, CaptureMode):
-        return value
-    text = str(value).strip()
-    if text.lower() in _LEGACY:
-        return _LEGACY[text.lower()]
-    try:
-        return CaptureMode(text.upper())
-    except ValueError:
-        allowed = ", ".join([*(m.value for m in CaptureMode), "true", "false"])
-        raise ValueError(f"invalid {source} {value!r}: expected one of {allowed}") from None
+    return check(source, value, _capture_mode)
 
 
 @dataclass(frozen=True)
@@ -260,9 +252,10 @@ class CaptureConfig:
             ``MEMTRACE_DIGEST_KEY``, else digests are unkeyed ``sha256:``.
 
     Raises:
-        ValueError: an unknown mode or a non-positive length, from arguments or environment,
-            a ``redact`` that is neither callable nor ``"builtin"``, a digest key shorter than
-            16 bytes, or a content store URL whose protocol fsspec does not know.
+        ValueError: an unknown mode or a non-positive length given as an argument, a
+            ``redact`` that is neither callable nor ``"builtin"``, a ``digest_key`` shorter than
+            16 bytes, or a ``content_url`` whose protocol fsspec does not know. A bad
+            environment variable is logged once and its default used (it must not break the app).
 
     >>> CaptureConfig(mode="SPAN_ONLY", redact="builtin").mask("ana@example.com")
     ('<email>', False)
@@ -286,34 +279,35 @@ class CaptureConfig:
         reference = explicit and _is_reference(self.mode)
         if reference:
             mode = CaptureMode.SPAN_AND_EVENT
-        elif explicit:
-            mode = parse_capture_mode(self.mode)  # type: ignore[arg-type]
-        elif os.environ.get(ENV_CAPTURE_MESSAGE_CONTENT):
-            mode = parse_capture_mode(
-                os.environ[ENV_CAPTURE_MESSAGE_CONTENT], source=ENV_CAPTURE_MESSAGE_CONTENT
-            )
         else:
-            mode = CaptureMode.NO_CONTENT
-        memory: Any = self.memory_mode
-        source = "memory_mode"
-        if memory is None and not explicit and os.environ.get(ENV_MEMTRACE_CAPTURE_CONTENT):
-            memory, source = os.environ[ENV_MEMTRACE_CAPTURE_CONTENT], ENV_MEMTRACE_CAPTURE_CONTENT
-        production = isinstance(memory, str) and memory.strip().upper() == PRODUCTION
-        if _is_reference(memory):
+            mode = resolve(
+                "capture mode",
+                self.mode,
+                ENV_CAPTURE_MESSAGE_CONTENT,
+                CaptureMode.NO_CONTENT,
+                _capture_mode,
+            )
+        # The narrower variable applies only when no mode is given in code; else it follows mode.
+        follow: CaptureMode | str = mode
+        memory = resolve(
+            "memory_mode",
+            self.memory_mode,
+            None if explicit else ENV_MEMTRACE_CAPTURE_CONTENT,
+            follow,
+            _memory_mode,
+        )
+        production = memory == PRODUCTION
+        if memory == REFERENCE:
             reference = True
             memory = mode = CaptureMode.SPAN_AND_EVENT
         elif production:
             memory = CaptureMode.SPAN_AND_EVENT
-        elif memory is None:
-            memory = mode
-        else:
-            memory = _parse_memory_mode(memory, source)
         writer: ContentWriter | None = None
-        url = self.content_url
+        url: str | None = None
         if reference:
-            url = url or os.environ.get(ENV_MEMTRACE_CONTENT_URL) or None
-            url = url or os.environ.get(ENV_GENAI_UPLOAD_BASE_PATH) or None
-            writer = _writer_or_none(url)
+            url = resolve("content_url", self.content_url, ENV_MEMTRACE_CONTENT_URL, None, _url)
+            url = url or resolve("content_url", None, ENV_GENAI_UPLOAD_BASE_PATH, None, _url)
+            writer = _writer_or_none(url, given=self.content_url is not None)
             if writer is None:
                 mode = memory = CaptureMode.NO_CONTENT
         object.__setattr__(self, "content_url", url if writer is not None else self.content_url)
@@ -332,28 +326,19 @@ class CaptureConfig:
             ),
         )
 
-        key: Any = self.digest_key
-        where = "digest_key"
-        if key is None and os.environ.get(ENV_MEMTRACE_DIGEST_KEY):
-            key, where = os.environ[ENV_MEMTRACE_DIGEST_KEY], ENV_MEMTRACE_DIGEST_KEY
-        digester = Digester(parse_key(key, source=where) if key else None)
+        digester = Digester(_digest_key(self.digest_key))
         object.__setattr__(self, "_digester", digester)
         object.__setattr__(
             self, "_keyed_digest", None if digester.key is None else _keyed(digester)
         )
 
-        length: Any = self.max_value_length
-        where = "max_value_length"
-        if length is None and os.environ.get(ENV_MEMTRACE_MAX_VALUE_LENGTH):
-            length, where = os.environ[ENV_MEMTRACE_MAX_VALUE_LENGTH], ENV_MEMTRACE_MAX_VALUE_LENGTH
-        if length is None:
-            length = DEFAULT_MAX_VALUE_LENGTH
-        try:
-            length = int(length)
-        except (TypeError, ValueError):
-            raise ValueError(f"invalid {where} {length!r}: expected a positive integer") from None
-        if length < 1:
-            raise ValueError(f"invalid {where} {length!r}: expected a positive integer")
+        length = resolve(
+            "max_value_length",
+            self.max_value_length,
+            ENV_MEMTRACE_MAX_VALUE_LENGTH,
+            DEFAULT_MAX_VALUE_LENGTH,
+            positive_int,
+        )
         object.__setattr__(self, "max_value_length", length)
         if self.redact == BUILTIN_REDACTOR or (self.redact is None and production):
             object.__setattr__(self, "redact", redact_pii)
@@ -510,12 +495,40 @@ def _is_reference(value: Any) -> bool:
     return isinstance(value, str) and value.strip().upper() == REFERENCE
 
 
+def _digest_key(argument: str | bytes | None) -> bytes | None:
+    """The digest key: the argument (a short one raises), else ``MEMTRACE_DIGEST_KEY``.
+
+    Not through ``resolve``: its messages quote the bad value, and this one is a secret. A
+    short key in the environment is logged (without it) and digests stay unkeyed.
+    """
+    if argument is not None:
+        return parse_key(argument, source="digest_key") if argument else None
+    raw = os.environ.get(ENV_MEMTRACE_DIGEST_KEY, "").strip()
+    if not raw:
+        return None
+    try:
+        return parse_key(raw, source=ENV_MEMTRACE_DIGEST_KEY)
+    except ValueError as exc:
+        data_warning(f"env:{ENV_MEMTRACE_DIGEST_KEY}", "memtrace-otel: %s; digests stay unkeyed", exc)
+        return None
+
+
+def _url(value: object) -> str | None:
+    if not isinstance(value, str):
+        raise ValueError("expected an fsspec URL such as file:///srv/content or s3://bucket/x")
+    return value.strip().rstrip("/") or None
+
+
 _no_store_logged: list[bool] = []
 
 
-def _writer_or_none(url: str | None) -> ContentWriter | None:
-    """The content writer of ``url``; ``None`` (logged once) when no store is configured or
-    fsspec is missing. A URL fsspec cannot read raises ``ValueError`` (a configuration error)."""
+def _writer_or_none(url: str | None, *, given: bool) -> ContentWriter | None:
+    """The content writer of ``url``; ``None`` (logged once) when no store is configured,
+    fsspec is missing, or (from the environment) fsspec does not know the URL's protocol.
+
+    Raises:
+        ValueError: a ``content_url`` argument whose protocol fsspec does not know.
+    """
     why = None
     if not url:
         why = (
@@ -527,26 +540,47 @@ def _writer_or_none(url: str | None) -> ContentWriter | None:
             import fsspec  # noqa: F401 - only checked for here
         except ImportError:
             why = "fsspec is not installed: pip install 'memtrace-otel[content]'"
-    if why is not None:
-        if not _no_store_logged:
-            _no_store_logged.append(True)
-            logging.getLogger("memtrace_otel").warning(
-                "memtrace-otel: REFERENCE capture with %s; no content is recorded (NO_CONTENT)",
-                why,
-            )
-        return None
-    return content_writer(url)  # type: ignore[arg-type]
+    if why is None:
+        try:
+            return content_writer(url)  # type: ignore[arg-type]
+        except ValueError as exc:
+            if given:
+                raise ValueError(f"invalid content_url {url!r}: {exc}") from None
+            why = str(exc)
+    if not _no_store_logged:
+        _no_store_logged.append(True)
+        logging.getLogger("memtrace_otel").warning(
+            "memtrace-otel: REFERENCE capture with %s; no content is recorded (NO_CONTENT)", why
+        )
+    return None
 
 
-def _parse_memory_mode(value: Any, source: str) -> CaptureMode:
-    if not isinstance(value, str | CaptureMode):
-        raise ValueError(f"invalid {source} {value!r}: expected a capture mode or {PRODUCTION!r}")
+def _capture_mode(value: object) -> CaptureMode:
+    if isinstance(value, CaptureMode):
+        return value
+    text = str(value).strip()
+    if text.lower() in _LEGACY:
+        return _LEGACY[text.lower()]
     try:
-        return parse_capture_mode(value, source=source)
+        return CaptureMode(text.upper())
+    except ValueError:
+        allowed = ", ".join([*(m.value for m in CaptureMode), "true", "false"])
+        raise ValueError(f"expected one of {allowed}") from None
+
+
+def _memory_mode(value: object) -> CaptureMode | str:
+    if isinstance(value, str) and value.strip().upper() == PRODUCTION:
+        return PRODUCTION
+    if _is_reference(value):
+        return REFERENCE
+    if not isinstance(value, str | CaptureMode):
+        raise ValueError(f"expected a capture mode or {PRODUCTION!r}")
+    try:
+        return _capture_mode(value)
     except ValueError:
         raise ValueError(
-            f"invalid {source} {value!r}: expected one of "
-            f"{', '.join(m.value for m in CaptureMode)}, true, false, {PRODUCTION}"
+            f"expected one of {', '.join(m.value for m in CaptureMode)}, true, false, "
+            f"{PRODUCTION}, {REFERENCE}"
         ) from None
 
 

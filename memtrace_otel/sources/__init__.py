@@ -69,10 +69,6 @@ from memtrace_otel.sources._memtracebench import (
     decode_memtracebench,
     load_memtracebench,
 )
-from memtrace_otel.sources._memtracebench_export import (
-    ExportSummary,
-    export_memtracebench,
-)
 from memtrace_otel.sources._otlp_proto import decode_otlp_proto
 from memtrace_otel.sources._outcomes import (
     DEFAULT_RULE,
@@ -169,7 +165,6 @@ __all__ = [
     "ContentStoreError",
     "EraseResult",
     "ExportResult",
-    "ExportSummary",
     "FileSource",
     "HttpOptions",
     "JaegerSource",
@@ -191,7 +186,6 @@ __all__ = [
     "decode_otlp_proto",
     "erase_store",
     "expand_paths",
-    "export_memtracebench",
     "export_source",
     "iter_records",
     "latest_outcomes",

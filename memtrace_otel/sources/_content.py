@@ -37,6 +37,7 @@ from memtrace_otel.instrumentation._content import (
 )
 from memtrace_otel.semconv import DIGEST_SHA256, EventRecord, SpanRecord
 from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv.env import ENV_MEMTRACE_DIGEST_KEY
 
 _EVENT_REFS = {
     A.MEMTRACE_VARIABLE_VALUE_REF: A.MEMTRACE_VARIABLE_VALUE,
@@ -123,8 +124,8 @@ class ContentResolver:
 
     def __init__(self, url: str | None = None, *, key: str | bytes | None = None) -> None:
         if key is None:
-            key = os.environ.get(A.ENV_MEMTRACE_DIGEST_KEY) or None
-        self.key = parse_key(key, source=A.ENV_MEMTRACE_DIGEST_KEY) if key else None
+            key = os.environ.get(ENV_MEMTRACE_DIGEST_KEY) or None
+        self.key = parse_key(key, source=ENV_MEMTRACE_DIGEST_KEY) if key else None
         self.url = url.rstrip("/") if url else None
         self.stats = ContentStats()
         self._stores: dict[str, tuple[Any, str]] = {}
