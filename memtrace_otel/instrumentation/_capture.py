@@ -509,7 +509,9 @@ def _digest_key(argument: str | bytes | None) -> bytes | None:
     try:
         return parse_key(raw, source=ENV_MEMTRACE_DIGEST_KEY)
     except ValueError as exc:
-        data_warning(f"env:{ENV_MEMTRACE_DIGEST_KEY}", "memtrace-otel: %s; digests stay unkeyed", exc)
+        data_warning(
+            f"env:{ENV_MEMTRACE_DIGEST_KEY}", "memtrace-otel: %s; digests stay unkeyed", exc
+        )
         return None
 
 
