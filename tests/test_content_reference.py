@@ -533,3 +533,62 @@ def test_erase_older_than_keeps_newer_entries() -> None:
     assert again.deleted == 0  # the manifests kept only the newer entry
     full = erase_store(url, "user-ana")
     assert full.deleted == 1 and full.tombstone is not None
+
+
+def test_refs_written_by_the_upstream_upload_hook_are_resolved(tmp_path: Path) -> None:
+    """The real ``opentelemetry-util-genai`` fsspec uploader writes the messages and stamps
+    ``gen_ai.*_ref`` on the span; the resolver puts them back as ``gen_ai.*`` attributes."""
+    upload = pytest.importorskip("opentelemetry.util.genai._upload.completion_hook")
+    from opentelemetry.util.genai import types
+
+    from memtrace_otel.export import span_to_record
+
+    store = tmp_path / "uploads"
+    store.mkdir()
+    hook = upload.UploadCompletionHook(base_path=store.as_uri())
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    question = "Where does my sister Ana live these days?"
+    with provider.get_tracer("app").start_as_current_span("chat gpt-4o") as span:
+        hook.on_completion(
+            inputs=[types.InputMessage(role="user", parts=[types.Text(content=question)])],
+            outputs=[
+                types.OutputMessage(
+                    role="assistant", parts=[types.Text(content="In Porto.")], finish_reason="stop"
+                )
+            ],
+            system_instruction=[types.Text(content="Answer from the user's memories.")],
+            span=span,
+        )
+    hook.shutdown()
+    (finished,) = exporter.get_finished_spans()
+    record = span_to_record(finished)
+    assert A.GEN_AI_INPUT_MESSAGES not in record.attributes
+    assert question not in json.dumps(dict(record.attributes))
+    resolver = ContentResolver()
+    resolved = resolver.resolve(record)
+    inputs = json.loads(str(resolved.attributes[A.GEN_AI_INPUT_MESSAGES]))
+    assert inputs[0]["parts"][0]["content"] == question
+    assert "In Porto." in str(resolved.attributes[A.GEN_AI_OUTPUT_MESSAGES])
+    assert "memories" in str(resolved.attributes[A.GEN_AI_SYSTEM_INSTRUCTIONS])
+    assert resolver.stats.upstream == 3 and resolver.stats.missing_count == 0
+
+
+def test_written_back_reasons_name_labels_and_refs_only() -> None:
+    from memtrace_otel.attribution import Verdict
+    from memtrace_otel.attribution._writeback import verdict_attributes
+
+    verdict = Verdict(
+        "case-1",
+        "UpdateError",
+        "ab12",
+        "mem0.update",
+        "evidence",
+        0.9,
+        ("mem:1@2",),
+        reason="the update replaced 'Ana lives in Porto' with 'Ana lives abroad'",
+    )
+    textless = verdict_attributes(verdict, textless=True)[A.GEN_AI_EVALUATION_EXPLANATION]
+    assert textless == "UpdateError at mem0.update; evidence: mem:1@2"
+    assert "Porto" in str(verdict_attributes(verdict)[A.GEN_AI_EVALUATION_EXPLANATION])
