@@ -67,7 +67,7 @@ def register(bench: Any) -> None:
         "apps",
         help="run the suite of real apps and score the verdicts",
         description=(
-            "Run every app of the suite (mem0 2.x, mem0 1.x classic) under "
+            "Run every app of the suite (mem0 2.x, mem0 1.x classic, a manual-API RAG app) under "
             "opentelemetry-instrument against the scripted model server, in each capture mode; "
             "flag the wrong answers with memtrace feedback (about half with --expected), run "
             "memtrace attribute with no cases file, and print per app and mode: error type and "
@@ -76,7 +76,7 @@ def register(bench: Any) -> None:
         ),
     )
     p.add_argument("--out", default="bench-apps", help="working directory (default: bench-apps)")
-    p.add_argument("--apps", default="all", help="comma-separated: mem0, mem0-classic (all)")
+    p.add_argument("--apps", default="all", help="comma-separated: mem0, mem0-classic, rag (all)")
     p.add_argument(
         "--modes",
         default="all",
@@ -90,7 +90,7 @@ def register(bench: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     modes = available_modes() if args.modes == "all" else args.modes.split(",")
-    wanted = ["mem0", "mem0-classic"] if args.apps == "all" else args.apps.split(",")
+    wanted = ["mem0", "mem0-classic", "rag"] if args.apps == "all" else args.apps.split(",")
     apps: list[AppSpec] = []
     for name in wanted:
         if name == "mem0-classic":

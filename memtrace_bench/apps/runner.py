@@ -76,6 +76,7 @@ class AppSpec:
     ops: Mapping[str, str]
     python: str = sys.executable
     classic: bool = False  # mem0 1.x: its world plants merges through mem0's own decisions
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 MEM0_OPS = {
@@ -93,8 +94,23 @@ MEM0_CLASSIC_OPS = {
     "ResponseError": "openai.chat.completions",
 }
 
+RAG_OPS = {
+    "ExtractionError": "notes.extract",
+    "UpdateError": "notes.merge",
+    "DeletionError": "notes.expire",
+    "RetrievalError": "notes.search",
+    "ResponseError": "notes.answer",
+}
+
 APPS: dict[str, AppSpec] = {
     "mem0": AppSpec("mem0", "mem0_app.py", MEM0_OPS),
+    # The manual-API app traces its own LLM calls: the OpenAI instrumentor is off for it.
+    "rag": AppSpec(
+        "rag",
+        "rag_app.py",
+        RAG_OPS,
+        env={"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "memtrace_openai"},
+    ),
 }
 """The apps of this environment; :func:`classic_app` adds mem0 1.x when its environment exists."""
 
@@ -174,6 +190,7 @@ def _env(spec: AppSpec, mode: str, folder: Path) -> dict[str, str]:
             "MEM0_TELEMETRY": "false",
         }
     )
+    env.update(spec.env)
     env.update(MODES.get(mode, {}))
     if mode == "REFERENCE":
         env["MEMTRACE_CAPTURE_CONTENT"] = "REFERENCE"
