@@ -114,7 +114,7 @@ def chat(mt: MemTracer, user: str, question: str, case_id: str) -> dict[str, Any
     with tracer.start_as_current_span("POST /chat", kind=trace.SpanKind.SERVER):
         mine = [n for n in notes.values() if n["user"] == user]
         query = mt.variable(f"query:{case_id}", question, category="query")
-        with mt.retrieve("notes.search", inputs=[query]) as op:
+        with mt.retrieve("notes.search", inputs=[query], case_id=case_id) as op:
             vector = embed(question)
             scored = sorted(((cosine(vector, n["vector"]), n) for n in mine), key=lambda s: -s[0])
             hits = [n["var"] for score, n in scored[:TOP_K] if score >= THRESHOLD]
