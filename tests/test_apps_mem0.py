@@ -42,10 +42,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, AppRun]:
             )
             for spec in specs
         }
-        done = {name: future.result() for name, future in futures.items()}
-    if "mem0-classic" not in done:
-        pytest.skip("no mem0 1.x environment: only the mem0 2.x app ran")  # pragma: no cover
-    return done
+        return {name: future.result() for name, future in futures.items()}
 
 
 def _check(run: AppRun, skip: frozenset[str] = frozenset()) -> None:
@@ -87,6 +84,8 @@ def test_mem0_2_wrong_merge_is_an_update_error(runs: dict[str, AppRun]) -> None:
 
 
 def test_mem0_app_in_the_classic_pipeline(runs: dict[str, AppRun]) -> None:
+    if "mem0-classic" not in runs:  # CI=true fails in the fixture instead
+        pytest.skip("no mem0 1.x environment (scripts/mem0_legacy_env.sh could not make it)")
     run = runs["mem0-classic"]
     assert run.log["mem0ai"] == "1.0.11"
     _check(run)
