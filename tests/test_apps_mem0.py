@@ -1,6 +1,6 @@
 """The suite of real apps, small, end to end (issue 29): the mem0 app in mem0ai 2.x and in mem0
 1.x's classic pipeline (the cached environment of ``scripts/mem0_legacy_env.sh``; required under
-``CI=true``), each a real program under ``opentelemetry-instrument`` against the scripted model
+``CI=true``), and the manual-API RAG app, each a real program under ``opentelemetry-instrument`` against the scripted model
 server, which plants one question of each role. Wrong answers are flagged with ``memtrace
 feedback`` (every other one with ``--expected``), ``memtrace attribute`` runs with no cases file,
 and every planted fault must get its label and op with ``SPAN_AND_EVENT`` capture.
@@ -29,7 +29,7 @@ SEED = 1
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, AppRun]:
     python = classic_python(required=os.environ.get("CI") == "true")
-    specs = [APPS["mem0"]] + ([classic_app(python)] if python else [])
+    specs = [APPS["mem0"], APPS["rag"]] + ([classic_app(python)] if python else [])
     root = tmp_path_factory.mktemp("apps")
     with concurrent.futures.ThreadPoolExecutor(2) as pool:  # two cores; mostly imports
         futures = {
@@ -91,6 +91,12 @@ def test_mem0_app_in_the_classic_pipeline(runs: dict[str, AppRun]) -> None:
     _check(run)
     s = score(run)
     assert (s.type_accuracy, s.op_accuracy, s.correct_blamed) == (1.0, 1.0, 0)
+
+
+def test_rag_app_on_the_manual_api(runs: dict[str, AppRun]) -> None:
+    run = runs["rag"]
+    _check(run)
+    assert {c.op for c in run.cases if c.op} == set(APPS["rag"].ops.values())
 
 
 def test_a_planted_fault_that_did_not_take_effect_is_dropped_and_counted() -> None:
