@@ -908,6 +908,38 @@ def forget_prompts() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Values traced ops produced, by digest: where a text a caller later writes came from
+# ---------------------------------------------------------------------------------------------
+
+_produced: BoundedCache[str, tuple[str, str | None]] = BoundedCache(max_entries=10_000)
+
+
+def _produced_key(text: str) -> str:
+    return content_id("produced", text.strip())
+
+
+def remember_output(text: Any, ref: str, traceparent: str | None) -> None:
+    """Remember that the traced op with ``traceparent`` produced ``text`` as ``ref`` (an LLM
+    completion), so a later write of exactly that text links to it. Only the digest of the text
+    is kept."""
+    if isinstance(text, str) and text.strip():
+        _produced.set(_produced_key(text), (ref, traceparent))
+
+
+def produced_by(text: Any) -> tuple[str, str | None] | None:
+    """``(ref, traceparent)`` of the traced output equal to ``text`` (whitespace at the ends
+    aside), if this process saw one."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    return _produced.get(_produced_key(text))
+
+
+def forget_outputs() -> None:
+    """Forget every remembered output (``uninstrument()``; tests)."""
+    _produced.clear()
+
+
+# ---------------------------------------------------------------------------------------------
 # Versions of records the libraries do not version themselves
 # ---------------------------------------------------------------------------------------------
 
@@ -935,6 +967,7 @@ __all__ = [
     "content_id",
     "declare_prompt",
     "enter_memory_system",
+    "forget_outputs",
     "forget_prompts",
     "forget_retrievals",
     "inside_memory_system",
@@ -944,7 +977,9 @@ __all__ = [
     "memory_system_call",
     "message_ref",
     "normalise",
+    "produced_by",
     "prompt_for",
+    "remember_output",
     "remember_retrieval",
     "retrieval_memory",
     "retrievals_in_context",
