@@ -115,13 +115,14 @@ class BatchSummary:
     @property
     def ok(self) -> bool:
         """No case failed to run, no record or cases-file line was skipped, no source was
-        capped and every verdict span was written back."""
+        capped, every verdict span was written back and the trust policy refused no feedback."""
         return (
             not self.failed
             and self.skipped_records == 0
             and self.skipped_cases == 0
             and not self.capped
             and self.write_back_failed == 0
+            and not self.feedback.get("refused")
         )
 
     def recount(self, entries: Iterable[Entry]) -> None:
@@ -695,6 +696,19 @@ def summary_table(summary: BatchSummary) -> str:
             f"{feedback['successes']} right, {feedback['undecided']} undecided by the rule, "
             f"{unknown} for cases not in these traces"
             + (" (not marked done: a later run picks them up)" if unknown else "")
+            + (
+                f", {feedback['unverified']} unverified (no MEMTRACE_FEEDBACK_KEY)"
+                if feedback.get("unverified")
+                else ""
+            )
+        )
+    refused = feedback.get("refused") or {}
+    if refused:
+        lines.append(
+            f"feedback refused by the trust policy (not used): {sum(refused.values())} ("
+            + ", ".join(f"{reason} {n}" for reason, n in sorted(refused.items()))
+            + "); e.g. "
+            + "; ".join(feedback.get("refused_sample", [])[:3])
         )
     if summary.replaced_surrogates:
         lines.append(

@@ -28,7 +28,7 @@ from memtrace_otel.cli import EXIT_NOTHING_TO_ATTRIBUTE
 from memtrace_otel.cli._backend import add_backend_options, http_options
 from memtrace_otel.export._configure import ENDPOINT_VARS, resolve_exporter
 from memtrace_otel.reporting import check_base_url, label_accuracy, load_labels, write_report
-from memtrace_otel.sources import Outcome, OutcomeRule
+from memtrace_otel.sources import DEFAULT_SKEW_SECONDS, Outcome, OutcomeRule, TrustPolicy
 
 NO_FAILURES_HINT = (
     "memtrace: nothing to attribute: no answer in these traces is marked wrong. Mark one with\n"
@@ -87,6 +87,23 @@ def register(subparsers: Any) -> None:
         action="append",
         metavar="NAME",
         help="read only evaluations of this gen_ai.evaluation.name (repeatable; default: all)",
+    )
+    parser.add_argument(
+        "--feedback-skew",
+        type=float,
+        default=DEFAULT_SKEW_SECONDS,
+        metavar="SECONDS",
+        help="refuse feedback timestamped later than the run's start plus SECONDS (default "
+        "300): feedback may come days late, never from the future",
+    )
+    parser.add_argument(
+        "--feedback-allow-service",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="accept unsigned feedback that names a case by id alone from this service.name "
+        "(repeatable; a convenience, not a defence: service.name can be forged; set "
+        "MEMTRACE_FEEDBACK_KEY to require signatures, docs/feedback.md)",
     )
     parser.add_argument(
         "--method",
@@ -197,6 +214,9 @@ def run(args: argparse.Namespace) -> int:
             success_labels=args.success_labels,
             threshold=args.score_threshold,
             names=args.evaluation_name,
+            trust=TrustPolicy.from_env(
+                skew_seconds=args.feedback_skew, allowed_services=args.feedback_allow_service
+            ),
         )
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)

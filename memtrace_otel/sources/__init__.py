@@ -76,6 +76,7 @@ from memtrace_otel.sources._outcomes import (
     read_outcomes,
 )
 from memtrace_otel.sources._source import FileSource, Source, iter_records
+from memtrace_otel.sources._trust import DEFAULT_SKEW_SECONDS, REFUSALS, TrustPolicy
 from memtrace_otel.sources._stores import NO_STORE, line_stores, prune_stores, raw_store
 from memtrace_otel.sources._upstream import (
     adapt_upstream,
@@ -153,6 +154,7 @@ __all__ = [
     "DEFAULT_MAX_DOCUMENT_BYTES",
     "DEFAULT_MAX_LINE_BYTES",
     "DEFAULT_RULE",
+    "DEFAULT_SKEW_SECONDS",
     "NO_STORE",
     "OTHER_KIND",
     "BenchGraph",
@@ -166,10 +168,12 @@ __all__ = [
     "OutcomeRule",
     "Progress",
     "ReadLimits",
+    "REFUSALS",
     "RecordCapper",
     "Source",
     "SourceStats",
     "TempoSource",
+    "TrustPolicy",
     "ValueLimits",
     "adapt_upstream",
     "decode_document",
