@@ -423,7 +423,8 @@
     (q.feedback || []).forEach(function (f, i, all) {
       var what = [f.label, f.score === null || f.score === undefined ? null : 'score ' + f.score].filter(Boolean).join(', ');
       var when = f.time_unix_nano ? new Date(f.time_unix_nano / 1e6).toISOString() : '';
-      var text = what + (f.name ? ' (' + f.name + ')' : '') + ' via ' + f.via + (when ? ' at ' + when : '') +
+      var who = (f.service ? ' from ' + f.service : '') + ' [' + (f.trust || 'unverified') + ']';
+      var text = what + (f.name ? ' (' + f.name + ')' : '') + ' via ' + f.via + who + (when ? ' at ' + when : '') +
         (f.explanation ? ': “' + f.explanation + '”' : '') + (i === all.length - 1 && all.length > 1 ? ' (latest: decides)' : '');
       table.appendChild(el('tr', {}, el('th', {text: i === 0 ? 'flagged by' : ''}), el('td', {text: text})));
     });
