@@ -177,7 +177,9 @@ def test_guessed_case_ids_in_a_random_trace_flag_nothing(
             when=time.time_ns(),
             case_id=f"case-{fault}",
         )
-        _forge(feedback, answer=None, label="incorrect", when=time.time_ns(), case_id=f"case-{fault}")
+        _forge(
+            feedback, answer=None, label="incorrect", when=time.time_ns(), case_id=f"case-{fault}"
+        )
     verdicts, summary = run_batch([str(traces), str(feedback)], EvidenceMethod())
     assert verdicts == []
     assert summary.feedback["refused"] == {"id_only": 2 * len(answers)}

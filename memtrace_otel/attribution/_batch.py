@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 import networkx as nx
 
-from memtrace_otel._internal import GcPaused
+from memtrace_otel._internal import GcPaused, finite_json
 from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._feedback import StoreCases, decide_failed
 from memtrace_otel.attribution._index import graph_index
@@ -735,7 +735,7 @@ def write_summary(summary: BatchSummary, directory: str | os.PathLike[str]) -> N
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "summary.json").write_text(
-        json.dumps(summary.to_json(), indent=2, sort_keys=True) + "\n"
+        json.dumps(finite_json(summary.to_json()), indent=2, sort_keys=True, allow_nan=False) + "\n"
     )
     (folder / "summary.md").write_text(summary_markdown(summary))
 

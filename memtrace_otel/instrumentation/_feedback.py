@@ -73,7 +73,6 @@ def cut_text(text: str, limit: int = MAX_FEEDBACK_TEXT_BYTES) -> str:
     return f"{kept}…[cut: {len(raw)} bytes, {len(kept.encode('utf-8'))} kept]"
 
 
-
 @dataclass(frozen=True)
 class AnswerRef:
     """What a feedback button needs to name an answer later.

@@ -76,8 +76,8 @@ from memtrace_otel.sources._outcomes import (
     read_outcomes,
 )
 from memtrace_otel.sources._source import FileSource, Source, iter_records
-from memtrace_otel.sources._trust import DEFAULT_SKEW_SECONDS, REFUSALS, TrustPolicy
 from memtrace_otel.sources._stores import NO_STORE, line_stores, prune_stores, raw_store
+from memtrace_otel.sources._trust import DEFAULT_SKEW_SECONDS, REFUSALS, TrustPolicy
 from memtrace_otel.sources._upstream import (
     adapt_upstream,
 )
@@ -157,6 +157,7 @@ __all__ = [
     "DEFAULT_SKEW_SECONDS",
     "NO_STORE",
     "OTHER_KIND",
+    "REFUSALS",
     "BenchGraph",
     "ExportResult",
     "ExportSummary",
@@ -168,7 +169,6 @@ __all__ = [
     "OutcomeRule",
     "Progress",
     "ReadLimits",
-    "REFUSALS",
     "RecordCapper",
     "Source",
     "SourceStats",
