@@ -22,6 +22,7 @@ from memtrace_otel.attribution import (
     summary_table,
 )
 from memtrace_otel.attribution._executors import parse_executor, parse_size
+from memtrace_otel.attribution._semantic import default_encoder
 from memtrace_otel.attribution._verdict_log import VerdictLog
 from memtrace_otel.attribution._writeback import otlp_target, protocol_hint, send_verdicts
 from memtrace_otel.cli import EXIT_NOTHING_TO_ATTRIBUTE
@@ -189,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
         for url, option in ((args.jaeger_url, "--jaeger-url"), (args.tempo_url, "--tempo-url")):
             if url:
                 check_base_url(url, option)
+        # The sentence model is checked once, here, not found broken by every case.
+        default_encoder()
     except ValueError as exc:  # e.g. a model-based method with no endpoint configured
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return 2
