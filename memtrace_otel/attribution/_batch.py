@@ -13,6 +13,7 @@ import dataclasses
 import gc
 import json
 import os
+import re
 import sys
 import time
 import urllib.parse
@@ -618,6 +619,42 @@ def stale_cases(
             stale.add(case.case_id)
     summary.redone = len(stale)
     return stale
+
+
+SUMMARY_LINE = re.compile(
+    r"(?P<cases>\d+) failed cases; "
+    r"(?:(?P<in_out>\d+) verdicts in --out \((?P<new>\d+) new this run, (?P<resumed_out>\d+) "
+    r"resumed, (?P<pending>\d+) to retry next run\), (?P<attributed_out>\d+) attributed, "
+    r"(?P<unattributed_out>\d+) without a culprit"
+    r"|(?P<attributed>\d+) attributed, (?P<unattributed>\d+) without a culprit, "
+    r"(?P<resumed>\d+) resumed)"
+    r"; (?P<failed>\d+) failed to run; (?P<records>\d+) span records read, "
+    r"(?P<skipped>\d+) skipped; "
+)
+"""The first line of :func:`summary_table` (stderr of ``memtrace attribute``); read it with
+:func:`parse_summary_line` (benchmarks and scripts do), never with a pattern of your own."""
+
+
+def parse_summary_line(text: str) -> dict[str, int] | None:
+    """The counts of the summary line found in ``text``: ``cases``, ``attributed``,
+    ``unattributed``, ``resumed``, ``failed`` (to run), ``records``, ``skipped`` and, with
+    ``--out``, ``in_out``, ``new`` and ``pending``; ``None`` when there is none.
+
+    >>> parse_summary_line(summary_table(BatchSummary(cases=2, attributed=1, records=9)))
+    {'cases': 2, 'attributed': 1, 'unattributed': 0, 'resumed': 0, 'failed': 0, 'records': 9, 'skipped': 0}
+    """
+    match = SUMMARY_LINE.search(text)
+    if match is None:
+        return None
+    found = {k: int(v) for k, v in match.groupdict().items() if v is not None}
+    for name in ("attributed", "unattributed", "resumed"):
+        if f"{name}_out" in found:
+            found[name] = found.pop(f"{name}_out")
+    order = ("cases", "attributed", "unattributed", "resumed", "failed", "records", "skipped")
+    return {
+        **{k: found[k] for k in order},
+        **{k: found[k] for k in ("in_out", "new", "pending") if k in found},
+    }
 
 
 def summary_table(summary: BatchSummary) -> str:
