@@ -23,7 +23,7 @@ from memtrace_otel.errors import ModelDirError
 from memtrace_otel.semconv import attributes as A
 from tests._pipeline import write_workload
 
-CONFIG = {
+CONFIG: dict[str, object] = {
     "hidden_act": "gelu",
     "hidden_size": 8,
     "intermediate_size": 16,
@@ -49,7 +49,7 @@ def _bundled_tokenizer() -> Path:
     return bundled / "tokenizer.json"
 
 
-def _weights(config: dict[str, int]) -> dict[str, np.ndarray]:
+def _weights(config: dict[str, object]) -> dict[str, np.ndarray]:
     shapes = _semantic._expected_shapes(dict(config))
     rng = np.random.default_rng(32)
     return {k: rng.normal(0, 0.1, v).astype(np.float32) for k, v in shapes.items()}
@@ -92,7 +92,7 @@ def _breakers() -> dict[str, tuple[str, object]]:
 
     def wrong_dtype(root: Path) -> None:
         weights = _weights(CONFIG)
-        weights["embeddings.LayerNorm.weight"] = np.zeros(8, np.int32)  # type: ignore[assignment]
+        weights["embeddings.LayerNorm.weight"] = np.zeros(8, np.int32)
         save_file(weights, str(root / "model.safetensors"))
 
     def nan_weights(root: Path) -> None:

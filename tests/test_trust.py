@@ -184,7 +184,7 @@ def test_guessed_case_ids_in_a_random_trace_flag_nothing(
     assert verdicts == []
     assert summary.feedback["refused"] == {"id_only": 2 * len(answers)}
     # an allow-list (a convenience on a trusted network) lets one service name cases by id
-    rule = OutcomeRule(trust=TrustPolicy(allowed_services={"attacker"}))
+    rule = OutcomeRule(trust=TrustPolicy(allowed_services=frozenset({"attacker"})))
     verdicts, _ = run_batch([str(traces), str(feedback)], EvidenceMethod(), rule=rule)
     assert {v.case_id for v in verdicts} == {f"case-{fault}" for fault in answers}
 

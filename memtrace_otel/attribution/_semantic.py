@@ -231,7 +231,8 @@ def _check_safetensors(path: Path, shapes: dict[str, tuple[int, ...]]) -> None:
             or not 0 <= offsets[0] <= offsets[1]
         ):
             raise ModelDirError(where, f"tensor {name!r}: corrupt shape or offsets")
-        itemsize = _FLOAT_DTYPES.get(dtype) if name in shapes else _ANY_DTYPES.get(dtype)
+        table = _FLOAT_DTYPES if name in shapes else _ANY_DTYPES
+        itemsize = table.get(dtype) if isinstance(dtype, str) else None
         if itemsize is None:
             raise ModelDirError(where, f"tensor {name!r}: unsupported dtype {dtype!r}")
         nbytes = _product(shape) * itemsize

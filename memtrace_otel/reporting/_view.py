@@ -398,7 +398,7 @@ def _bound(view: dict[str, Any], max_bytes: int) -> None:
         level = 0 if node["culprit"] else 1 if node["path"] else 2 if node["focus"] else 3
         return level, abs(node["order"] - anchor)
 
-    budget = max_bytes - fixed - 400  # room for the note below
+    budget: float = max_bytes - fixed - 400  # room for the note below
     kept: set[str] = set()
     for node in sorted(nodes, key=rank):
         cost = sizes[node["id"]] + per_edge * degree.get(node["id"], 0)
