@@ -31,12 +31,31 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, TypeVar, cast
 
 from memtrace_otel.instrumentation._signing import FeedbackKey
 
-if TYPE_CHECKING:
-    from memtrace_otel.sources._outcomes import Outcome
+
+class Screened(Protocol):
+    """What the policy reads of an outcome (:class:`~memtrace_otel.sources.Outcome`)."""
+
+    @property
+    def time_unix_nano(self) -> int: ...
+    @property
+    def signature(self) -> str | None: ...
+    @property
+    def signed(self) -> str | None: ...
+    @property
+    def origin(self) -> str: ...
+    @property
+    def service(self) -> str | None: ...
+    @property
+    def trust(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+
+
+OutcomeT = TypeVar("OutcomeT", bound=Screened)
 
 VERIFIED = "verified"
 ALLOWED = "allowed"
@@ -91,18 +110,18 @@ class TrustPolicy:
         )
 
     def screen(
-        self, outcomes: Iterable[Outcome]
-    ) -> tuple[list[Outcome], dict[str, int], list[str]]:
+        self, outcomes: Iterable[OutcomeT]
+    ) -> tuple[list[OutcomeT], dict[str, int], list[str]]:
         """The outcomes this policy lets count, each marked with its trust; the refusals by
         reason; and a few refused ones described (``reason: source``), for the summary."""
         now = self.now_unix_nano if self.now_unix_nano is not None else time.time_ns()
         limit = now + int(self.skew_seconds * 1e9)
-        used: list[Outcome] = []
+        used: list[OutcomeT] = []
         refused: dict[str, int] = {}
         sample: list[str] = []
         carrier: dict[str, str] = {}
 
-        def refuse(reason: str, outcome: Outcome) -> None:
+        def refuse(reason: str, outcome: OutcomeT) -> None:
             refused[reason] = refused.get(reason, 0) + 1
             if len(sample) < SAMPLE:
                 sample.append(f"{reason}: {outcome.source or outcome.origin}")
@@ -124,7 +143,11 @@ class TrustPolicy:
                 trust = VERIFIED
             elif outcome.service is not None and outcome.service in self.allowed_services:
                 trust = ALLOWED
-            used.append(outcome if outcome.trust == trust else replace(outcome, trust=trust))
+            used.append(
+                outcome
+                if outcome.trust == trust
+                else cast(OutcomeT, replace(cast(Any, outcome), trust=trust))
+            )
         return used, refused, sample
 
 
