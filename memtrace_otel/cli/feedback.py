@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     provider = TracerProvider(resource=Resource.create({A.SERVICE_NAME: service}))
     # The counting processor says, after shutdown, whether every span left the process: a
     # feedback that was never exported must not look sent.
-    processor = CountingBatchSpanProcessor(exporter)
+    processor = CountingBatchSpanProcessor(exporter, max_queue_size=max(2048, len(items) + 1))
     provider.add_span_processor(processor)
     sent: list[str] = []
     warned = False
