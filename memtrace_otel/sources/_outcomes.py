@@ -19,8 +19,7 @@ Several outcomes about one answer: the latest (event time, then the order read) 
 batch job's business (:mod:`memtrace_otel.attribution`); here an outcome only says what it names:
 an explicit ``memtrace.case.id``, and the answer's trace and span.
 
->>> from memtrace_otel.instrumentation._signing import answer_traceparent, canonical_feedback
-from memtrace_otel.semconv import EventRecord, SpanRecord
+>>> from memtrace_otel.semconv import EventRecord, SpanRecord
 >>> from memtrace_otel.semconv import attributes as A
 >>> event = EventRecord(A.GEN_AI_EVALUATION_RESULT_EVENT, 7, {
 ...     A.GEN_AI_EVALUATION_SCORE_LABEL: "incorrect", A.MEMTRACE_FEEDBACK_EXPECTED: "Porto"})
