@@ -20,7 +20,7 @@ from memtrace_otel.attribution import _semantic
 from memtrace_otel.attribution._semantic import SentenceEncoder
 from memtrace_otel.cli import main
 from memtrace_otel.errors import ModelDirError
-from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 from tests._pipeline import write_workload
 
 CONFIG: dict[str, object] = {
@@ -172,7 +172,7 @@ def test_the_cli_says_one_line_and_exits_2(
     filename, breaker = _breakers()[name]
     root = _model(tmp_path / "m")
     breaker(root)  # type: ignore[operator]
-    monkeypatch.setenv(A.ENV_MEMTRACE_EMBEDDING_MODEL, str(root))
+    monkeypatch.setenv(E.ENV_MEMTRACE_EMBEDDING_MODEL, str(root))
     assert main(["attribute", str(traces), "--quiet"]) == 2
     captured = capsys.readouterr()
     (line,) = captured.err.strip().splitlines()

@@ -22,6 +22,7 @@ from memtrace_otel.instrumentation import (
     send_feedback,
 )
 from memtrace_otel.reporting._view import MAX_CASE_PAGE_BYTES, MAX_FEEDBACK_LISTED
+from memtrace_otel.semconv import env as E
 from memtrace_otel.sources import open_source, read_outcomes
 from tests._pipeline import write_workload
 
@@ -124,8 +125,10 @@ def test_a_10_mb_comment_or_expected_answer_is_cut_where_it_is_sent(
 ) -> None:
     """Break 8c: a 10 MB --comment became a 10 MB span, which a Collector may reject together
     with its whole batch."""
-    monkeypatch.setenv("MEMTRACE_CAPTURE_CONTENT", "PRODUCTION")
-    monkeypatch.setenv("MEMTRACE_MAX_VALUE_LENGTH", str(10**8))  # capture's own cut out of the way
+    monkeypatch.setenv(E.ENV_MEMTRACE_CAPTURE_CONTENT, "PRODUCTION")
+    monkeypatch.setenv(
+        E.ENV_MEMTRACE_MAX_VALUE_LENGTH, str(10**8)
+    )  # capture's own cut out of the way
     out = tmp_path / "fb.jsonl"
     huge = "é" * (5 * 2**20)  # 10 MiB of UTF-8
     started = time.perf_counter()

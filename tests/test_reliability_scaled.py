@@ -25,6 +25,7 @@ from memtrace_otel.attribution import read_verdicts
 from memtrace_otel.attribution._model import Verdict
 from memtrace_otel.cli import main
 from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 
 ROOT = Path(__file__).resolve().parents[1]
 FEEDBACK_KEY = "scaled runs' shared feedback key"
@@ -224,9 +225,9 @@ def _attribute(
     ``signed``: the job shares the feedback key (and so refuses unsigned outcomes)."""
     argv = [sys.executable, "-m", "memtrace_otel.cli", "attribute", *map(str, sources)]
     argv += ["--out", str(folder / "v.jsonl"), "--report", str(folder / "report"), "--quiet"]
-    env = {k: v for k, v in os.environ.items() if k != A.ENV_MEMTRACE_FEEDBACK_KEY}
+    env = {k: v for k, v in os.environ.items() if k != E.ENV_MEMTRACE_FEEDBACK_KEY}
     if signed:
-        env[A.ENV_MEMTRACE_FEEDBACK_KEY] = FEEDBACK_KEY
+        env[E.ENV_MEMTRACE_FEEDBACK_KEY] = FEEDBACK_KEY
     done = subprocess.run(
         [*argv, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
     )

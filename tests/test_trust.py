@@ -27,6 +27,7 @@ from memtrace_otel.instrumentation import (
     send_feedback,
 )
 from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 from memtrace_otel.sources import OutcomeRule, TrustPolicy, open_source, read_outcomes
 from tests._pipeline import write_workload
 
@@ -115,7 +116,7 @@ def test_the_cli_refuses_the_forgery_and_exits_1(
     production: tuple[Path, dict[str, AnswerRef]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     traces, answers = production
-    monkeypatch.setenv(A.ENV_MEMTRACE_FEEDBACK_KEY, "the shared feedback key")
+    monkeypatch.setenv(E.ENV_MEMTRACE_FEEDBACK_KEY, "the shared feedback key")
     feedback = tmp_path / "feedback.jsonl"
     argv = ["feedback", "--traceparent", answers["update"].traceparent, "--wrong"]
     assert main([*argv, "--traces-file", str(feedback)]) == 0

@@ -31,16 +31,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import logging
-import os
 from dataclasses import dataclass, field
 
-from memtrace_otel.semconv import attributes as A
+from memtrace_otel._settings import resolve
+from memtrace_otel.semconv import env as E
 
 ALGORITHM = "hmac-sha256"
 """The signature's algorithm prefix."""
-
-_log = logging.getLogger(__name__)
 
 
 def answer_traceparent(trace_id: str, span_id: str) -> str:
@@ -71,6 +68,13 @@ def canonical_feedback(
     if case_id:
         payload["case_id"] = case_id
     return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def _key_id(value: object) -> str:
+    text = str(value)
+    if ":" in text or any(c.isspace() for c in text):
+        raise ValueError("expected a key id without ':' or spaces")
+    return text
 
 
 def _fingerprint(secret: bytes) -> str:
@@ -104,17 +108,14 @@ class FeedbackKey:
     def from_env(cls) -> FeedbackKey | None:
         """The key of ``MEMTRACE_FEEDBACK_KEY`` (and ``MEMTRACE_FEEDBACK_KEY_ID``), or ``None``.
 
-        A key id that is not valid is logged and replaced by the key's fingerprint.
+        A key id that is not valid is logged once and replaced by the key's fingerprint (the
+        one settings resolver, :mod:`memtrace_otel._settings`).
         """
-        secret = os.environ.get(A.ENV_MEMTRACE_FEEDBACK_KEY, "")
+        secret = resolve("key", None, E.ENV_MEMTRACE_FEEDBACK_KEY, "", str)
         if not secret:
             return None
-        key_id = os.environ.get(A.ENV_MEMTRACE_FEEDBACK_KEY_ID, "").strip()
-        try:
-            return cls(secret.encode("utf-8"), key_id)
-        except ValueError as exc:
-            _log.warning("%s: %s; using the key's fingerprint", A.ENV_MEMTRACE_FEEDBACK_KEY_ID, exc)
-            return cls(secret.encode("utf-8"))
+        key_id = resolve("key_id", None, E.ENV_MEMTRACE_FEEDBACK_KEY_ID, "", _key_id)
+        return cls(secret.encode("utf-8"), key_id)
 
     def sign(self, canonical: str) -> str:
         """``hmac-sha256:<key id>:<hex>`` over ``canonical``."""
