@@ -40,7 +40,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from memtrace_otel.attribution import get_method, run_batch
+from memtrace_otel.attribution import get_method, parse_summary_line, run_batch
+from memtrace_otel.cli import EXIT_OK
 from memtrace_otel.cli import main as cli_main
 from memtrace_otel.export import dumps_request, span_to_record
 from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
@@ -131,7 +132,7 @@ def bench_batch(users: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         code = cli_main(["bench", "generate", "--users", str(users), "--out", tmp, "--no-progress"])
-        if code:
+        if code != EXIT_OK:
             sys.exit(f"bench generate failed ({code})")
         start = time.perf_counter()
         verdicts, summary = run_batch(
@@ -247,10 +248,6 @@ workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
 print(f"PEAK_RSS_KB {own} {workers}", file=sys.stderr)
 sys.exit(code)
 """
-_HEADLINE = re.compile(
-    r"(\d+) failed cases, (\d+) attributed, (\d+) without a culprit, (\d+) failed to run, "
-    r"(\d+) resumed; (\d+) span records read, (\d+) skipped"
-)
 
 
 @dataclass
@@ -291,11 +288,10 @@ def run_attribute_cli(folder: Path, traces: Path, cases: Path, mode: str) -> Cli
     )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    headline = _HEADLINE.search(done.stderr)
+    headline = parse_summary_line(done.stderr)  # the product's own reader of its summary line
     peak = re.search(r"PEAK_RSS_KB (\d+) (\d+)", done.stderr)
     if headline is None or peak is None:
         sys.exit(f"memtrace attribute ({mode}) failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    counts = [int(x) for x in headline.groups()]
     skipped_cases = re.search(r"skipped cases-file lines: (\d+)", done.stderr)
     verdict_types: Counter[str] = Counter()
     wrong = 0
@@ -308,10 +304,10 @@ def run_attribute_cli(folder: Path, traces: Path, cases: Path, mode: str) -> Cli
             wrong += verdict["error_type"] != EXPECTED.get(fault)
     return CliRun(
         exit=done.returncode,
-        cases=counts[0],
-        failed_to_run=counts[3],
-        records=counts[5],
-        skipped_records=counts[6],
+        cases=headline["cases"],
+        failed_to_run=headline["failed"],
+        records=headline["records"],
+        skipped_records=headline["skipped"],
         skipped_cases=int(skipped_cases.group(1)) if skipped_cases else 0,
         verdict_lines=sum(verdict_types.values()),
         verdict_types=dict(verdict_types),
@@ -349,7 +345,7 @@ def bench_cases(cases: int, modes: list[str], keep: Path | None) -> None:
                 f"    wall {r.wall:,.1f}s, CPU {r.cpu:,.1f}s ({cases / r.wall:,.0f} cases/s "
                 f"including loading); peak RSS {r.peak_rss_mb:,.0f} MB{workers}"
             )
-            if unreported or r.verdict_lines != r.cases or r.exit != 0:
+            if unreported or r.verdict_lines != r.cases or r.exit != EXIT_OK:
                 failures.append(mode)
         if failures:
             sys.exit(f"batch job on {cases} cases: losses or a failed run in {failures}")

@@ -27,6 +27,7 @@ from _util import verdict
 from memtrace_bench.memtracebench import export_memtracebench
 from memtrace_bench.methods import compare_recordings
 from memtrace_otel.attribution import get_method
+from memtrace_otel.cli import EXIT_OK
 from memtrace_otel.cli import main as memtrace
 
 
@@ -59,7 +60,7 @@ def main() -> None:
                 "--no-progress",
             ]
         )
-        if code != 0:
+        if code != EXIT_OK:
             raise SystemExit(code)
         generate_s = time.perf_counter() - started
         started = time.perf_counter()

@@ -46,7 +46,7 @@ _HEX_ID = re.compile(rb'"([0-9a-f]{32}|[0-9a-f]{16})"')
 
 def build_workload(folder: Path, copies: int) -> tuple[int, int]:
     """Generate the base workload and write ``copies`` renamed copies; (cases, stores)."""
-    from memtrace_otel.cli import main
+    from memtrace_otel.cli import EXIT_OK, main
 
     base = folder / "base"
     if not (base / "traces.jsonl").exists():
@@ -57,7 +57,7 @@ def build_workload(folder: Path, copies: int) -> tuple[int, int]:
                 "--out", str(base), "--no-progress",
             ]
         )  # fmt: skip
-        assert code == 0
+        assert code == EXIT_OK
         print(f"generated the base workload in {time.perf_counter() - started:.1f} s")
     traces = (base / "traces.jsonl").read_bytes().splitlines(keepends=True)
     cases = (base / "cases.jsonl").read_bytes().splitlines(keepends=True)

@@ -19,6 +19,7 @@ import contextlib
 import gc
 import importlib
 import logging
+import math
 import os
 import random
 import sys
@@ -26,7 +27,7 @@ import threading
 import warnings
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -271,3 +272,23 @@ class BoundedCache(Generic[K, V]):
         """Forget everything."""
         with self._lock:
             self._entries.clear()
+
+
+def finite_json(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by its name as a string, so that
+    strict JSON (``allow_nan=False``: what browsers and other parsers accept) can hold it.
+
+    >>> finite_json({"a": [float("nan"), 1.5], "b": (float("-inf"),)})
+    {'a': ['NaN', 1.5], 'b': ['-Infinity']}
+    """
+    if isinstance(value, float):
+        if value != value:
+            return "NaN"
+        if value in (math.inf, -math.inf):
+            return "Infinity" if value > 0 else "-Infinity"
+        return value
+    if isinstance(value, Mapping):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json(v) for v in value]
+    return value

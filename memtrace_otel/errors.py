@@ -88,11 +88,26 @@ class ModelError(MemtraceError):
         super().__init__(f"model endpoint: {reason}{suffix}")
 
 
+class ModelDirError(MemtraceError, ValueError):
+    """A sentence-model directory that cannot be used (a configuration error: a ``ValueError``).
+
+    Attributes:
+        path: the file that is wrong (``config.json``, ``model.safetensors``, ``tokenizer.json``).
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
 __all__ = [
     "BackendError",
     "DecodeError",
     "GraphError",
     "MemtraceError",
+    "ModelDirError",
     "ModelError",
     "SourceError",
     "SourceSpecError",

@@ -11,13 +11,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from memtrace_otel.attribution import EvidenceMethod, run_batch
 from memtrace_otel.export import OtlpJsonLinesExporter
-from memtrace_otel.instrumentation import AnswerRef, CaptureConfig, send_feedback
+from memtrace_otel.instrumentation import AnswerRef, CaptureConfig, FeedbackKey, send_feedback
 from memtrace_otel.semconv import EventRecord, LinkRecord, SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.semconv import env as E
 from memtrace_otel.sources import (
     Outcome,
     OutcomeRule,
+    TrustPolicy,
     latest_outcomes,
     open_source,
     read_outcomes,
@@ -261,18 +262,27 @@ def test_failed_case_carries_question_prediction_expected_and_feedback(
 def test_feedback_by_case_id_and_latest_wins(
     production: tuple[Path, dict[str, AnswerRef]], tmp_path: Path
 ) -> None:
+    # Feedback naming a case by id alone, in a trace of its own, counts only when signed (or
+    # from an allowed service): the sender and the job share a key here.
     traces, answers = production
+    key = FeedbackKey(b"shared secret", "k1")
     feedback = _feedback_file(
         tmp_path / "feedback.jsonl",
-        {"case_id": "case-retrieval", "correct": False},
-        {"answer": answers["filter"].traceparent, "correct": False},
-        {"case_id": "case-filter", "correct": True},  # a later "it was right after all"
-        {"answer": answers["assemble"].traceparent, "correct": True},
-        {"answer": answers["assemble"].traceparent, "label": "incorrect"},  # later: wrong
+        {"case_id": "case-retrieval", "correct": False, "key": key},
+        {"answer": answers["filter"].traceparent, "correct": False, "key": key},
+        {"case_id": "case-filter", "correct": True, "key": key},  # later: "it was right"
+        {"answer": answers["assemble"].traceparent, "correct": True, "key": key},
+        {"answer": answers["assemble"].traceparent, "label": "incorrect", "key": key},
     )
-    verdicts, summary = run_batch([str(traces), str(feedback)], EvidenceMethod())
+    rule = OutcomeRule(trust=TrustPolicy(key))
+    verdicts, summary = run_batch([str(traces), str(feedback)], EvidenceMethod(), rule=rule)
     assert {v.case_id for v in verdicts} == {"case-retrieval", "case-assemble"}
     assert summary.feedback["read"] == 5
+    assert summary.feedback["refused"] == {} and summary.feedback["unverified"] == 0
+    # unsigned, the two by-id feedbacks are refused: the rest still decides
+    verdicts, summary = run_batch([str(traces), str(feedback)], EvidenceMethod())
+    assert summary.feedback["refused"] == {"id_only": 2}
+    assert {v.case_id for v in verdicts} == {"case-filter", "case-assemble"}
 
 
 def test_feedback_for_unknown_cases_is_counted_not_raised(
@@ -374,6 +384,8 @@ def test_cli_feedback_then_attribute(
     assert "nothing to attribute" in err and "memtrace feedback --traceparent" in err
 
     monkeypatch.setenv(E.ENV_MEMTRACE_CAPTURE_CONTENT, "SPAN_AND_EVENT")
+    # signed: feedback by case id alone counts only when verified (or from an allowed service)
+    monkeypatch.setenv(E.ENV_MEMTRACE_FEEDBACK_KEY, "shared secret")
     feedback = tmp_path / "feedback.jsonl"
     code = main(
         [

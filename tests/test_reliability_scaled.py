@@ -25,8 +25,12 @@ from memtrace_otel.attribution import read_verdicts
 from memtrace_otel.attribution._model import Verdict
 from memtrace_otel.cli import main
 from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 
 ROOT = Path(__file__).resolve().parents[1]
+FEEDBACK_KEY = "scaled runs' shared feedback key"
+"""Feedback here is signed (docs/feedback.md): one names its case by id alone, which only a
+verified feedback (or an allowed service) may do."""
 
 SLOW_CLI = r"""
 import os, sys, time
@@ -138,12 +142,15 @@ def _production(folder: Path, users: int = 5) -> tuple[Path, Path]:
     from memtrace_otel.export import OtlpJsonLinesExporter
     from memtrace_otel.instrumentation import (
         CaptureConfig,
+        FeedbackKey,
         MemTracer,
         WriterRegistry,
         last_answer,
         send_feedback,
     )
     from tests._pipeline import FAULTS, run_case
+
+    key = FeedbackKey(FEEDBACK_KEY.encode())
 
     traces, feedback = folder / "traces.jsonl", folder / "feedback.jsonl"
     provider = TracerProvider()
@@ -168,7 +175,7 @@ def _production(folder: Path, users: int = 5) -> tuple[Path, Path]:
     for store, answer in sorted(answers.items()):
         assert answer is not None
         if store == "u0-update":  # a button that kept only the case id
-            send_feedback(case_id=answer.case_id, correct=False, tracer_provider=provider)
+            send_feedback(case_id=answer.case_id, correct=False, tracer_provider=provider, key=key)
             continue
         wrong = not store.endswith("-none")
         expected = "Porto" if wrong and int(store[1]) % 2 == 0 else None
@@ -178,6 +185,7 @@ def _production(folder: Path, users: int = 5) -> tuple[Path, Path]:
             expected=expected,
             capture=capture,
             tracer_provider=provider,
+            key=key,
         )
     provider.shutdown()
     feedback.write_text(feedback.read_text() * 2)
@@ -210,12 +218,18 @@ def production(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return _production(tmp_path_factory.mktemp("production"))
 
 
-def _attribute(sources: list[Path], folder: Path, *extra: str) -> dict[str, object]:
-    """``memtrace attribute SOURCES --out folder/v.jsonl --report folder/report``; the summary."""
+def _attribute(
+    sources: list[Path], folder: Path, *extra: str, signed: bool = True
+) -> dict[str, object]:
+    """``memtrace attribute SOURCES --out folder/v.jsonl --report folder/report``; the summary.
+    ``signed``: the job shares the feedback key (and so refuses unsigned outcomes)."""
     argv = [sys.executable, "-m", "memtrace_otel.cli", "attribute", *map(str, sources)]
     argv += ["--out", str(folder / "v.jsonl"), "--report", str(folder / "report"), "--quiet"]
+    env = {k: v for k, v in os.environ.items() if k != E.ENV_MEMTRACE_FEEDBACK_KEY}
+    if signed:
+        env[E.ENV_MEMTRACE_FEEDBACK_KEY] = FEEDBACK_KEY
     done = subprocess.run(
-        [*argv, *extra], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
+        [*argv, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "judge ops only" not in done.stderr
@@ -281,7 +295,7 @@ def test_an_outcome_naming_a_case_of_another_store_is_settled_by_the_driver(
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
     from memtrace_otel.export import OtlpJsonLinesExporter
-    from memtrace_otel.instrumentation import send_feedback
+    from memtrace_otel.instrumentation import FeedbackKey, send_feedback
 
     traces, feedback = _production(tmp_path, users=2)
     answer = next(
@@ -297,6 +311,7 @@ def test_an_outcome_naming_a_case_of_another_store_is_settled_by_the_driver(
         case_id="u1-update",
         label="correct",  # the latest word on u1-update: right after all
         tracer_provider=provider,
+        key=FeedbackKey(FEEDBACK_KEY.encode()),
     )
     provider.shutdown()
     runs = {}
@@ -343,7 +358,7 @@ def test_evaluation_events_and_log_records_flag_the_same_cases_at_scale(tmp_path
     runs = {}
     for mode, flags in SCALES.items():
         (tmp_path / mode).mkdir()
-        summary = _attribute([evaluated, log_file], tmp_path / mode, *flags)
+        summary = _attribute([evaluated, log_file], tmp_path / mode, *flags, signed=False)
         runs[mode] = (summary, _latest(tmp_path / mode / "v.jsonl"))
     summary, verdicts = runs["plain"]
     assert summary["feedback"]["failures"] == 14 and len(verdicts) == 14

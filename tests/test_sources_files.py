@@ -274,7 +274,7 @@ def test_every_any_value_shape_and_unknown_fields() -> None:
         {"key": "i", "value": {"intValue": "-9223372036854775808"}},
         {"key": "i2", "value": {"intValue": 42}},
         {"key": "d", "value": {"doubleValue": 1.5}},
-        {"key": "d2", "value": {"doubleValue": "NaN"}},
+        {"key": "d2", "value": {"doubleValue": "-2.5e3"}},
         {"key": "d3", "value": {"doubleValue": 3}},
         {"key": "by", "value": {"bytesValue": "AAE="}},
         {
@@ -296,11 +296,21 @@ def test_every_any_value_shape_and_unknown_fields() -> None:
     values = dict(record.attributes)
     assert values["s"] == "x" and values["b"] is False
     assert values["i"] == -(2**63) and values["i2"] == 42
-    assert values["d"] == 1.5 and values["d2"] != values["d2"] and values["d3"] == 3.0
+    assert values["d"] == 1.5 and values["d2"] == -2500.0 and values["d3"] == 3.0
     assert values["by"] == b"\x00\x01"
     assert values["a"] == ("a@1", 2) and values["empty_array"] == ()
     assert values["kv"] == {"k": True} and values["nested"] == ((),)
     assert values["unset"] is None and values["no_value"] is None
+
+
+@pytest.mark.parametrize("double", ['"NaN"', '"Infinity"', '"-Infinity"', "NaN"])
+def test_a_non_finite_double_is_a_bad_span_naming_the_field(double: str) -> None:
+    # read as NaN or infinity, then refused: no report, strict JSON or comparison can hold it
+    attrs = [{"key": "ok", "value": {"intValue": 1}}, {"key": "score", "value": {}}]
+    doc = _request(_span(attributes=attrs))
+    text = json.dumps(doc).replace('"value": {}}', '"value": {"doubleValue": ' + double + "}}")
+    with pytest.raises(DecodeError, match=r"attributes\[1\]\.value\.doubleValue: non-finite"):
+        decode_otlp_json(json.loads(text))
 
 
 def test_old_instrumentation_library_field_names() -> None:

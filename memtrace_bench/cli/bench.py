@@ -27,12 +27,10 @@ from memtrace_bench.systems import (
     make_engine,
     resolve_systems,
 )
+from memtrace_otel.cli import EXIT_OK, EXIT_USAGE
 
 SUBCOMMAND_MODULES: tuple[str, ...] = ("bench_evaluate", "bench_memtracebench", "bench_apps")
 """Modules in ``memtrace_bench.cli`` that add ``bench`` subcommands (e.g. ``"bench_evaluate"``)."""
-
-EXIT_OK = 0
-EXIT_USAGE = 2
 
 
 def register(subparsers: Any) -> None:

@@ -28,6 +28,7 @@ from memtrace_otel.attribution._scoring import (
     production_view,
     score_verdicts,
 )
+from memtrace_otel.cli import EXIT_FAILURES, EXIT_OK, EXIT_USAGE
 
 BASELINES = ("blame-generate", "blame-retrieve")
 """Constant baselines added by ``--baselines`` (no model, no network)."""
@@ -121,7 +122,7 @@ def _run(args: argparse.Namespace, folder: Path) -> int:
         ]
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     started = time.perf_counter()
     graphs = load_store_graphs([str(folder / "traces.jsonl")])
     production = args.mode == "production"
@@ -137,7 +138,7 @@ def _run(args: argparse.Namespace, folder: Path) -> int:
     )
     results: dict[str, Any] = {}
     overview: list[tuple[str, Any, ProductionScore, float]] = []
-    status = 0
+    status = EXIT_OK
     with tempfile.TemporaryDirectory() as tmp:
         cases_file = folder / "cases.jsonl"
         if production:
@@ -188,7 +189,7 @@ def _run(args: argparse.Namespace, folder: Path) -> int:
                 f"{len(summary.failed)} failed to run"
             )
             if summary.failed:
-                status = 1
+                status = EXIT_FAILURES
             results[name] = entry
             overview.append((name, everything, score, rate))
     print(format_overview(overview))

@@ -17,6 +17,7 @@ from typing import Any
 from memtrace_bench.memtracebench import export_memtracebench
 from memtrace_bench.methods import compare_recordings
 from memtrace_otel.attribution import get_method, method_names
+from memtrace_otel.cli import EXIT_OK, EXIT_USAGE
 from memtrace_otel.errors import MemtraceError
 
 
@@ -45,19 +46,19 @@ def register(bench: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Record, and optionally compare; exit 1 when the recorder cannot run."""
+    """Record, and optionally compare; exit 2 when the recorder cannot run (an input error)."""
     try:
         summary = export_memtracebench(args.directory, args.out)
     except (FileNotFoundError, MemtraceError) as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE  # the recorder cannot run: an input error
     print(
         f"recorded {len(summary.files)} graphs ({summary.operations} operations, "
         f"{summary.annotations} annotations, {summary.annotations_skipped} labels without a "
         f"recorded op) -> {args.out}"
     )
     if not args.fidelity:
-        return 0
+        return EXIT_OK
     report = compare_recordings(args.directory, args.out, get_method(args.method))
     print(
         f"fidelity ({args.method}): {report.agree}/{report.annotated} annotated failures get the "
@@ -68,4 +69,4 @@ def run(args: argparse.Namespace) -> int:
         print("  differs:", json.dumps(row, ensure_ascii=False))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report.to_json(), indent=2) + "\n")
-    return 0
+    return EXIT_OK

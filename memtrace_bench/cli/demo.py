@@ -41,11 +41,11 @@ def run(args: argparse.Namespace) -> int:
     """Generate, attribute, score."""
     from memtrace_bench.systems import run_demo
     from memtrace_bench.systems.metrics import evaluate, format_report, load_jsonl
-    from memtrace_otel.cli import main
+    from memtrace_otel.cli import EXIT_USAGE, main
 
     if args.users < 1:
         print("memtrace: error: --users must be at least 1", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     folder = Path(args.out)
     started = time.perf_counter()
     print(

@@ -13,6 +13,7 @@ import dataclasses
 import gc
 import json
 import os
+import re
 import sys
 import time
 import urllib.parse
@@ -24,7 +25,7 @@ from typing import Any, TextIO
 
 import networkx as nx
 
-from memtrace_otel._internal import GcPaused
+from memtrace_otel._internal import GcPaused, finite_json
 from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._feedback import StoreCases, decide_failed
 from memtrace_otel.attribution._index import graph_index
@@ -124,13 +125,14 @@ class BatchSummary:
     @property
     def ok(self) -> bool:
         """No case failed to run, no record or cases-file line was skipped, no source was
-        capped and every verdict span was written back."""
+        capped, every verdict span was written back and the trust policy refused no feedback."""
         return (
             not self.failed
             and self.skipped_records == 0
             and self.skipped_cases == 0
             and not self.capped
             and self.write_back_failed == 0
+            and not self.feedback.get("refused")
         )
 
     def recount(self, entries: Iterable[Entry]) -> None:
@@ -680,6 +682,42 @@ def stale_cases(
     return stale
 
 
+SUMMARY_LINE = re.compile(
+    r"(?P<cases>\d+) failed cases; "
+    r"(?:(?P<in_out>\d+) verdicts in --out \((?P<new>\d+) new this run, (?P<resumed_out>\d+) "
+    r"resumed, (?P<pending>\d+) to retry next run\), (?P<attributed_out>\d+) attributed, "
+    r"(?P<unattributed_out>\d+) without a culprit"
+    r"|(?P<attributed>\d+) attributed, (?P<unattributed>\d+) without a culprit, "
+    r"(?P<resumed>\d+) resumed)"
+    r"; (?P<failed>\d+) failed to run; (?P<records>\d+) span records read, "
+    r"(?P<skipped>\d+) skipped; "
+)
+"""The first line of :func:`summary_table` (stderr of ``memtrace attribute``); read it with
+:func:`parse_summary_line` (benchmarks and scripts do), never with a pattern of your own."""
+
+
+def parse_summary_line(text: str) -> dict[str, int] | None:
+    """The counts of the summary line found in ``text``: ``cases``, ``attributed``,
+    ``unattributed``, ``resumed``, ``failed`` (to run), ``records``, ``skipped`` and, with
+    ``--out``, ``in_out``, ``new`` and ``pending``; ``None`` when there is none.
+
+    >>> parse_summary_line(summary_table(BatchSummary(cases=2, attributed=1, records=9)))
+    {'cases': 2, 'attributed': 1, 'unattributed': 0, 'resumed': 0, 'failed': 0, 'records': 9, 'skipped': 0}
+    """
+    match = SUMMARY_LINE.search(text)
+    if match is None:
+        return None
+    found = {k: int(v) for k, v in match.groupdict().items() if v is not None}
+    for name in ("attributed", "unattributed", "resumed"):
+        if f"{name}_out" in found:
+            found[name] = found.pop(f"{name}_out")
+    order = ("cases", "attributed", "unattributed", "resumed", "failed", "records", "skipped")
+    return {
+        **{k: found[k] for k in order},
+        **{k: found[k] for k in ("in_out", "new", "pending") if k in found},
+    }
+
+
 def summary_table(summary: BatchSummary) -> str:
     """The summary as a plain-text table (per system, error type and op name)."""
     verdicts = (
@@ -756,6 +794,19 @@ def summary_table(summary: BatchSummary) -> str:
             f"{feedback['successes']} right, {feedback['undecided']} undecided by the rule, "
             f"{unknown} for cases not in these traces"
             + (" (not marked done: a later run picks them up)" if unknown else "")
+            + (
+                f", {feedback['unverified']} unverified (no MEMTRACE_FEEDBACK_KEY)"
+                if feedback.get("unverified")
+                else ""
+            )
+        )
+    refused = feedback.get("refused") or {}
+    if refused:
+        lines.append(
+            f"feedback refused by the trust policy (not used): {sum(refused.values())} ("
+            + ", ".join(f"{reason} {n}" for reason, n in sorted(refused.items()))
+            + "); e.g. "
+            + "; ".join(feedback.get("refused_sample", [])[:3])
         )
     if summary.replaced_surrogates:
         lines.append(
@@ -807,7 +858,7 @@ def write_summary(summary: BatchSummary, directory: str | os.PathLike[str]) -> N
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "summary.json").write_text(
-        json.dumps(summary.to_json(), indent=2, sort_keys=True) + "\n"
+        json.dumps(finite_json(summary.to_json()), indent=2, sort_keys=True, allow_nan=False) + "\n"
     )
     (folder / "summary.md").write_text(summary_markdown(summary))
 

@@ -28,6 +28,7 @@ from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case
 from memtrace_otel.semconv import JudgeVerdict
 from memtrace_otel.sources import DEFAULT_RULE, Outcome, OutcomeRule, latest_outcomes, outcome_key
+from memtrace_otel.sources._trust import DEFAULT_POLICY, UNVERIFIED, TrustPolicy
 
 FEEDBACK_SOURCE = "feedback"
 """``Case.source`` of a case flagged by feedback."""
@@ -43,6 +44,11 @@ class FeedbackStats:
         successes: cases whose latest outcome is a success.
         undecided: outcomes the rule could not classify (label and score outside its vocabulary).
         unknown: outcomes naming no loaded case (``case:<id>`` or ``span:<trace>/<span>``).
+        refused: outcomes the trust policy refused, by reason (``unsigned``, ``unknown_key``,
+            ``altered``, ``replayed``, ``future``, ``id_only``; docs/feedback.md).
+        refused_sample: a few of them, as ``reason: where it was read``.
+        unverified: outcomes used without a verified signature (no key set).
+        signed: whether a key was set, so that every used outcome is verified.
     """
 
     read: int = 0
@@ -50,6 +56,10 @@ class FeedbackStats:
     successes: int = 0
     undecided: int = 0
     unknown: list[str] = field(default_factory=list)
+    refused: dict[str, int] = field(default_factory=dict)
+    refused_sample: list[str] = field(default_factory=list)
+    unverified: int = 0
+    signed: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """Plain data for ``summary.json``."""
@@ -159,25 +169,49 @@ class _Resolver:
                 return next(iter(cases)), True
         return None, False
 
+    def by_id_only(self, outcome: Outcome, case_id: str) -> bool:
+        """Whether ``outcome`` reaches ``case_id`` only by naming it: neither its answer span
+        nor its trace belongs to the case."""
+        if not outcome.case_id or outcome.case_id != case_id:
+            return False
+        if outcome.span_id and self.span_case.get(outcome.span_id) == case_id:
+            return False
+        trace = outcome.trace_id
+        return not (trace and (trace == case_id or case_id in self.trace_cases.get(trace, ())))
+
 
 def decide_feedback(
-    views: Mapping[str, StoreCases], outcomes: Sequence[Outcome]
+    views: Mapping[str, StoreCases],
+    outcomes: Sequence[Outcome],
+    stats: FeedbackStats | None = None,
 ) -> tuple[dict[str, tuple[str, tuple[Outcome, ...] | None]], FeedbackStats, set[str]]:
     """The cases the outcomes decide: ``{case_id: (store, history)}``, ``history`` being the
     outcomes about the case, oldest first (the latest a failure), or ``None`` when the latest
     says the answer was right. Also the counts, and the cases an outcome reached in a way the
-    views of other stores could change (see :meth:`_Resolver.case_of`)."""
-    stats = FeedbackStats(read=len(outcomes))
+    views of other stores could change (see :meth:`_Resolver.case_of`).
+
+    An unverified outcome that reaches its case only by the case id it names, from a trace
+    that is not the case's, is refused (``id_only``): a guessed id must not flag a case."""
+    if stats is None:
+        stats = FeedbackStats(read=len(outcomes))
     resolver = _Resolver(views)
     by_case: dict[str, list[Outcome]] = defaultdict(list)
     unsure: set[str] = set()
     for outcome in outcomes:
-        if outcome.failed is None:
-            stats.undecided += 1
         case_id, foreign = resolver.case_of(outcome)
         if case_id is None:
+            if outcome.failed is None:
+                stats.undecided += 1
             stats.unknown.append(outcome_key(outcome))
             continue
+        if outcome.trust == UNVERIFIED and resolver.by_id_only(outcome, case_id):
+            stats.refused["id_only"] = stats.refused.get("id_only", 0) + 1
+            if len(stats.refused_sample) < 5:
+                stats.refused_sample.append(f"id_only: {outcome.source or outcome.origin}")
+            continue
+        if outcome.failed is None:
+            stats.undecided += 1
+        stats.unverified += outcome.trust == UNVERIFIED
         by_case[case_id].append(outcome)
         if foreign:
             unsure.add(case_id)
@@ -215,7 +249,11 @@ def decide_failed(
         the picked cases other stores' views could change (see :func:`decide_feedback`).
     """
     judged = [r for r in (rule.apply(o) for o in outcomes) if r is not None]
-    decided, stats, unsure = decide_feedback(views, judged)
+    used, refused, sample = rule.trust.screen(judged)
+    stats = FeedbackStats(
+        read=len(judged), refused=refused, refused_sample=sample, signed=rule.trust.key is not None
+    )
+    decided, stats, unsure = decide_feedback(views, used, stats)
     where: dict[str, str] = {}
     for store, view in sorted(views.items()):
         for case_id in view.case_ids:
@@ -233,7 +271,9 @@ def decide_failed(
 
 
 def feedback_cases(
-    graphs: dict[str, nx.MultiDiGraph], outcomes: list[Outcome]
+    graphs: dict[str, nx.MultiDiGraph],
+    outcomes: list[Outcome],
+    trust: TrustPolicy = DEFAULT_POLICY,
 ) -> tuple[dict[str, tuple[str, Case | None]], FeedbackStats]:
     """The cases the outcomes decide, by case id.
 
@@ -241,10 +281,14 @@ def feedback_cases(
         ``{case_id: (store, case)}``: ``case`` is the failed case to attribute (question,
         prediction and gold answers from the graph; an expected answer given with the latest
         feedback first among the gold answers), or ``None`` when the latest outcome is a success.
-        And the counts.
+        And the counts. ``trust`` screens the outcomes first (docs/feedback.md).
     """
     views = {store: StoreCases.of(G, outcomes) for store, G in graphs.items()}
-    decided, stats, _ = decide_feedback(views, outcomes)
+    used, refused, sample = trust.screen(outcomes)
+    stats = FeedbackStats(
+        read=len(outcomes), refused=refused, refused_sample=sample, signed=trust.key is not None
+    )
+    decided, stats, _ = decide_feedback(views, used, stats)
     return {
         case_id: (store, None if h is None else Pick(store, case_id, h).case(graphs[store]))
         for case_id, (store, h) in decided.items()

@@ -19,6 +19,14 @@ When none is there (or ``tokenizers``/``safetensors`` are not installed: the ``s
 :func:`default_encoder` returns None, says so once in a log line, and callers fall back to
 lexical ranking. A directory that is named but unusable is a configuration error (``ValueError``).
 
+A model directory is checked before it is used (:func:`check_model_dir`, at construction of the
+encoder): ``config.json`` parses and describes a BERT; the ``model.safetensors`` header fits the
+file (sizes against offsets, no tensor beyond the file or larger than the config implies), every
+tensor the forward pass needs is there with the shape the config implies and a float dtype;
+``tokenizer.json`` loads and its ids fit the embedding table; and once read, every weight is
+finite. A bad one raises :class:`~memtrace_otel.errors.ModelDirError` naming the file: never a
+silent fallback to words only, never a NaN vector.
+
 Determinism: the forward pass is plain float32 arithmetic on one BLAS thread (``threadpoolctl``),
 so the same text gives the same vector on one machine. Which texts share a batch can move the
 last bits (~1e-7) through the BLAS kernels, far below any threshold this package compares
@@ -42,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from memtrace_otel.errors import ModelDirError
 from memtrace_otel.semconv import env as E
 
 if TYPE_CHECKING:
@@ -50,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MODEL_PACKAGE",
     "SentenceEncoder",
+    "check_model_dir",
     "default_encoder",
     "model_dir",
 ]
@@ -110,6 +120,196 @@ def model_dir(explicit: str | os.PathLike[str] | None = None) -> Path | None:
             f"(it needs {', '.join(_REQUIRED)})"
         )
     return path
+
+
+_FLOAT_DTYPES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
+_MAX_HEADER_BYTES = 100_000_000  # the safetensors format's own bound
+_CONFIG_BOUNDS = {
+    "hidden_size": 16_384,
+    "num_attention_heads": 256,
+    "num_hidden_layers": 256,
+    "intermediate_size": 65_536,
+    "vocab_size": 1_000_000,
+    "max_position_embeddings": 65_536,
+    "type_vocab_size": 1_024,
+}
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ModelDirError(str(path), f"not readable JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ModelDirError(str(path), "expected a JSON object")
+    return value
+
+
+def _config(path: Path) -> dict[str, Any]:
+    config = _read_json(path)
+    for key, bound in _CONFIG_BOUNDS.items():
+        value = config.get(key, 2 if key == "type_vocab_size" else None)
+        if key == "max_position_embeddings" and value is None:
+            value = 512
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= bound:
+            raise ModelDirError(str(path), f"{key} must be an integer in 1..{bound}, got {value!r}")
+        config.setdefault(key, value)
+    eps = config.get("layer_norm_eps", 1e-12)
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < 1:
+        raise ModelDirError(str(path), f"layer_norm_eps must be in (0, 1), got {eps!r}")
+    if config.get("hidden_act", "gelu") != "gelu":
+        raise ModelDirError(str(path), f"unsupported hidden_act {config.get('hidden_act')!r}")
+    if config["hidden_size"] % config["num_attention_heads"]:
+        raise ModelDirError(str(path), "hidden_size is not a multiple of num_attention_heads")
+    return config
+
+
+def _expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    h, i = config["hidden_size"], config["intermediate_size"]
+    shapes: dict[str, tuple[int, ...]] = {
+        "embeddings.word_embeddings.weight": (config["vocab_size"], h),
+        "embeddings.position_embeddings.weight": (config["max_position_embeddings"], h),
+        "embeddings.token_type_embeddings.weight": (config["type_vocab_size"], h),
+        "embeddings.LayerNorm.weight": (h,),
+        "embeddings.LayerNorm.bias": (h,),
+    }
+    for n in range(config["num_hidden_layers"]):
+        p = f"encoder.layer.{n}."
+        for x in ("query", "key", "value"):
+            shapes[f"{p}attention.self.{x}.weight"] = (h, h)
+            shapes[f"{p}attention.self.{x}.bias"] = (h,)
+        shapes[p + "attention.output.dense.weight"] = (h, h)
+        shapes[p + "attention.output.dense.bias"] = (h,)
+        shapes[p + "intermediate.dense.weight"] = (i, h)
+        shapes[p + "intermediate.dense.bias"] = (i,)
+        shapes[p + "output.dense.weight"] = (h, i)
+        shapes[p + "output.dense.bias"] = (h,)
+        for ln in ("attention.output.LayerNorm", "output.LayerNorm"):
+            shapes[f"{p}{ln}.weight"] = (h,)
+            shapes[f"{p}{ln}.bias"] = (h,)
+    return shapes
+
+
+def _check_safetensors(path: Path, shapes: dict[str, tuple[int, ...]]) -> None:
+    """The header against the file and the config, before any tensor is read."""
+    where = str(path)
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            head = handle.read(8)
+            if len(head) < 8:
+                raise ModelDirError(where, f"truncated: {size} bytes, no safetensors header")
+            length = int.from_bytes(head, "little")
+            if length > min(_MAX_HEADER_BYTES, size - 8):
+                raise ModelDirError(
+                    where, f"header of {length} bytes in a file of {size} bytes (corrupt)"
+                )
+            raw = handle.read(length)
+    except OSError as exc:
+        raise ModelDirError(where, f"unreadable ({exc})") from None
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ModelDirError(where, f"corrupt safetensors header ({exc})") from None
+    if not isinstance(header, dict):
+        raise ModelDirError(where, "corrupt safetensors header (not an object)")
+    budget = sum(_product(s) * 8 for s in shapes.values())  # every needed tensor as F64
+    end = 0
+    total = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(info, dict):
+            raise ModelDirError(where, f"tensor {name!r}: corrupt header entry")
+        dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+        if (
+            not isinstance(shape, list)
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+            or not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1]
+        ):
+            raise ModelDirError(where, f"tensor {name!r}: corrupt shape or offsets")
+        table = _FLOAT_DTYPES if name in shapes else _ANY_DTYPES
+        itemsize = table.get(dtype) if isinstance(dtype, str) else None
+        if itemsize is None:
+            raise ModelDirError(where, f"tensor {name!r}: unsupported dtype {dtype!r}")
+        nbytes = _product(shape) * itemsize
+        if offsets[1] - offsets[0] != nbytes:
+            raise ModelDirError(
+                where,
+                f"tensor {name!r}: {offsets[1] - offsets[0]} bytes for shape {shape} of {dtype}",
+            )
+        if name in shapes and tuple(shape) != shapes[name]:
+            raise ModelDirError(
+                where, f"tensor {name!r}: shape {shape}, the config implies {list(shapes[name])}"
+            )
+        total += nbytes
+        end = max(end, offsets[1])
+    if 8 + length + end != size:
+        raise ModelDirError(
+            where, f"the header describes {8 + length + end} bytes, the file has {size}"
+        )
+    if total > budget:
+        raise ModelDirError(
+            where, f"{total} bytes of tensors, more than the config's model needs ({budget})"
+        )
+    missing = sorted(set(shapes) - set(header))
+    if missing:
+        raise ModelDirError(
+            where, f"lacks BERT weight {missing[0]!r} ({len(missing)} missing in all)"
+        )
+
+
+_ANY_DTYPES = {
+    **_FLOAT_DTYPES,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+}
+
+
+def _product(shape: Sequence[int]) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
+
+
+def check_model_dir(root: Path) -> dict[str, Any]:
+    """Check a model directory before reading its weights; returns its config.
+
+    Raises:
+        ModelDirError: a file of it is corrupt, truncated or does not fit the others (see the
+            module docstring); the message names the file.
+    """
+    config = _config(root / "config.json")
+    _check_safetensors(root / "model.safetensors", _expected_shapes(config))
+    st_config = root / "sentence_bert_config.json"
+    if st_config.is_file():
+        seq = _read_json(st_config).get("max_seq_length")
+        if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 3):
+            raise ModelDirError(str(st_config), f"max_seq_length must be >= 3, got {seq!r}")
+    return config
+
+
+def _tokenizer(path: Path, vocab: int) -> Tokenizer:
+    from tokenizers import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # the Rust library raises a bare Exception
+        raise ModelDirError(str(path), f"not a tokenizer ({str(exc)[:200]})") from None
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    if size > vocab:
+        raise ModelDirError(
+            str(path), f"{size} token ids, but the model embeds {vocab} (config.json vocab_size)"
+        )
+    return tokenizer
 
 
 @dataclass(frozen=True)
@@ -193,31 +393,34 @@ class SentenceEncoder:
         """Load a sentence-transformers BERT/MiniLM directory.
 
         Raises:
-            ValueError: the directory lacks a model file, or names an unsupported model.
+            ValueError: the directory lacks a model file.
+            ModelDirError: a file of it is corrupt or does not fit (a ``ValueError`` too).
             ImportError: ``tokenizers`` or ``safetensors`` is not installed (the ``semantic``
                 extra).
         """
         from safetensors.numpy import load_file
-        from tokenizers import Tokenizer
 
         root = model_dir(path)
         assert root is not None  # an explicit directory is never "off"
-        config = json.loads((root / "config.json").read_text(encoding="utf-8"))
+        config = check_model_dir(root)
         st_config = root / "sentence_bert_config.json"
         if st_config.is_file() and "max_tokens" not in options:
-            seq = json.loads(st_config.read_text(encoding="utf-8")).get("max_seq_length")
+            seq = _read_json(st_config).get("max_seq_length")
             if isinstance(seq, int):
                 options["max_tokens"] = seq
-        weights = {
-            k: v.astype(np.float32, copy=False)
-            for k, v in load_file(str(root / "model.safetensors")).items()
-        }
+        tokenizer = _tokenizer(root / "tokenizer.json", config["vocab_size"])
+        weights_file = root / "model.safetensors"
         try:
-            return cls(
-                Tokenizer.from_file(str(root / "tokenizer.json")), weights, config, **options
-            )
-        except KeyError as exc:
-            raise ValueError(f"{root}: model.safetensors lacks BERT weight {exc}") from None
+            loaded = load_file(str(weights_file))
+        except Exception as exc:  # checked above; what the library still refuses
+            raise ModelDirError(str(weights_file), f"unreadable ({str(exc)[:200]})") from None
+        needed = _expected_shapes(config)
+        weights = {k: v.astype(np.float32, copy=False) for k, v in loaded.items() if k in needed}
+        del loaded
+        for name, tensor in weights.items():
+            if not np.isfinite(tensor).all():
+                raise ModelDirError(str(weights_file), f"tensor {name!r} holds NaN or infinity")
+        return cls(tokenizer, weights, config, **options)
 
     def encode(self, texts: Sequence[str]) -> Vectors:
         """Unit vectors of ``texts``, shape ``(len(texts), hidden)``, float32.

@@ -2,7 +2,8 @@
 
 Data goes to stdout, messages and progress to stderr. Typed errors from
 :mod:`memtrace_otel.errors` and operating-system errors (a path that cannot be read or written)
-become one line on stderr and exit code 2; Ctrl-C exits 130.
+become one line on stderr and exit code 2; any other exception is a bug: its traceback and exit
+code 70; Ctrl-C exits 130 (the table of exit statuses: ``EXIT_*`` below and README.md).
 Each subcommand module exposes ``register(subparsers)``, which adds its parser and sets
 ``func`` (a callable taking the parsed namespace and returning an exit code).
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from typing import Any
@@ -38,12 +40,23 @@ _COMMAND_MODULES: tuple[str, ...] = (
 EXTENSION_GROUP = "memtrace_otel.extensions"
 """Entry-point group of the modules that add commands and methods (the bench wing is one)."""
 
+# The exit statuses: one table, in README.md ("Exit statuses"), which a test checks against
+# these constants; commands, tests and benchmarks use the names, never the numbers.
 EXIT_OK = 0
+"""Everything asked was done."""
 EXIT_FAILURES = 1
+"""Done, with losses: some records or cases skipped, feedback refused, a source capped, a case
+that failed to run, a span (feedback, verdict) not exported. The summary says which."""
 EXIT_USAGE = 2
+"""A usage or input error (bad argument, unreadable file, unusable model directory): one line on
+stderr, nothing done."""
 EXIT_NOTHING_TO_ATTRIBUTE = 3
-"""``memtrace attribute`` found no failed case: no feedback, judge op or cases file marks one."""
+"""``memtrace attribute`` found no failed case: no traces for the sources, or no feedback, judge
+op or cases file marking an answer wrong (stderr says which)."""
+EXIT_INTERNAL = 70
+"""An internal error (a bug in memtrace-otel: the traceback is on stderr); ``EX_SOFTWARE``."""
 EXIT_INTERRUPTED = 130
+"""Interrupted (Ctrl-C)."""
 
 
 def _extensions() -> list[Any]:
@@ -99,6 +112,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"memtrace: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
+    except Exception:  # a bug: its own status, never confused with "some records skipped"
+        traceback.print_exc(file=sys.stderr)
+        print(
+            f"memtrace: internal error (exit {EXIT_INTERNAL}): a bug in memtrace-otel "
+            f"{__version__}, not in your input; please report it with the traceback above",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
 
 
 def console_main() -> None:

@@ -22,13 +22,20 @@ from memtrace_otel.attribution import (
     summary_table,
 )
 from memtrace_otel.attribution._executors import parse_executor, parse_size
+from memtrace_otel.attribution._semantic import default_encoder
 from memtrace_otel.attribution._verdict_log import VerdictLog
 from memtrace_otel.attribution._writeback import otlp_target, protocol_hint, send_verdicts
-from memtrace_otel.cli import EXIT_NOTHING_TO_ATTRIBUTE
+from memtrace_otel.cli import EXIT_FAILURES, EXIT_NOTHING_TO_ATTRIBUTE, EXIT_OK, EXIT_USAGE
 from memtrace_otel.cli._backend import add_backend_options, http_options
 from memtrace_otel.export._configure import ENDPOINT_VARS, resolve_exporter
 from memtrace_otel.reporting import check_base_url, label_accuracy, load_labels, write_report
-from memtrace_otel.sources import ContentResolver, Outcome, OutcomeRule
+from memtrace_otel.sources import (
+    DEFAULT_SKEW_SECONDS,
+    ContentResolver,
+    Outcome,
+    OutcomeRule,
+    TrustPolicy,
+)
 
 NO_FAILURES_HINT = (
     "memtrace: nothing to attribute: no answer in these traces is marked wrong. Mark one with\n"
@@ -37,6 +44,32 @@ NO_FAILURES_HINT = (
     "from last_answer()), emit gen_ai.evaluation.result events, record judge ops, or pass "
     "--cases FILE. See docs/feedback.md."
 )
+
+_SAMPLING_HINT = (
+    "A Collector with tail sampling exports a trace only after its decision_wait (about 30 s in "
+    "collector_config/otelcol.yaml): run again in a minute, or widen the window (lookback=)."
+)
+
+
+def nothing_hint(summary: BatchSummary) -> str:
+    """Why a run without a cases file found nothing to attribute, told apart: no traces at all
+    (a service or window that matches nothing, traces not exported yet), feedback naming answers
+    that are not in these traces, or traces where no answer is marked wrong."""
+    if summary.records == 0:
+        return (
+            "memtrace: nothing to attribute: no traces were found for these sources (for a "
+            "jaeger+/tempo+ source: no trace of that ?service= in that window). This is not "
+            "'nothing marked wrong': nothing was read. " + _SAMPLING_HINT
+        )
+    unknown = len(summary.feedback.get("unknown", ()))
+    if unknown:
+        return (
+            f"memtrace: nothing to attribute: {unknown} feedback name answers whose traces are "
+            "not in these sources (not exported yet, outside the window, or in another "
+            "service: pass that service as a source too); a later run picks them up. "
+            + _SAMPLING_HINT
+        )
+    return NO_FAILURES_HINT
 
 
 def register(subparsers: Any) -> None:
@@ -87,6 +120,23 @@ def register(subparsers: Any) -> None:
         action="append",
         metavar="NAME",
         help="read only evaluations of this gen_ai.evaluation.name (repeatable; default: all)",
+    )
+    parser.add_argument(
+        "--feedback-skew",
+        type=float,
+        default=DEFAULT_SKEW_SECONDS,
+        metavar="SECONDS",
+        help="refuse feedback timestamped later than the run's start plus SECONDS (default "
+        "300): feedback may come days late, never from the future",
+    )
+    parser.add_argument(
+        "--feedback-allow-service",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="accept unsigned feedback that names a case by id alone from this service.name "
+        "(repeatable; a convenience, not a defence: service.name can be forged; set "
+        "MEMTRACE_FEEDBACK_KEY to require signatures, docs/feedback.md)",
     )
     parser.add_argument(
         "--method",
@@ -180,9 +230,11 @@ def run(args: argparse.Namespace) -> int:
         for url, option in ((args.jaeger_url, "--jaeger-url"), (args.tempo_url, "--tempo-url")):
             if url:
                 check_base_url(url, option)
+        # The sentence model is checked once, here, not found broken by every case.
+        default_encoder()
     except ValueError as exc:  # e.g. a model-based method with no endpoint configured
         print(f"memtrace: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         executor = getattr(args, "executor", None)
         bound = getattr(args, "memory_bound", None)
@@ -203,28 +255,31 @@ def run(args: argparse.Namespace) -> int:
         check_paths(args)
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         rule = OutcomeRule(
             failure_labels=args.failure_labels,
             success_labels=args.success_labels,
             threshold=args.score_threshold,
             names=args.evaluation_name,
+            trust=TrustPolicy.from_env(
+                skew_seconds=args.feedback_skew, allowed_services=args.feedback_allow_service
+            ),
         )
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     labels = load_labels(args.labels) if args.labels else None
     if args.max_traces is not None and args.max_traces < 1:
         print("memtrace: error: --max-traces must be >= 1", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args.write_back and not any(os.environ.get(v) for v in ENDPOINT_VARS):
         print(
             "memtrace: error: --write-back needs OTEL_EXPORTER_OTLP_ENDPOINT "
             "(or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_USAGE
     exporter = resolve_exporter() if args.write_back else None  # a bad protocol fails here
     options: dict[str, Any] = {}
     if args.max_traces is not None:
@@ -235,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
         options["http"] = http_options(args)
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     with contextlib.ExitStack() as stack:
         # The verdicts file is checked and locked before anything is loaded.
         log = stack.enter_context(VerdictLog(args.out)) if args.out else None
@@ -303,7 +358,7 @@ def _run(
             print(verdict.to_json())
     print(summary_table(summary), file=sys.stderr)
     if summary.cases == 0 and args.cases is None:
-        print(NO_FAILURES_HINT, file=sys.stderr)
+        print(nothing_hint(summary), file=sys.stderr)
     # With --out, the file also holds the verdicts of earlier (resumed) runs: list them all.
     listed: list[Verdict] = log.verdicts() if log is not None else verdicts
     if labels is not None:
@@ -334,7 +389,7 @@ def _run(
         print(f"report: {index}", file=sys.stderr)
     if summary.cases == 0 and args.cases is None:
         return EXIT_NOTHING_TO_ATTRIBUTE
-    return 0 if summary.ok else 1
+    return EXIT_OK if summary.ok else EXIT_FAILURES
 
 
 def check_paths(args: argparse.Namespace) -> None:

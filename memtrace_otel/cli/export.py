@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memtrace_otel._progress import Progress
+from memtrace_otel.cli import EXIT_OK, EXIT_USAGE
 from memtrace_otel.cli._backend import add_backend_options, http_options
 from memtrace_otel.sources import (
     BACKEND_SCHEMES,
@@ -74,12 +75,12 @@ def run(args: argparse.Namespace) -> int:
             http = http_options(args)
         except ValueError as exc:
             print(f"memtrace export: {exc}", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
     try:
         source = open_source(args.source, strict=args.strict, http=http)
     except ValueError as exc:
         print(f"memtrace export: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     progress = Progress(None if args.quiet else sys.stderr, "exporting", unit="span")
     try:
         result = export_source(
@@ -102,4 +103,4 @@ def run(args: argparse.Namespace) -> int:
     print(f"memtrace export: {stats.summary()}", file=sys.stderr)
     for message in stats.errors:
         print(f"memtrace export:   {message}", file=sys.stderr)
-    return 0
+    return EXIT_OK

@@ -71,23 +71,31 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Send the feedback; exit 0 when every one was sent, 2 on a bad argument or line."""
-    from memtrace_otel.export import configure
+    """Send the feedback; exit 0 when every span was exported, 1 when some were not (nothing
+    printed: send them again), 2 on a bad argument or line."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from memtrace_otel.cli import EXIT_FAILURES, EXIT_OK, EXIT_USAGE
+    from memtrace_otel.export import CountingBatchSpanProcessor, resolve_exporter
     from memtrace_otel.instrumentation import CaptureConfig, send_feedback
     from memtrace_otel.semconv import Category
+    from memtrace_otel.semconv import attributes as A
 
     try:
         capture = CaptureConfig()
         items = _items(args)
+        exporter = resolve_exporter(traces_file=args.traces_file)
     except (ValueError, DecodeError) as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
-        return 2
-    provider = configure(
-        service_name=args.service_name or os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE,
-        traces_file=args.traces_file,
-        batch=False,
-        set_global=False,
-    )
+        return EXIT_USAGE
+    service = args.service_name or os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE
+    provider = TracerProvider(resource=Resource.create({A.SERVICE_NAME: service}))
+    # The counting processor says, after shutdown, whether every span left the process: a
+    # feedback that was never exported must not look sent.
+    processor = CountingBatchSpanProcessor(exporter, max_queue_size=max(2048, len(items) + 1))
+    provider.add_span_processor(processor)
+    sent: list[str] = []
     warned = False
     try:
         for where, item in items:
@@ -106,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                 )
             except (ValueError, TypeError) as exc:
                 print(f"memtrace: error: {where}{exc}", file=sys.stderr)
-                return 2
+                return EXIT_USAGE
             if (
                 item.get("expected") is not None
                 and not capture.captures(Category.GOLD)
@@ -115,10 +123,24 @@ def run(args: argparse.Namespace) -> int:
                 print(_CAPTURE_HINT, file=sys.stderr)
                 warned = True
             if ctx is not None:
-                print(f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}")
+                sent.append(f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}")
     finally:
         provider.shutdown()
-    return 0
+    lost = int(processor.stats()["lost_spans"])
+    if lost:
+        where = args.traces_file or os.environ.get(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+        )
+        print(
+            f"memtrace: error: {lost} of {len(sent)} feedback spans were not exported"
+            + (f" to {where}" if where else "")
+            + " (unreachable or refusing endpoint?): nothing is recorded for them; send again",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURES
+    for traceparent in sent:
+        print(traceparent)
+    return EXIT_OK
 
 
 def _items(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:

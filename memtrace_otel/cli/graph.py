@@ -22,6 +22,7 @@ from memtrace_otel.attribution import (
     method_names,
     read_verdicts,
 )
+from memtrace_otel.cli import EXIT_FAILURES, EXIT_OK, EXIT_USAGE
 from memtrace_otel.errors import GraphError
 from memtrace_otel.graph import case_subgraph, to_dot, to_node_link_json, write_graphml
 from memtrace_otel.reporting import case_html, case_view, check_base_url
@@ -130,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
             get_method(args.method)  # a model method without its endpoint fails here, early
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     loading = BatchSummary()
     graphs = load_store_graphs(args.sources, strict=args.strict, summary=loading)
     G = find_case_graph(graphs, args.case)
@@ -173,8 +174,8 @@ def _report_loading(loading: BatchSummary) -> int:
         print(f"memtrace:   {message}", file=sys.stderr)
     if stats.skipped:
         print("memtrace: the graph may lack the skipped records", file=sys.stderr)
-        return 1
-    return 0
+        return EXIT_FAILURES
+    return EXIT_OK
 
 
 def _emit(output: str | None, text: str) -> None:

@@ -95,6 +95,12 @@ def encode_any_value(value: AttrValue) -> dict[str, Any]:
     if isinstance(value, int):
         return {"intValue": str(value)}
     if isinstance(value, float):
+        if value - value != 0.0:  # NaN and infinities: proto3 JSON writes them as strings
+            return {
+                "doubleValue": "NaN"
+                if value != value
+                else ("Infinity" if value > 0 else "-Infinity")
+            }
         return {"doubleValue": value}
     if isinstance(value, bytes):
         return {"bytesValue": base64.b64encode(value).decode("ascii")}

@@ -26,6 +26,7 @@ from memtrace_otel.instrumentation._capture import (
     redact_secrets,
 )
 from memtrace_otel.instrumentation._feedback import (
+    MAX_FEEDBACK_TEXT_BYTES,
     AnswerRef,
     last_answer,
     note_answer,
@@ -36,14 +37,17 @@ from memtrace_otel.instrumentation._registry import (
     format_traceparent,
     parse_traceparent,
 )
+from memtrace_otel.instrumentation._signing import FeedbackKey
 from memtrace_otel.instrumentation._suppress import is_tracing_suppressed, suppress_tracing
 from memtrace_otel.instrumentation._tracer import InputLike, MemTracer, Op, current_op
 from memtrace_otel.instrumentation._variables import Variable
 
 __all__ = [
     "DEFAULT_MAX_VALUE_LENGTH",
+    "MAX_FEEDBACK_TEXT_BYTES",
     "AnswerRef",
     "CaptureConfig",
+    "FeedbackKey",
     "InputLike",
     "MemTracer",
     "Op",

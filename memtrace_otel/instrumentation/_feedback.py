@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -40,12 +41,36 @@ from opentelemetry.util.types import AttributeValue
 from memtrace_otel._internal import internal_error
 from memtrace_otel.instrumentation._capture import CaptureConfig
 from memtrace_otel.instrumentation._registry import format_traceparent, parse_traceparent
+from memtrace_otel.instrumentation._signing import (
+    FeedbackKey,
+    answer_traceparent,
+    canonical_feedback,
+)
 from memtrace_otel.instrumentation._suppress import is_tracing_suppressed
 from memtrace_otel.semconv import Category, JudgeVerdict
 from memtrace_otel.semconv import attributes as A
 
 DEFAULT_EVALUATION_NAME = "user_feedback"
 """``gen_ai.evaluation.name`` of feedback sent through this API unless told otherwise."""
+
+MAX_FEEDBACK_TEXT_BYTES = 4096
+"""Longest comment or expected answer (UTF-8 bytes) a feedback carries; longer ones are cut and
+marked (:func:`cut_text`): a Collector may reject a huge span together with its whole batch."""
+
+
+def cut_text(text: str, limit: int = MAX_FEEDBACK_TEXT_BYTES) -> str:
+    """``text`` cut to ``limit`` UTF-8 bytes (on a character boundary) and marked, when longer.
+
+    >>> cut_text("abcdef", 4)
+    'abcd…[cut: 6 bytes, 4 kept]'
+    >>> cut_text("short")
+    'short'
+    """
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= limit:
+        return text
+    kept = raw[:limit].decode("utf-8", "ignore")
+    return f"{kept}…[cut: {len(raw)} bytes, {len(kept.encode('utf-8'))} kept]"
 
 
 @dataclass(frozen=True)
@@ -114,6 +139,7 @@ def send_feedback(
     evaluation_name: str = DEFAULT_EVALUATION_NAME,
     tracer_provider: TracerProvider | None = None,
     capture: CaptureConfig | None = None,
+    key: FeedbackKey | None = None,
 ) -> SpanContext | None:
     """Record that an answer was wrong (or right) as a ``memtrace.feedback`` span.
 
@@ -134,6 +160,10 @@ def send_feedback(
         evaluation_name: ``gen_ai.evaluation.name`` (``user_feedback`` by default).
         tracer_provider: where the span goes; ``None``: the global provider.
         capture: content capture for ``expected``; ``None`` reads the environment.
+        key: the shared key that signs the feedback (``memtrace.feedback.signature``, contract
+            section 6); ``None`` reads ``MEMTRACE_FEEDBACK_KEY`` (unset: unsigned).
+
+    A comment or an expected answer longer than :data:`MAX_FEEDBACK_TEXT_BYTES` is cut and marked.
 
     Returns:
         The feedback span's context, or ``None`` when tracing is suppressed.
@@ -153,6 +183,8 @@ def send_feedback(
     ):
         raise ValueError(f"score must be a finite number, got {score!r}")
     config = capture if capture is not None else CaptureConfig()
+    if key is None:
+        key = FeedbackKey.from_env()
     if is_tracing_suppressed():
         return None
     try:
@@ -167,6 +199,7 @@ def send_feedback(
             evaluation_name=evaluation_name,
             tracer_provider=tracer_provider,
             capture=config,
+            key=key,
         )
     except Exception:
         internal_error("feedback.send")
@@ -202,6 +235,7 @@ def _emit(
     evaluation_name: str,
     tracer_provider: TracerProvider | None,
     capture: CaptureConfig,
+    key: FeedbackKey | None,
 ) -> SpanContext:
     event: dict[str, AttributeValue] = {A.GEN_AI_EVALUATION_NAME: evaluation_name}
     if label is None and correct is not None:
@@ -212,26 +246,48 @@ def _emit(
         event[A.GEN_AI_EVALUATION_SCORE_LABEL] = label
     if score is not None:
         event[A.GEN_AI_EVALUATION_SCORE_VALUE] = float(score)
+    comment = cut_text(comment) if comment else None
+    signed_comment = comment or None  # the signature covers what the event carries
     if comment:
         if capture.reference:  # the comment is the user's text too: to the store, by reference
             ref, _ = capture.record(comment, Category.GOLD)
+            signed_comment = None
             if ref is not None:
-                event[A.MEMTRACE_FEEDBACK_COMMENT_REF] = ref
+                signed_comment = str(ref)
+                event[A.MEMTRACE_FEEDBACK_COMMENT_REF] = signed_comment
         else:
             event[A.GEN_AI_EVALUATION_EXPLANATION] = comment
+    recorded: str | None = None
     if expected is not None:
-        value, _ = capture.record(expected, Category.GOLD)  # the one place deciding what leaves
+        # the one place deciding what leaves
+        value, _ = capture.record(cut_text(expected), Category.GOLD)
         if value is not None:
-            key = (
+            recorded = str(value)
+            name = (
                 A.MEMTRACE_FEEDBACK_EXPECTED_REF
                 if capture.reference
                 else A.MEMTRACE_FEEDBACK_EXPECTED
             )
-            event[key] = value
+            event[name] = recorded
     attributes: dict[str, AttributeValue] = {}
     if case_id:
         attributes[A.MEMTRACE_CASE_ID] = case_id
         event[A.MEMTRACE_CASE_ID] = case_id
+    when = time.time_ns()
+    if key is not None:
+        event[A.MEMTRACE_FEEDBACK_SIGNATURE] = key.sign(
+            canonical_feedback(
+                traceparent=None
+                if parent is None
+                else answer_traceparent(f"{parent.trace_id:032x}", f"{parent.span_id:016x}"),
+                case_id=case_id or None,
+                label=label,
+                score=None if score is None else float(score),
+                expected=recorded,
+                comment=signed_comment,
+                time_unix_nano=when,
+            )
+        )
     from memtrace_otel._version import __version__
 
     tracer = trace.get_tracer("memtrace_otel", __version__, tracer_provider)
@@ -248,7 +304,7 @@ def _emit(
         links=links,
     )
     try:
-        span.add_event(A.GEN_AI_EVALUATION_RESULT_EVENT, event)
+        span.add_event(A.GEN_AI_EVALUATION_RESULT_EVENT, event, timestamp=when)
     finally:
         span.end()
     return span.get_span_context()
@@ -256,7 +312,9 @@ def _emit(
 
 __all__ = [
     "DEFAULT_EVALUATION_NAME",
+    "MAX_FEEDBACK_TEXT_BYTES",
     "AnswerRef",
+    "cut_text",
     "forget_answers",
     "last_answer",
     "note_answer",

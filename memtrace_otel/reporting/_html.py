@@ -25,6 +25,7 @@ from typing import Any
 import jinja2
 import networkx as nx
 
+from memtrace_otel._internal import finite_json
 from memtrace_otel.attribution import CONTENT_NOTICE, BatchSummary, Case, Verdict, write_summary
 from memtrace_otel.reporting._labels import Label, load_labels
 from memtrace_otel.reporting._links import check_base_url
@@ -53,7 +54,12 @@ def json_for_html(data: Any) -> str:
     >>> json_for_html({"v": "</script><b>&"})
     '{"v":"\\\\u003c/script\\\\u003e\\\\u003cb\\\\u003e\\\\u0026"}'
     """
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # a NaN or infinity that no loader refused (the live graph, a plugin)
+        text = json.dumps(
+            finite_json(data), ensure_ascii=False, separators=(",", ":"), allow_nan=False
+        )
     return text.translate(_JSON_ESCAPES)
 
 

@@ -24,6 +24,8 @@ from memtrace_otel.reporting._links import jaeger_link, tempo_link
 from memtrace_otel.semconv import Stage
 
 __all__ = [
+    "MAX_CASE_PAGE_BYTES",
+    "MAX_FEEDBACK_LISTED",
     "STAGE_ORDER",
     "case_row",
     "case_view",
@@ -48,6 +50,13 @@ STAGE_ORDER: tuple[str, ...] = (
 
 MAX_VALUE_CHARS = 4000
 """Longer values are cut in the report (the full value stays in the traces)."""
+MAX_CASE_PAGE_BYTES = 5_000_000
+"""About the largest case page (its ``cases/NNNN.js``): beyond it the graph is collapsed to the
+nodes that matter most (the culprit, the evidence path, the question's ops, then the nearest in
+execution order) and the page states what was left out (``view["cut"]``)."""
+MAX_FEEDBACK_LISTED = 50
+"""The most feedback listed on a case's page: the latest ones (the deciding one last); the
+earlier ones are counted (``feedback_omitted``)."""
 _EXCERPT_CHARS = 48
 
 
@@ -229,7 +238,7 @@ def question_data(G: nx.MultiDiGraph, case_id: str, case: Case | None = None) ->
 
     >>> from memtrace_otel.graph import example_graph
     >>> sorted(question_data(example_graph(), "c1"))
-    ['expected', 'feedback', 'prediction', 'question', 'source']
+    ['expected', 'feedback', 'feedback_omitted', 'prediction', 'question', 'source']
     """
     found = graph_index(G).case_from_graph(case_id) if case_id else None
     question = (case.question if case is not None else "") or (found.question if found else "")
@@ -239,11 +248,14 @@ def question_data(G: nx.MultiDiGraph, case_id: str, case: Case | None = None) ->
     prediction = (case.prediction if case is not None else None) or (
         found.prediction if found else None
     )
+    feedback = case.feedback if case is not None else ()
+    listed = feedback[-MAX_FEEDBACK_LISTED:]
     return {
         "question": question or None,
         "expected": list(expected),
         "prediction": prediction,
-        "feedback": [_plain(o.to_json()) for o in case.feedback] if case is not None else [],
+        "feedback": [_plain(o.to_json()) for o in listed],
+        "feedback_omitted": len(feedback) - len(listed),
         "source": case.source if case is not None else None,
     }
 
@@ -257,6 +269,7 @@ def case_view(
     jaeger_url: str | None = None,
     tempo_url: str | None = None,
     case: Case | None = None,
+    max_bytes: int = MAX_CASE_PAGE_BYTES,
 ) -> dict[str, Any]:
     """Everything the report draws for one case.
 
@@ -268,6 +281,8 @@ def case_view(
         jaeger_url: base URL of Jaeger's UI, for links from ops to their spans.
         tempo_url: Grafana base URL or Tempo link template (see :func:`tempo_link`).
         case: the failed case as the batch job saw it (question, expected answer, feedback).
+        max_bytes: about the largest view (JSON bytes); beyond it the graph is collapsed and
+            ``cut`` says what was left out (see :data:`MAX_CASE_PAGE_BYTES`).
 
     The nodes are the case's subgraph (:func:`~memtrace_otel.graph.case_subgraph`), plus the
     culprit op with what it read and wrote and the evidence path to it when they lie outside
@@ -277,7 +292,8 @@ def case_view(
         ``case_id``, ``question`` (:func:`question_data`), ``verdict``, ``label``, ``nodes`` (execution order, each with ``order``,
         ``stage``, ``culprit``, ``path`` and ``focus`` flags and its details), ``edges``
         (``source``, ``target``, ``key``), ``stages`` (present, in pipeline order),
-        ``anomalies`` and ``missing`` (why there is no graph, else ``None``).
+        ``anomalies``, ``missing`` (why there is no graph, else ``None``) and ``cut`` (what a
+        page bound left out, else ``None``).
 
     >>> from memtrace_otel.graph import example_graph
     >>> v = Verdict("c1", "UpdateError", "b000000000000002", "merge", "evidence", 1.0,
@@ -296,6 +312,7 @@ def case_view(
         "stages": [],
         "anomalies": [],
         "missing": None,
+        "cut": None,
     }
     try:
         H = case_subgraph(G, case_id)
@@ -351,7 +368,62 @@ def case_view(
     present = {n["stage"] for n in nodes}
     view["stages"] = [s for s in STAGE_ORDER if s in present] + sorted(present - set(STAGE_ORDER))
     view["anomalies"] = _plain(H.graph.get("anomalies", []))
+    _bound(view, max_bytes)
     return view
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str))
+
+
+def _bound(view: dict[str, Any], max_bytes: int) -> None:
+    """Collapse ``view``'s graph to about ``max_bytes`` of JSON, keeping the nodes that matter
+    most, and say so in ``view["cut"]`` (``None`` when nothing was cut)."""
+    view["cut"] = None
+    total = _size(view)
+    if total <= max_bytes:
+        return
+    nodes: list[dict[str, Any]] = view["nodes"]
+    sizes = {n["id"]: _size(n) + 1 for n in nodes}
+    edge_bytes = _size(view["edges"])
+    fixed = total - sum(sizes.values()) - edge_bytes
+    per_edge = edge_bytes / max(1, len(view["edges"]))
+    degree: dict[str, int] = {}
+    for edge in view["edges"]:
+        degree[edge["source"]] = degree.get(edge["source"], 0) + 1
+        degree[edge["target"]] = degree.get(edge["target"], 0) + 1
+    anchor = next((n["order"] for n in nodes if n["culprit"]), len(nodes))
+
+    def rank(node: dict[str, Any]) -> tuple[int, int]:
+        level = 0 if node["culprit"] else 1 if node["path"] else 2 if node["focus"] else 3
+        return level, abs(node["order"] - anchor)
+
+    budget: float = max_bytes - fixed - 400  # room for the note below
+    kept: set[str] = set()
+    for node in sorted(nodes, key=rank):
+        cost = sizes[node["id"]] + per_edge * degree.get(node["id"], 0)
+        if cost <= budget:
+            kept.add(node["id"])
+            budget -= cost
+    view["nodes"] = [n for n in nodes if n["id"] in kept]
+    edges = view["edges"]
+    view["edges"] = [e for e in edges if e["source"] in kept and e["target"] in kept]
+    view["cut"] = {
+        "nodes_shown": len(view["nodes"]),
+        "nodes": len(nodes),
+        "edges_shown": len(view["edges"]),
+        "edges": len(edges),
+        "bytes": total,
+        "max_bytes": max_bytes,
+        "reason": (
+            f"this case's graph ({len(nodes)} nodes, {total:,} bytes) is larger than the page "
+            f"bound ({max_bytes:,} bytes): {len(nodes) - len(view['nodes'])} nodes left out, the "
+            "culprit, the evidence path and the question's ops kept first, then the nodes "
+            "nearest the culprit; the traces hold the whole graph (memtrace graph)"
+        ),
+    }
+    present = {n["stage"] for n in view["nodes"]}
+    view["stages"] = [s for s in view["stages"] if s in present]
 
 
 def case_row(

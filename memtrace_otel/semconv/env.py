@@ -20,6 +20,11 @@ ENV_GENAI_UPLOAD_BASE_PATH: Final = "OTEL_INSTRUMENTATION_GENAI_UPLOAD_BASE_PATH
 ``MEMTRACE_CONTENT_URL`` is unset."""
 ENV_MEMTRACE_DIGEST_KEY: Final = "MEMTRACE_DIGEST_KEY"
 """(v0.3) Key of the keyed digests (at least 16 bytes): with it set, ``memtrace.variable.digest`` and content object names are ``b2k:<key id>:<hex>`` (keyed BLAKE2b)."""
+ENV_MEMTRACE_FEEDBACK_KEY: Final = "MEMTRACE_FEEDBACK_KEY"
+"""(v0.3) The shared key that signs feedback (``memtrace.feedback.signature``) where it is sent and
+verifies it where it is read; with it set, unsigned, altered and replayed feedback is refused."""
+ENV_MEMTRACE_FEEDBACK_KEY_ID: Final = "MEMTRACE_FEEDBACK_KEY_ID"
+"""(v0.3) The key id written in signatures (default: a fingerprint of the key), to rotate keys."""
 ENV_MEMTRACE_MAX_VALUE_LENGTH: Final = "MEMTRACE_MAX_VALUE_LENGTH"
 """Largest captured value in characters before it is cut and marked ``truncated``."""
 ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES: Final = "MEMTRACE_MAX_ATTRIBUTE_BYTES"

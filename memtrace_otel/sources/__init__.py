@@ -81,6 +81,7 @@ from memtrace_otel.sources._outcomes import (
 )
 from memtrace_otel.sources._source import FileSource, Source, iter_records
 from memtrace_otel.sources._stores import NO_STORE, line_stores, prune_stores, raw_store
+from memtrace_otel.sources._trust import DEFAULT_SKEW_SECONDS, REFUSALS, TrustPolicy
 from memtrace_otel.sources._upstream import (
     adapt_upstream,
 )
@@ -157,8 +158,10 @@ __all__ = [
     "DEFAULT_MAX_DOCUMENT_BYTES",
     "DEFAULT_MAX_LINE_BYTES",
     "DEFAULT_RULE",
+    "DEFAULT_SKEW_SECONDS",
     "NO_STORE",
     "OTHER_KIND",
+    "REFUSALS",
     "BenchGraph",
     "ContentResolver",
     "ContentStats",
@@ -177,6 +180,7 @@ __all__ = [
     "Source",
     "SourceStats",
     "TempoSource",
+    "TrustPolicy",
     "ValueLimits",
     "adapt_upstream",
     "decode_document",

@@ -131,6 +131,73 @@ raw (CESU-8) bytes of one, which ``json.loads`` of bytes lets through. Valid esc
 (an emoji written by ``ensure_ascii``) match too; :func:`replace_surrogates` then finds none."""
 
 
+RECORD_LISTS = ("spans", "logRecords")
+"""The lists whose items are one record each (OTLP and Jaeger spans, OTLP log records)."""
+_UNDECODABLE = re.compile("[\udc80-\udcff]")
+
+
+def _undecodable(value: Any) -> bool:
+    if isinstance(value, str):
+        return _UNDECODABLE.search(value) is not None
+    if isinstance(value, dict):
+        return any(_undecodable(k) or _undecodable(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_undecodable(v) for v in value)
+    return False
+
+
+def prune_undecodable(value: Any, path: str = "") -> tuple[list[str], bool]:
+    """Drop, in place, every record of ``value`` (JSON decoded with ``surrogateescape``) that
+    holds an undecodable byte. Returns the field paths dropped and whether undecodable bytes
+    remain outside every record.
+
+    >>> doc = {"spans": [{"name": "ok"}, {"name": "bad\\udcff"}], "x": 1}
+    >>> prune_undecodable(doc), doc
+    ((['spans[1]'], False), {'spans': [{'name': 'ok'}], 'x': 1})
+    """
+    dropped: list[str] = []
+    left = False
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else key
+            if key in RECORD_LISTS and isinstance(item, list):
+                kept = []
+                for i, record in enumerate(item):
+                    if _undecodable(record):
+                        dropped.append(f"{where}[{i}]")
+                    else:
+                        kept.append(record)
+                item[:] = kept
+            else:
+                more, bad = prune_undecodable(item, where)
+                dropped += more
+                left = left or bad or _undecodable(key)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            more, bad = prune_undecodable(item, f"{path}[{i}]")
+            dropped += more
+            left = left or bad
+    elif isinstance(value, str):
+        left = _undecodable(value)
+    return dropped, left
+
+
+def record_paths(value: Any, path: str = "") -> list[str]:
+    """The field path of every record (see :data:`RECORD_LISTS`) in ``value``."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else key
+            if key in RECORD_LISTS and isinstance(item, list):
+                found += [f"{where}[{i}]" for i in range(len(item))]
+            else:
+                found += record_paths(item, where)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found += record_paths(item, f"{path}[{i}]")
+    return found
+
+
 def replace_surrogates(value: Any) -> tuple[Any, int]:
     """``value`` (parsed JSON) with each lone surrogate replaced by U+FFFD, and how many were.
 
@@ -238,6 +305,8 @@ class Bad(Exception):
         self.field = field
         self.reason = reason
         self.kind = kind
+        self.lost = 1
+        """How many records it loses (every span of a line whose bad byte no span holds)."""
 
 
 def join_field(prefix: str, field: str) -> str:
@@ -383,14 +452,38 @@ def int64(value: object, field: str) -> int:
     raise Bad(field, f"expected an integer, got {_short(value)}")
 
 
+MAX_UINT64 = 2**64 - 1
+"""The largest OTLP timestamp (``fixed64``): a later one is invalid, not a time."""
+
+
 def time_nanos(value: object, field: str) -> int:
-    """A timestamp in nanoseconds: absent means 0, negative is invalid."""
+    """A timestamp in nanoseconds: absent means 0; negative or beyond uint64 is invalid.
+
+    >>> time_nanos(str(2**64), "t")
+    Traceback (most recent call last):
+    ...
+    memtrace_otel.sources._common.Bad: timestamp 18446744073709551616 beyond the uint64 range
+    """
     if value is None:
         return 0
     number = int64(value, field)
     if number < 0:
         raise Bad(field, f"negative timestamp {number}")
+    if number > MAX_UINT64:
+        raise Bad(field, f"timestamp {number} beyond the uint64 range")
     return number
+
+
+def finite_double(value: float, field: str) -> float:
+    """``value`` when finite; NaN and infinities are invalid (strict JSON, every report and
+    every comparison downstream would choke on them).
+
+    >>> finite_double(0.5, "v")
+    0.5
+    """
+    if value - value != 0.0:  # NaN and +-inf, without a call on the hot path
+        raise Bad(field, f"non-finite double {value!r}")
+    return value
 
 
 # --- Enums: integers (OTLP/JSON) or names (protobuf JSON, e.g. Tempo) --------------------------

@@ -49,6 +49,8 @@ from memtrace_otel.sources._common import (
     Bad,
     OnError,
     make_error,
+    prune_undecodable,
+    record_paths,
     replace_surrogates,
 )
 from memtrace_otel.sources._contract import INVALID_OP, check_op
@@ -395,6 +397,13 @@ class FileReader:
     ) -> None:
         self.on_error(kind, make_error(reason, path=self.path, line=line, field=field))
 
+    def fail_bad(self, bad: Bad, line: int | None) -> None:
+        """Report ``bad`` once per record it lost (a line of 200 spans lost is 200 skips)."""
+        for _ in range(bad.lost):
+            self.fail(
+                bad.kind, bad.reason + (f" ({bad.lost} records)" if bad.lost > 1 else ""), line
+            )
+
     def records(self) -> Iterator[SpanRecord]:
         """Every record of the file, in file order."""
         try:
@@ -499,13 +508,36 @@ class FileReader:
                 self.capper.stats.replaced_surrogates += replaced
             return value
         except UnicodeDecodeError as exc:
-            raise Bad("", f"not UTF-8 ({exc.reason} at byte {exc.start})", INVALID_UTF8) from None
+            reason = f"not UTF-8 ({exc.reason} at byte {exc.start})"
+            return self._salvage(raw, line, reason)
         except json.JSONDecodeError as exc:
             truncated = exc.msg.startswith("Unterminated") or exc.pos >= len(exc.doc.rstrip())
             what = "truncated JSON" if truncated else "invalid JSON"
             raise Bad("", f"{what}: {exc.msg} (column {exc.colno})", INVALID_JSON) from None
         except RecursionError:
             raise Bad("", "JSON nested too deeply", INVALID_JSON) from None
+
+    def _salvage(self, raw: bytes | bytearray, line: int | None, reason: str) -> Any:
+        """A value with invalid UTF-8 bytes, kept record by record: each span (or log record)
+        holding a bad byte is dropped and reported on its own; the others are kept. When a bad
+        byte lies outside every record (a resource attribute), or the text is not JSON, every
+        record of the value is reported lost and ``Bad`` is raised: losses count spans."""
+        text = bytes(raw).decode("utf-8", "surrogateescape")
+        try:
+            value = json.loads(text)
+        except (json.JSONDecodeError, RecursionError):
+            raise Bad("", reason, INVALID_UTF8) from None
+        dropped, left = prune_undecodable(value)
+        if left:  # nothing is reported here: the caller reports the Bad, once per record lost
+            bad = Bad("", f"{reason} outside any record: every record of it dropped", INVALID_UTF8)
+            bad.lost = max(1, len(dropped) + len(record_paths(value)))
+            raise bad
+        for field in dropped:
+            self.fail(INVALID_UTF8, f"{reason}: this record dropped, the rest kept", line, field)
+        value, replaced = replace_surrogates(value)
+        if replaced and self.capper is not None and self.capper.stats is not None:
+            self.capper.stats.replaced_surrogates += replaced
+        return value
 
     def _line_too_long(self, line: int, what: str) -> None:
         """Report a line (or record) over the line cap, ``what`` saying how long it was."""
@@ -576,7 +608,7 @@ class FileReader:
                 # A JSON Lines file whose first line is broken: report line by line.
                 yield from self._json_lines(io.BytesIO(text), lineno - 1)
             else:
-                self.fail(bad.kind, bad.reason)
+                self.fail_bad(bad, None)
             return
         size = len(text)
         del text
@@ -654,7 +686,7 @@ class FileReader:
                     try:
                         value = self._parse(raw, lineno)
                     except Bad as bad:
-                        self.fail(bad.kind, bad.reason, lineno)
+                        self.fail_bad(bad, lineno)
                     else:
                         yield lineno, at, len(raw), value
             if end is not None and offset >= end:
@@ -668,7 +700,7 @@ class FileReader:
         try:
             return self._parse(raw, line)
         except Bad as bad:
-            self.fail(bad.kind, bad.reason, line)
+            self.fail_bad(bad, line)
             return None
 
     def decode(self, value: Any, line: int | None, size: int) -> list[SpanRecord]:
@@ -743,7 +775,7 @@ class FileReader:
             try:
                 value = self._parse(data, number)
             except Bad as bad:
-                self.fail(bad.kind, bad.reason, number)
+                self.fail_bad(bad, number)
                 return []
             return self.decode(value, number, len(data))
         try:

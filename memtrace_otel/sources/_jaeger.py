@@ -32,8 +32,10 @@ from memtrace_otel.semconv.attributes import (
 from memtrace_otel.semconv.record import EMPTY_ATTRIBUTES, Attributes
 from memtrace_otel.sources._common import (
     INVALID_RECORD,
+    MAX_UINT64,
     Bad,
     OnError,
+    finite_double,
     int64,
     join_field,
     make_error,
@@ -85,12 +87,14 @@ def _tag_value(tag: dict[str, Any]) -> AttrValue:
         return int64(value, "value")
     elif kind == "float64" or (kind is None and type(value) is float):
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
+            return finite_double(float(value), "value")
         if isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
+            else:
+                return finite_double(number, "value")
     elif kind == "binary":
         if type(value) is str:
             try:
@@ -225,6 +229,8 @@ def decode_jaeger_span(
     duration_us = int64(sp.get("duration", 0), "duration")
     if start_us < 0 or duration_us < 0:
         raise Bad("startTime" if start_us < 0 else "duration", "negative time")
+    if (start_us + duration_us) * 1000 > MAX_UINT64:
+        raise Bad("startTime", "time beyond the uint64 range of nanoseconds")
     tags = _tags(sp.get("tags"), "tags")
 
     if "process" in sp:

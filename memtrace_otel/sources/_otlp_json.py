@@ -20,9 +20,11 @@ from memtrace_otel.semconv import AttrValue, EventRecord, LinkRecord, SpanRecord
 from memtrace_otel.semconv.record import EMPTY_ATTRIBUTES, Attributes
 from memtrace_otel.sources._common import (
     INVALID_RECORD,
+    MAX_UINT64,
     SPAN_KIND_NAMES,
     Bad,
     OnError,
+    finite_double,
     join_field,
     make_error,
     otlp_parent_id,
@@ -76,17 +78,19 @@ _SPECIAL_DOUBLES = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.in
 
 def _double(x: Any) -> AttrValue:
     if type(x) is float:
-        return x
+        return finite_double(x, "doubleValue")
     if type(x) is int:
-        return float(x)
+        return finite_double(float(x), "doubleValue")
     if type(x) is str:
         special = _SPECIAL_DOUBLES.get(x)
         if special is not None:
-            return special
+            return finite_double(special, "doubleValue")
         try:
-            return float(x)
+            number = float(x)
         except ValueError:
             pass
+        else:
+            return finite_double(number, "doubleValue")
     raise Bad("doubleValue", f"expected a number, got {short_repr(x)}")
 
 
@@ -232,7 +236,7 @@ def _text(value: Any, name: str) -> str:
 
 
 def _nanos(value: Any, name: str) -> int:
-    if value.__class__ is str and value.isdigit() and value.isascii():
+    if value.__class__ is str and value.isdigit() and value.isascii() and len(value) < 20:
         return int(value)
     return time_nanos(value, name)
 
@@ -419,8 +423,10 @@ def decode_span(
         name,
         parent_id,
         kind_name,
-        start if start.__class__ is int and start >= 0 else _nanos(start, "startTimeUnixNano"),
-        end if end.__class__ is int and end >= 0 else _nanos(end, "endTimeUnixNano"),
+        start
+        if start.__class__ is int and 0 <= start <= MAX_UINT64
+        else _nanos(start, "startTimeUnixNano"),
+        end if end.__class__ is int and 0 <= end <= MAX_UINT64 else _nanos(end, "endTimeUnixNano"),
         code,
         message,
         attrs,

@@ -24,6 +24,7 @@ from memtrace_otel.sources._common import (
     Bad,
     OnError,
     collect_into,
+    finite_double,
     make_error,
     raise_on_error,
     source_label,
@@ -41,6 +42,8 @@ def _any_value(value: Any) -> AttrValue:
     if which == "kvlist_value":
         return _attributes(value.kvlist_value.values)
     result: AttrValue = getattr(value, which)
+    if which == "double_value":
+        return finite_double(value.double_value, "double_value")
     return result
 
 
@@ -78,10 +81,34 @@ def decode_request_message(
     source = source_label(path, line)
     records: list[SpanRecord] = []
     for ri, rs in enumerate(request.resource_spans):
-        resource = _attributes(rs.resource.attributes)
+        try:
+            resource = _attributes(rs.resource.attributes)
+        except Bad as bad:  # a bad resource skips its spans with one report
+            on_error(
+                bad.kind,
+                make_error(
+                    bad.reason,
+                    path=path,
+                    line=line,
+                    field=f"resource_spans[{ri}].resource.attributes.{bad.field}",
+                ),
+            )
+            continue
         for si, ss in enumerate(rs.scope_spans):
             scope = ss.scope
-            scope_attrs = _attributes(scope.attributes)
+            try:
+                scope_attrs = _attributes(scope.attributes)
+            except Bad as bad:
+                on_error(
+                    bad.kind,
+                    make_error(
+                        bad.reason,
+                        path=path,
+                        line=line,
+                        field=f"resource_spans[{ri}].scope_spans[{si}].scope.attributes.{bad.field}",
+                    ),
+                )
+                continue
             for pi, sp in enumerate(ss.spans):
                 try:
                     trace_id = _id(sp.trace_id, 16, "trace_id")

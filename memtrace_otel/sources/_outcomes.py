@@ -37,11 +37,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from memtrace_otel.instrumentation._signing import answer_traceparent, canonical_feedback
 from memtrace_otel.semconv import EventRecord, SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.semconv.record import Attributes
 from memtrace_otel.sources._common import Bad, otlp_span_id, otlp_trace_id, time_nanos
 from memtrace_otel.sources._otlp_json import any_value, attributes
+from memtrace_otel.sources._trust import (
+    ALLOWED,
+    DEFAULT_POLICY,
+    UNVERIFIED,
+    VERIFIED,
+    TrustPolicy,
+)
 
 FEEDBACK = "feedback"
 EVENT = "event"
@@ -67,6 +75,8 @@ class OutcomeRule:
             above it a success.
         names: count only evaluations whose ``gen_ai.evaluation.name`` is one of these
             (``None``: every evaluation).
+        trust: the trust policy that screens outcomes before they decide anything
+            (:class:`~memtrace_otel.sources.TrustPolicy`; default: no key, 5 minutes of skew).
 
     Raises:
         ValueError: a label in both vocabularies, or a threshold that is not a finite number.
@@ -82,6 +92,7 @@ class OutcomeRule:
     success_labels: frozenset[str] = frozenset({"correct"})
     threshold: float | None = None
     names: frozenset[str] | None = None
+    trust: TrustPolicy = DEFAULT_POLICY
 
     def __init__(
         self,
@@ -89,6 +100,7 @@ class OutcomeRule:
         success_labels: str | Iterable[str] = ("correct",),
         threshold: float | None = None,
         names: str | Iterable[str] | None = None,
+        trust: TrustPolicy | None = None,
     ) -> None:
         failures, successes = _words(failure_labels), _words(success_labels)
         both = failures & successes
@@ -104,6 +116,7 @@ class OutcomeRule:
         object.__setattr__(self, "success_labels", successes)
         object.__setattr__(self, "threshold", threshold)
         object.__setattr__(self, "names", None if names is None else _words(names))
+        object.__setattr__(self, "trust", trust if trust is not None else DEFAULT_POLICY)
 
     def apply(self, outcome: Outcome) -> Outcome | None:
         """``outcome`` judged by this rule (``None`` when the rule does not read its name)."""
@@ -155,6 +168,14 @@ class Outcome:
         time_unix_nano: when it was given (event time, else the span's end, else log time).
         via: ``feedback``, ``event`` or ``log``.
         source: where it was read (a span id, or ``file:line``), for reports.
+        service: the ``service.name`` of the resource that sent it (forgeable: a hint for
+            people and for an allow-list, never a proof).
+        trust: ``verified`` (signed with the shared key), ``allowed`` (unsigned, from a service
+            the policy allows) or ``unverified``; set by :class:`~memtrace_otel.sources.TrustPolicy`.
+        signature: ``memtrace.feedback.signature``, when it carries one.
+        signed: the canonical JSON its signature would cover (contract section 6), when signed.
+        origin: the span (``trace/span``) or log record that carried it: the same record read
+            twice is one outcome, a signature carried by two records is a replay.
     """
 
     failed: bool | None
@@ -169,10 +190,18 @@ class Outcome:
     time_unix_nano: int = 0
     via: str = EVENT
     source: str = field(default="", compare=False)
+    service: str | None = None
+    trust: str = UNVERIFIED
+    signature: str | None = field(default=None, compare=False, repr=False)
+    signed: str | None = field(default=None, compare=False, repr=False)
+    origin: str = field(default="", compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        """Plain data (for reports and ``summary.json``)."""
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        """Plain data (for reports and ``summary.json``; the signature material left out)."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in _PRIVATE}
+
+
+_PRIVATE = frozenset({"signature", "signed", "origin"})
 
 
 def _text(value: Any) -> str | None:
@@ -253,6 +282,8 @@ def _outcome(
     time_unix_nano: int,
     via: str,
     source: str,
+    service: str | None = None,
+    origin: str = "",
 ) -> Outcome | None:
     def get(key: str) -> Any:
         value = attrs.get(key)
@@ -265,7 +296,21 @@ def _outcome(
     score = _score(get(A.GEN_AI_EVALUATION_SCORE_VALUE))
     case_id = _text(get(A.MEMTRACE_CASE_ID))
     explanation = _text(get(A.GEN_AI_EVALUATION_EXPLANATION))
-    expected = _text(get(A.MEMTRACE_FEEDBACK_EXPECTED)) or expected_from_explanation(explanation)
+    given = _text(get(A.MEMTRACE_FEEDBACK_EXPECTED))
+    expected = given or expected_from_explanation(explanation)
+    signature = _text(get(A.MEMTRACE_FEEDBACK_SIGNATURE))
+    signed = None
+    if signature:
+        signed = canonical_feedback(
+            traceparent=answer_traceparent(trace_id, span_id) if trace_id and span_id else None,
+            case_id=case_id or None,
+            label=label,
+            score=score,
+            # under REFERENCE capture the sender signed the refs it sent, which name the content
+            expected=_text(get(A.MEMTRACE_FEEDBACK_EXPECTED_REF)) or given,
+            comment=_text(get(A.MEMTRACE_FEEDBACK_COMMENT_REF)) or explanation,
+            time_unix_nano=time_unix_nano,
+        )
     return Outcome(
         failed=rule.classify(label, score),
         case_id=case_id or None,
@@ -279,6 +324,10 @@ def _outcome(
         time_unix_nano=time_unix_nano,
         via=via,
         source=source,
+        service=service,
+        signature=signature or None,
+        signed=signed,
+        origin=origin,
     )
 
 
@@ -300,6 +349,7 @@ def outcomes_of(record: SpanRecord, rule: OutcomeRule = DEFAULT_RULE) -> list[Ou
     else:
         via, trace_id, span_id = EVENT, record.trace_id, record.span_id
     fallback = record.attributes
+    service = _text(record.resource_attributes.get(A.SERVICE_NAME))
     found = []
     for event in events:
         outcome = _outcome(
@@ -311,6 +361,8 @@ def outcomes_of(record: SpanRecord, rule: OutcomeRule = DEFAULT_RULE) -> list[Ou
             time_unix_nano=event.time_unix_nano or record.end_time_unix_nano,
             via=via,
             source=record.source or record.span_id,
+            service=service,
+            origin=f"{record.trace_id}/{record.span_id}",
         )
         if outcome is not None:
             found.append(outcome)
@@ -346,12 +398,13 @@ def decode_outcome_logs(
         return outcomes, [("resourceLogs", "expected a list")]
     for ri, block in enumerate(blocks):
         scopes = block.get("scopeLogs") if isinstance(block, dict) else None
+        service = _resource_service(block)
         for si, scope in enumerate(scopes if isinstance(scopes, list) else ()):
             logs = scope.get("logRecords") if isinstance(scope, dict) else None
             for li, log in enumerate(logs if isinstance(logs, list) else ()):
                 field_path = f"resourceLogs[{ri}].scopeLogs[{si}].logRecords[{li}]"
                 try:
-                    outcome = _log_outcome(log, rule, f"{where} {field_path}")
+                    outcome = _log_outcome(log, rule, f"{where} {field_path}", service)
                 except Bad as bad:
                     errors.append((f"{field_path}.{bad.field}".rstrip("."), bad.reason))
                     continue
@@ -360,7 +413,19 @@ def decode_outcome_logs(
     return outcomes, errors
 
 
-def _log_outcome(log: Any, rule: OutcomeRule, source: str) -> Outcome | None:
+def _resource_service(block: Any) -> str | None:
+    resource = block.get("resource") if isinstance(block, dict) else None
+    if not isinstance(resource, dict):
+        return None
+    try:
+        return _text(attributes(resource.get("attributes") or []).get(A.SERVICE_NAME))
+    except Bad:
+        return None
+
+
+def _log_outcome(
+    log: Any, rule: OutcomeRule, source: str, service: str | None = None
+) -> Outcome | None:
     if not isinstance(log, dict):
         raise Bad("", "expected a LogRecord object")
     attrs = attributes(log.get("attributes") or [])
@@ -384,6 +449,8 @@ def _log_outcome(log: Any, rule: OutcomeRule, source: str) -> Outcome | None:
         time_unix_nano=time_nanos(raw_time, "timeUnixNano") if raw_time else 0,
         via=LOG,
         source=source,
+        service=service,
+        origin=f"log {source}",
     )
 
 
@@ -427,12 +494,16 @@ def latest_outcomes(outcomes: Iterable[Outcome], key: Any = outcome_key) -> dict
 
 
 __all__ = [
+    "ALLOWED",
     "DEFAULT_RULE",
     "EVENT",
     "FEEDBACK",
     "LOG",
+    "UNVERIFIED",
+    "VERIFIED",
     "Outcome",
     "OutcomeRule",
+    "TrustPolicy",
     "decode_outcome_logs",
     "is_evaluation_event",
     "latest_outcomes",

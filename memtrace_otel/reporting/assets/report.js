@@ -423,10 +423,14 @@
     (q.feedback || []).forEach(function (f, i, all) {
       var what = [f.label, f.score === null || f.score === undefined ? null : 'score ' + f.score].filter(Boolean).join(', ');
       var when = f.time_unix_nano ? new Date(f.time_unix_nano / 1e6).toISOString() : '';
-      var text = what + (f.name ? ' (' + f.name + ')' : '') + ' via ' + f.via + (when ? ' at ' + when : '') +
+      var who = (f.service ? ' from ' + f.service : '') + ' [' + (f.trust || 'unverified') + ']';
+      var text = what + (f.name ? ' (' + f.name + ')' : '') + ' via ' + f.via + who + (when ? ' at ' + when : '') +
         (f.explanation ? ': “' + f.explanation + '”' : '') + (i === all.length - 1 && all.length > 1 ? ' (latest: decides)' : '');
       table.appendChild(el('tr', {}, el('th', {text: i === 0 ? 'flagged by' : ''}), el('td', {text: text})));
     });
+    if (q.feedback_omitted) {
+      table.appendChild(el('tr', {}, el('th', {text: ''}), el('td', {className: 'muted', text: q.feedback_omitted + ' earlier feedback not listed (the latest ' + q.feedback.length + ' are)'})));
+    }
     if (!(q.feedback || []).length && q.source) {
       table.appendChild(el('tr', {}, el('th', {text: 'flagged by'}), el('td', {text: q.source})));
     }
@@ -436,6 +440,7 @@
   function renderVerdict(view) {
     var box = clear($('verdict'));
     renderQuestion(box, view.question);
+    if (view.cut) box.appendChild(el('div', {className: 'small', text: 'Graph cut: ' + view.cut.reason}));
     var v = view.verdict;
     box.classList.toggle('none', !v || !v.error_type);
     if (!v) { box.appendChild(el('div', {className: 'headline', text: 'No verdict for this case.'})); return; }
@@ -611,7 +616,8 @@
     });
     var hiddenCount = current.view.nodes.length - els.filter(function (e) { return e.group === 'nodes' && e.data.type !== 'stage'; }).length;
     $('graph-status').textContent = nodeCount + ' nodes shown' + (hiddenCount ? ', ' + hiddenCount + ' in collapsed stages' : '') +
-      ' · layout ' + layoutName + ' ' + Math.round(state.timings.layoutMs) + ' ms';
+      ' · layout ' + layoutName + ' ' + Math.round(state.timings.layoutMs) + ' ms' +
+      (current.view.cut ? ' · CUT: ' + current.view.cut.reason : '');
   }
 
   function byOrder(a, b) {
