@@ -10,6 +10,8 @@ so verdicts and summaries are the same whatever the executor.
 
 Executors (``--executor``):
 
+- ``inline``: this process, one partition at a time (what ``memtrace attribute`` does by
+  default on JSON Lines files: memory is set by the largest partition, not by the export);
 - ``local[N]`` (``local``: one worker per core): a pool of ``N`` local processes;
 - ``dask://HOST:PORT`` (or ``tcp://HOST:PORT``): an existing ``dask.distributed`` scheduler;
   the workers read the files themselves, so sources must be paths every worker sees (a shared
@@ -86,6 +88,7 @@ from memtrace_otel.graph import build_graph
 from memtrace_otel.semconv import JudgeVerdict, SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (
+    BACKEND_SCHEMES,
     DEFAULT_RULE,
     NO_STORE,
     Outcome,
@@ -100,6 +103,7 @@ from memtrace_otel.sources._common import NOT_A_REGULAR_FILE, make_error
 
 __all__ = [
     "ExecutorSpec",
+    "default_executor",
     "SpillIndex",
     "make_partitions",
     "parse_executor",
@@ -113,6 +117,11 @@ DEFAULT_RETRIES = 2
 
 PARTITIONS_PER_WORKER = 4
 """More partitions than workers balance uneven stores and make a lost worker cost less."""
+
+PARTITION_SPANS = 12_000
+"""About the most spans a partition holds (a bigger store gets a partition of its own): what
+bounds a partition's memory (records and one store's graph at a time, some 100-200 MB) whatever
+the size of the export."""
 
 _CASE_ERRORS = (MemtraceError, ValueError, KeyError, TypeError, RuntimeError)
 """What a method may raise for one case (the same list as the single-process run)."""
@@ -128,6 +137,8 @@ class ExecutorSpec:
 
     >>> parse_executor("local[3]")
     ExecutorSpec(kind='local', workers=3, address='')
+    >>> parse_executor("inline").kind
+    'inline'
     >>> parse_executor("dask://127.0.0.1:8786").address
     'tcp://127.0.0.1:8786'
     """
@@ -138,12 +149,14 @@ class ExecutorSpec:
 
 
 def parse_executor(spec: str) -> ExecutorSpec:
-    """Parse ``local``, ``local[N]``, ``dask://HOST:PORT`` or ``tcp://HOST:PORT``.
+    """Parse ``inline``, ``local``, ``local[N]``, ``dask://HOST:PORT`` or ``tcp://HOST:PORT``.
 
     Raises:
         ValueError: anything else.
     """
     text = spec.strip()
+    if text == "inline":
+        return ExecutorSpec("inline")
     match = _EXECUTOR.match(text)
     if match:
         workers = int(match.group(1)) if match.group(1) else (os.cpu_count() or 1)
@@ -153,7 +166,7 @@ def parse_executor(spec: str) -> ExecutorSpec:
     for scheme in ("dask://", "tcp://"):
         if text.startswith(scheme) and len(text) > len(scheme):
             return ExecutorSpec("dask", address="tcp://" + text[len(scheme) :])
-    raise ValueError(f"executor {spec!r}: expected local, local[N] or dask://HOST:PORT")
+    raise ValueError(f"executor {spec!r}: expected inline, local, local[N] or dask://HOST:PORT")
 
 
 def parse_size(text: str | int) -> int:
@@ -334,6 +347,31 @@ def run_partition(
             del records
             results.append(attribute_store(store, G, shared, forced))
     return PartitionResult(partition.number, results, time.perf_counter() - started, tally)
+
+
+def default_executor(sources: Sequence[str]) -> tuple[str | None, str | None]:
+    """How ``memtrace attribute`` runs ``sources`` when told nothing: ``(executor, memory_bound)``.
+
+    Plain JSON Lines files (and folders and globs of them) stream by store in this process
+    (``inline``: an index pass, then one partition at a time); other files (compressed,
+    protobuf, whole documents) are spilled per store to SQLite (:data:`DEFAULT_SPILL`); a live
+    backend (``jaeger+``/``tempo+`` URLs, bounded by ``--max-traces``) or a spec that names
+    nothing is read into memory, where the run reports what is wrong with it.
+    """
+    spilled = False
+    for spec in sources:
+        if str(spec).startswith(BACKEND_SCHEMES):
+            return None, None
+        try:
+            paths = expand_paths(spec)
+        except (MemtraceError, OSError):
+            return None, None
+        spilled = spilled or not all(is_json_lines(path) for path in paths)
+    return (None, DEFAULT_SPILL) if spilled else ("inline", None)
+
+
+DEFAULT_SPILL = "512M"
+"""The memory bound of a default run over files that cannot be read by line."""
 
 
 # --- the SQLite spill ------------------------------------------------------------------------
@@ -584,6 +622,8 @@ def _run_scaled(
             outcomes: list[Outcome] = []
             plan = _plan(engine, sources, strict, counts, wanted, outcomes)
             shared = dataclasses.replace(shared, outcomes=tuple(outcomes))
+            if partitions is None:  # enough partitions that none holds much more than its share
+                wanted = max(wanted, -(-sum(plan.records.values()) // PARTITION_SPANS))
             work = make_partitions(plan, wanted, shared=shared_stores(plan))
             _run_partitions(engine, work, shared, results, poison, counts, progress, append)
             counts.report(summary, plan.files)
@@ -921,6 +961,23 @@ class _Engine(ABC):
         """Release the workers (or the connection)."""
 
 
+class _InlineEngine(_Engine):
+    """This process, one task at a time (a task that raises is yielded with its exception)."""
+
+    def map(
+        self, fn: Callable[..., Any], items: Sequence[_T], *args: Any
+    ) -> Iterator[tuple[_T, Any]]:
+        for item in items:
+            try:
+                result = fn(item, *args)
+            except Exception as exc:
+                result = exc
+            yield item, result
+
+    def close(self) -> None:
+        pass
+
+
 class _PoolEngine(_Engine):
     """A local process pool, rebuilt when a dead worker breaks it."""
 
@@ -1041,6 +1098,8 @@ def _engine(spec: ExecutorSpec, retries: int) -> Iterator[_Engine]:
     engine: _Engine
     if spec.kind == "dask":
         engine = _DaskEngine(spec.address, retries)
+    elif spec.kind == "inline":
+        engine = _InlineEngine()
     else:
         engine = _PoolEngine(spec.workers, retries)
     try:

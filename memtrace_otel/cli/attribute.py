@@ -21,7 +21,8 @@ from memtrace_otel.attribution import (
     run_batch,
     summary_table,
 )
-from memtrace_otel.attribution._executors import parse_executor, parse_size
+from memtrace_otel.attribution._batch import QuietHeap
+from memtrace_otel.attribution._executors import default_executor, parse_executor, parse_size
 from memtrace_otel.attribution._verdict_log import VerdictLog
 from memtrace_otel.attribution._writeback import otlp_target, protocol_hint, send_verdicts
 from memtrace_otel.cli import EXIT_NOTHING_TO_ATTRIBUTE
@@ -150,15 +151,17 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--executor",
         metavar="EXECUTOR",
-        help="partition the work by memory store and run it on local[N] (a pool of N "
-        "processes; local: one per core) or dask://HOST:PORT (a dask.distributed scheduler); "
-        "default: this process (docs/scale.md)",
+        help="partition the work by memory store and run it inline (this process, one "
+        "partition at a time), on local[N] (a pool of N processes; local: one per core) or "
+        "dask://HOST:PORT (a dask.distributed scheduler); default: inline for JSON Lines files, "
+        "a spill to disk (--memory-bound 512M) for other files, in memory for jaeger+/tempo+ "
+        "URLs (docs/scale.md)",
     )
     parser.add_argument(
         "--memory-bound",
         metavar="SIZE",
         help="without --executor: spill span records per store to a SQLite temp file to keep "
-        "memory near SIZE (512M, 2G) on exports larger than RAM",
+        "memory near SIZE (512M, 2G), an explicit cap instead of the default streaming",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress line")
     add_backend_options(parser)
@@ -188,6 +191,8 @@ def run(args: argparse.Namespace) -> int:
         if bound is not None:
             parse_size(bound)
         check_paths(args)
+        if executor is None and bound is None:  # stream by store (docs/scale.md)
+            executor, bound = default_executor(args.sources)
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return 2
@@ -245,34 +250,38 @@ def _run(
     started = time.perf_counter()
     loading = BatchSummary()
     outcomes: list[Outcome] = []
-    graphs = (
-        None
-        if scaled
-        else load_store_graphs(
+    # Loading runs under the batch job's GC policy (QuietHeap: the collector off while records
+    # and graphs are built, then what they hold frozen): with the collector on, its full
+    # collections traverse every record again and loading took twice as long.
+    with contextlib.ExitStack() as stack:
+        graphs = None
+        if not scaled:
+            heap = stack.enter_context(QuietHeap())
+            graphs = load_store_graphs(
+                args.sources,
+                strict=args.strict,
+                summary=loading,
+                outcomes=outcomes,
+                progress=progress,
+                options=options,
+            )
+            heap.loaded()
+        verdicts, summary = run_batch(
             args.sources,
+            method,
+            cases_file=args.cases,
+            out=log,
             strict=args.strict,
-            summary=loading,
-            outcomes=outcomes,
             progress=progress,
-            options=options,
+            graphs=graphs,
+            executor=executor,
+            memory_bound=bound,
+            outcomes=outcomes,
+            rule=rule,
+            redo_stale=args.redo_stale,
+            source_options=options,
+            loaded=loading,
         )
-    )
-    verdicts, summary = run_batch(
-        args.sources,
-        method,
-        cases_file=args.cases,
-        out=log,
-        strict=args.strict,
-        progress=progress,
-        graphs=graphs,
-        executor=executor,
-        memory_bound=bound,
-        outcomes=outcomes,
-        rule=rule,
-        redo_stale=args.redo_stale,
-        source_options=options,
-        loaded=loading,
-    )
     if exporter is not None:
         _write_back(exporter, verdicts, log, summary)
     summary.seconds = round(time.perf_counter() - started, 3)
