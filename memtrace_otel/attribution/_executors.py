@@ -305,12 +305,30 @@ def _forget(G: nx.MultiDiGraph, *, tokens: bool) -> None:
     otherwise live as long as the process; the evidence method's token cache holds the texts
     of the last store's records (they never recur in another store).
     """
-    from memtrace_otel.attribution import _index, _text
+    from memtrace_otel.attribution import _index
 
     _index._cache.pop(G, None)
     if tokens:
-        _text.segment_words.cache_clear()
-        _text.entity_tokens.cache_clear()
+        forget_texts()
+
+
+def forget_texts() -> None:
+    """Empty the attribution methods' text caches (tokens, readings of record values).
+
+    They are bounded by entry count, not by size: filled with one store's long values after
+    another, they held some 100 MB by the tenth partition. A store's texts never recur in
+    another store, so a bounded run empties them after each partition.
+    """
+    from memtrace_otel.attribution import _evidence, _locate, _text
+
+    for cached in (
+        _text.segment_words,
+        _text.entity_tokens,
+        _evidence._held,
+        _evidence._text,
+        _locate._read,
+    ):
+        cached.cache_clear()
 
 
 @dataclass(frozen=True)
@@ -346,6 +364,7 @@ def run_partition(
             G = build_graph(records + join.records_for(store, records))
             del records
             results.append(attribute_store(store, G, shared, forced))
+    forget_texts()
     return PartitionResult(partition.number, results, time.perf_counter() - started, tally)
 
 
