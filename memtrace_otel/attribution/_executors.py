@@ -103,8 +103,8 @@ from memtrace_otel.sources._common import NOT_A_REGULAR_FILE, make_error
 
 __all__ = [
     "ExecutorSpec",
-    "default_executor",
     "SpillIndex",
+    "default_executor",
     "make_partitions",
     "parse_executor",
     "parse_size",
@@ -215,6 +215,8 @@ class StoreResult:
     """Picked cases whose outcomes other stores' views could resolve otherwise."""
     stale: set[str] = field(default_factory=set)
     """Cases done in ``--out`` but redone here (``--redo-stale``: newer ops arrived)."""
+    views: dict[str, Any] = field(default_factory=dict)
+    """What ``shared.view`` drew of each case attributed (or resumed) here, by case id."""
 
 
 @dataclass
@@ -293,6 +295,11 @@ def attribute_store(
                 result.verdicts[case.case_id] = shared.method.attribute(G, case)
             except _CASE_ERRORS as exc:
                 result.errors[case.case_id] = f"{type(exc).__name__}: {exc}"
+        if shared.view is not None:
+            earlier = shared.earlier or {}
+            for case in todo:
+                made = result.verdicts.get(case.case_id) or earlier.get(case.case_id)
+                result.views[case.case_id] = shared.view(G, case.case_id, made, case)
     finally:
         _forget(G, tokens=forget_tokens)
     return result
@@ -331,6 +338,11 @@ def forget_texts() -> None:
         cached.cache_clear()
 
 
+ViewMaker = Callable[[nx.MultiDiGraph, str, "Verdict | None", "Case | None"], Any]
+"""``(graph, case id, verdict, case) -> page``: what a run keeps of a case for its report
+(:class:`~memtrace_otel.reporting.ReportViews`); picklable, for the executors' workers."""
+
+
 @dataclass(frozen=True)
 class _Shared:
     """What every partition needs: shipped once to each worker."""
@@ -345,6 +357,10 @@ class _Shared:
     """With ``--redo-stale``: when each final verdict in ``--out`` was made."""
     picks: dict[str, list[Pick]] | None = None
     """A second round: exactly these cases per store (the driver's decision)."""
+    view: ViewMaker | None = None
+    """Draws each case's report page while its store's graph is held (``--report``)."""
+    earlier: dict[str, Verdict] | None = None
+    """With ``view``: the verdicts in ``--out`` of cases done already (resumed cases' pages)."""
 
 
 def run_partition(
@@ -494,6 +510,8 @@ def run_scaled(
     redo_stale: bool = False,
     source_options: Mapping[str, Any] | None = None,
     rule: OutcomeRule = DEFAULT_RULE,
+    view: ViewMaker | None = None,
+    views: dict[str, Any] | None = None,
 ) -> tuple[list[Verdict], BatchSummary]:
     """The batch job on an executor, or in one process with bounded memory.
 
@@ -506,6 +524,8 @@ def run_scaled(
         retries: runs of a lost worker's partition beyond the first.
         partitions: how many partitions (default: four per worker).
         spill_dir: where the spill file goes.
+        view: draws each failed case's report page while its store's graph is held.
+        views: with ``view``, filled with the page of each case of this run by case id.
 
     Failed cases are found as in one process (feedback spans, evaluation events and log
     records judged by ``rule``, judge ops, or the cases file): the scans collect the
@@ -544,6 +564,8 @@ def run_scaled(
             source_options or {},
             rule,
             redo_stale,
+            view,
+            views,
         )
         if log is not None:
             summary.recount(log.entries.values())
@@ -570,6 +592,8 @@ def _run_scaled(
     source_options: Mapping[str, Any],
     rule: OutcomeRule,
     redo_stale: bool,
+    view: ViewMaker | None = None,
+    views: dict[str, Any] | None = None,
 ) -> list[Verdict]:
     cases: dict[str, Case] | None = None
     case_order: list[Case] = []
@@ -585,7 +609,18 @@ def _run_scaled(
         done, summary.repaired_out = log.done(), log.repaired
         if redo_stale:
             attributed_at = {c: log.entries[c].attributed_at for c in done}
-    shared = _Shared(method, cases, frozenset(done), rule=rule, attributed_at=attributed_at)
+    earlier = (
+        {c: log.entries[c].verdict for c in done} if view is not None and log is not None else None
+    )
+    shared = _Shared(
+        method,
+        cases,
+        frozenset(done),
+        rule=rule,
+        attributed_at=attributed_at,
+        view=view,
+        earlier=earlier,
+    )
     results: dict[str, StoreResult] = {}
     written: dict[str, Verdict] = {}
     picks: list[Pick] = []
@@ -702,6 +737,8 @@ def _run_scaled(
     not_found = set(summary.cases_not_in_traces)
     for store, case_id in chosen:
         holder_result = extra if case_id not in where else results[store]
+        if views is not None and holder_result is not None and case_id in holder_result.views:
+            views[case_id] = holder_result.views[case_id]
         if case_id in done and (holder_result is None or case_id not in holder_result.stale):
             summary.resumed += 1
             continue
@@ -730,6 +767,7 @@ def _merge(result: StoreResult, again: StoreResult) -> None:
     result.verdicts.update(again.verdicts)
     result.errors.update(again.errors)
     result.stale |= again.stale
+    result.views.update(again.views)
 
 
 def _run_spilled(

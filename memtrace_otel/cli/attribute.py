@@ -28,7 +28,13 @@ from memtrace_otel.attribution._writeback import otlp_target, protocol_hint, sen
 from memtrace_otel.cli import EXIT_NOTHING_TO_ATTRIBUTE
 from memtrace_otel.cli._backend import add_backend_options, http_options
 from memtrace_otel.export._configure import ENDPOINT_VARS, resolve_exporter
-from memtrace_otel.reporting import check_base_url, label_accuracy, load_labels, write_report
+from memtrace_otel.reporting import (
+    ReportViews,
+    check_base_url,
+    label_accuracy,
+    load_labels,
+    write_report,
+)
 from memtrace_otel.sources import Outcome, OutcomeRule
 
 NO_FAILURES_HINT = (
@@ -245,11 +251,22 @@ def _run(
 ) -> int:
     scaled = executor is not None or bound is not None
     progress = None if args.quiet else sys.stderr
-    # The graphs are built here, once, so that the report can draw each case from them
-    # (a scaled run never holds every graph: its report, if asked for, loads them afterwards).
+    # An in-memory run builds the graphs here, once, so that the report can draw each case
+    # from them; a scaled run never holds every graph: it draws each case's page while the
+    # case's store graph is in memory (ReportViews), and the report reuses those pages.
     started = time.perf_counter()
     loading = BatchSummary()
     outcomes: list[Outcome] = []
+    views: dict[str, Any] | None = {} if scaled and args.report else None
+    drawer = (
+        ReportViews(
+            labels,
+            check_base_url(args.jaeger_url, "--jaeger-url") if args.jaeger_url else None,
+            check_base_url(args.tempo_url, "--tempo-url") if args.tempo_url else None,
+        )
+        if views is not None
+        else None
+    )
     # Loading runs under the batch job's GC policy (QuietHeap: the collector off while records
     # and graphs are built, then what they hold frozen): with the collector on, its full
     # collections traverse every record again and loading took twice as long.
@@ -281,6 +298,8 @@ def _run(
             redo_stale=args.redo_stale,
             source_options=options,
             loaded=loading,
+            view=drawer,
+            views=views,
         )
     if exporter is not None:
         _write_back(exporter, verdicts, log, summary)
@@ -304,26 +323,24 @@ def _run(
         accuracy = label_accuracy(listed, labels)
         print(_accuracy_line(accuracy), file=sys.stderr)
     if args.report:
-        if graphs is None:
-            outcomes = []
-            graphs = load_store_graphs(
-                args.sources, strict=args.strict, outcomes=outcomes, options=options
-            )
-        # The failed cases again (cheap: the graphs are built), for what each page leads with.
-        cases = {
-            case.case_id: case
-            for _, case in failed_cases(graphs, args.cases, BatchSummary(), outcomes, rule)
-        }
+        cases = None
+        if graphs is not None:
+            # The failed cases again (cheap: the graphs are built), for what each page leads with.
+            cases = {
+                case.case_id: case
+                for _, case in failed_cases(graphs, args.cases, BatchSummary(), outcomes, rule)
+            }
         index = write_report(  # also writes summary.json and summary.md
             args.report,
             listed,
-            graphs,
+            graphs or {},
             summary,
             labels=labels,
             jaeger_url=args.jaeger_url,
             tempo_url=args.tempo_url,
             sources=args.sources,
             cases=cases,
+            views=views,
         )
         print(f"report: {index}", file=sys.stderr)
     if summary.cases == 0 and args.cases is None:
