@@ -326,9 +326,11 @@ def forget_texts() -> None:
     another, they held some 100 MB by the tenth partition. A store's texts never recur in
     another store, so a bounded run empties them after each partition.
     """
-    from memtrace_otel.attribution import _evidence, _locate, _text
+    from memtrace_otel.attribution import _evidence, _locate, _text, _tokens
 
     for cached in (
+        _tokens._content_tokens,
+        _tokens.count_tokens,
         _text.segment_words,
         _text.entity_tokens,
         _evidence._held,
