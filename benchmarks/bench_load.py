@@ -11,7 +11,7 @@
    export is written directly (one small store per case: two messages stored as facts, a
    retrieval, an answer, a failed judgement; half the cases lose the fact at retrieval, half
    answer wrongly from it), then the real ``memtrace attribute`` CLI runs on it in a child
-   process, once in memory and once with ``--memory-bound``. Checks that every case gets a
+   process, once as users run it (streaming by store) and once with ``--memory-bound``. Checks that every case gets a
    verdict or a reported failure (unreported losses = 0) and that the verdicts name the
    planted faults; reports wall and CPU seconds, cases/s and the child's peak RSS.
 
@@ -360,8 +360,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--modes",
-        default="in-process,memory-bound=512M",
-        help="comma-separated runs of part 3: in-process, memory-bound=SIZE, executor=local[N]",
+        default="default,memory-bound=512M",
+        help="comma-separated runs of part 3: default (streaming by store), memory-bound=SIZE, "
+        "executor=local[N]",
     )
     parser.add_argument(
         "--only",

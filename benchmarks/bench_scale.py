@@ -1,29 +1,29 @@
-"""The batch job at scale: one process vs a 2-worker Dask cluster, and the memory-bounded run.
+"""The batch job at a day's traffic, measured as users run it: ``memtrace attribute`` as a process.
 
-Prints, for a workload of at least 2,000 failed cases over at least 500 memory stores:
+Part 1 (the default): ``memtrace attribute FILES --cases CASES --out VERDICTS`` (the default
+method, the generated set's own expected answers) is run as a fresh process on 1x, 4x, 8x and
+16x the 40-user benchmark (``memtrace bench generate --users 40``: about 27k spans). Each size
+is made of renamed copies of that set (``copy-KK.jsonl``): every copy renames its users
+(``user-01`` -> ``r07-user-01``), its prompt stores (``rag`` -> ``r07-rag``) and prompt refs,
+and maps every trace and span id through a hash, so stores, ids and prompt stores are all
+distinct and no span duplicates another copy's. Size N reads the first N copies as N files.
 
-- wall seconds of the single-process run (``run_batch``, no executor) and of the same job on a
-  ``dask.distributed`` LocalCluster with 2 worker processes (cluster start-up not counted),
-  their ratio (goal >= 1.6x on this 2-core machine), and whether verdicts are identical;
-- where the speed-up goes: the workers' CPU time against the single process's, the share of
-  the cores Dask takes while idle, how busy the workers were, and the ceiling those leave; and a
-  control, the CPU time of a fixed job run twice at once against once alone;
-- the peak memory (RSS of a fresh process) of the single-process run with ``memory_bound`` set
-  to a tenth of the export's size, next to the unbounded run's (goal: the growth over the
-  interpreter's baseline stays under the bound + 20%).
+For each size it prints the CPU time (user + sys) of the child process (``os.wait4``, so its
+own children count too), its peak RSS, spans/s, and the floor measured in this same run: the
+CPU time of stdlib ``json.loads`` over the same lines; then the ratio. Nothing carries over
+between runs: each run is a fresh interpreter writing a fresh verdicts file (a verdicts file
+left from an earlier run would resume its cases), and the copies hold no results.
 
-Workload: generating 500 stores with the systems' generator takes minutes, so a small fault-
-injected workload (``memtrace bench generate --users 4 --faults all=0.1``: 16 user stores, 4
-systems) is generated once and replicated: each copy renames its users (``user-01`` ->
-``r007-user-01``, so stores, cases and refs get new ids) and maps every span and trace id
-through a hash, so no span is a duplicate of another copy's.
+Goals (issue 34): peak RSS <= 400 MB at 8x and 16x, and 16x within 1.25x of 4x; CPU <= 5x the
+``json.loads`` floor at every size; 16x / 1x CPU at most 17.6 (linear within 10 %). The load
+average before each run is printed with it: the machine is shared, and CPU time inflates when
+the other core is busy.
 
-Each round runs the single process, then the Dask job (a fresh 2-worker cluster each round,
-its start-up and the workers' import of this package not counted, as the single process's
-import is not), ``--repeats`` rounds interleaved; the best time of each is compared
-(the machine's speed drifts between minutes, and the best run is the least disturbed one).
+Part 2 (``--dask``): the single process against a 2-worker Dask cluster (goal >= 1.6x), and the
+memory-bounded run (see :func:`dask_main`).
 
-Run: ``.venv/bin/python benchmarks/bench_scale.py [--copies 32] [--repeats 3] [--workdir DIR]``.
+Run: ``.venv/bin/python benchmarks/bench_scale.py [--sizes 1,4,8,16] [--workdir DIR]`` (the
+16x size writes 1.6 GB of copies and runs for minutes: run it once, on a quiet machine).
 """
 
 from __future__ import annotations
@@ -217,12 +217,11 @@ def _seconds(values: list[float]) -> str:
     return "[" + ", ".join(f"{v:.1f}" for v in values) + "]"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--copies", type=int, default=32)
-    parser.add_argument("--workdir", help="keep the workload here (default: a temp folder)")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds of single vs dask runs")
-    args = parser.parse_args()
+def dask_main(args: argparse.Namespace) -> None:
+    """Part 2: one process vs a 2-worker Dask cluster, and the memory-bounded run, on a
+    workload of at least 2,000 failed cases over at least 500 memory stores (16 user stores of
+    ``memtrace bench generate --users 4 --faults all=0.1`` replicated ``--copies`` times),
+    ``--repeats`` rounds interleaved, the best time of each compared."""
     with tempfile.TemporaryDirectory() as temp:
         folder = Path(args.workdir or temp)
         folder.mkdir(parents=True, exist_ok=True)
@@ -296,6 +295,197 @@ def main() -> None:
             f"resident after imports, growth {growth / mib:.0f} MiB = {growth / bound:.2f}x the bound "
             f"(goal <= 1.2x); verdicts identical: {bounded['verdicts'] == single['verdicts']}"
         )
+
+
+# --- part 1: the CLI at 1x, 4x, 8x, 16x -------------------------------------------------------
+_STORE_ID = re.compile(rb'("gen_ai\.memory\.store\.id","value":\{"stringValue":")([^"]*)"')
+_GOAL_RSS = 400 * 10**6
+_GOAL_FLOOR = 5.0
+_GOAL_LINEAR = 17.6
+
+
+def build_copies(folder: Path, copies: int) -> list[tuple[Path, Path]]:
+    """The 40-user set, generated once into ``folder/base``, and ``copies`` renamed copies of
+    it: ``(traces, cases)`` of each (copies already written are kept)."""
+    from memtrace_otel.cli import main
+
+    base = folder / "base"
+    if not (base / "traces.jsonl").exists():
+        started = time.perf_counter()
+        code = main(["bench", "generate", "--users", "40", "--out", str(base), "--no-progress"])
+        assert code == 0
+        print(f"generated the 40-user set in {time.perf_counter() - started:.1f} s")
+    pairs = []
+    traces: list[bytes] | None = None
+    cases: list[bytes] = []
+    for copy in range(copies):
+        t_path, c_path = folder / f"copy-{copy:02d}.jsonl", folder / f"cases-{copy:02d}.jsonl"
+        pairs.append((t_path, c_path))
+        if t_path.exists() and c_path.exists():
+            continue
+        if traces is None:
+            traces = (base / "traces.jsonl").read_bytes().splitlines(keepends=True)
+            cases = (base / "cases.jsonl").read_bytes().splitlines(keepends=True)
+        tag = b"r%02d-" % copy
+
+        def new_id(match: re.Match[bytes], copy: int = copy) -> bytes:
+            old = match.group(1)
+            digest = hashlib.blake2b(b"%d:" % copy + old, digest_size=len(old) // 2)
+            return b'"' + digest.hexdigest().encode() + b'"'
+
+        def rename(line: bytes, tag: bytes = tag) -> bytes:
+            line = line.replace(b"user-", tag + b"user-").replace(b'"prompt:', b'"prompt:' + tag)
+            # Prompt stores (no user in their id) get the copy's tag too.
+            line = _STORE_ID.sub(
+                lambda m: (
+                    m.group(1) + (m.group(2) if tag in m.group(2) else tag + m.group(2)) + b'"'
+                ),
+                line,
+            )
+            return _HEX_ID.sub(new_id, line)
+
+        with open(t_path, "wb") as out:
+            out.writelines(rename(line) for line in traces)
+        with open(c_path, "wb") as out:
+            out.writelines(rename(line) for line in cases)
+    return pairs
+
+
+def json_floor(paths: list[Path]) -> tuple[float, int]:
+    """CPU seconds of stdlib ``json.loads`` over every line of ``paths``, and the spans."""
+    spans = 0
+    started = time.process_time()
+    for path in paths:
+        with open(path, "rb") as stream:
+            for line in stream:
+                value = json.loads(line)
+                for resource in value["resourceSpans"]:
+                    for scope in resource["scopeSpans"]:
+                        spans += len(scope["spans"])
+    return time.process_time() - started, spans
+
+
+@dataclass
+class CliRun:
+    """One ``memtrace attribute`` process: CPU (user + sys), peak RSS, wall seconds."""
+
+    cpu: float
+    rss: int
+    seconds: float
+    verdicts: int
+    summary: str
+
+
+def child_env(folder: Path) -> dict[str, str]:
+    """The children's environment: bytecode cached (in ``folder``), as an installed package's
+    is, even where ``PYTHONDONTWRITEBYTECODE`` is set (else every run compiles the package
+    again, a second of CPU no user pays); compiled once here, before any run is timed."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
+    subprocess.run(
+        [sys.executable, "-c", "import memtrace_otel.cli, memtrace_otel.attribution._executors"],
+        env=env,
+        check=True,
+    )
+    return env
+
+
+def run_cli(
+    paths: list[Path], cases: Path, out: Path, *extra: str, env: dict[str, str] | None = None
+) -> CliRun:
+    """``memtrace attribute PATHS --cases CASES --out OUT`` as a fresh process."""
+    out.unlink(missing_ok=True)  # a verdicts file left over would resume its cases
+    command = [
+        sys.executable, "-m", "memtrace_otel.cli", "attribute", *map(str, paths),
+        "--cases", str(cases), "--out", str(out), "--quiet", *extra,
+    ]  # fmt: skip
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as errors:
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors, env=env)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.perf_counter() - started
+        errors.seek(0)
+        text = errors.read().decode("utf-8", "replace")
+    if child.returncode != 0:
+        raise SystemExit(f"memtrace attribute failed ({child.returncode}):\n{text}")
+    verdicts = sum(1 for line in out.read_bytes().splitlines() if line.strip())
+    return CliRun(
+        cpu=usage.ru_utime + usage.ru_stime,
+        rss=usage.ru_maxrss * 1024,
+        seconds=seconds,
+        verdicts=verdicts,
+        summary=text.strip().splitlines()[0] if text.strip() else "",
+    )
+
+
+def scale_main(args: argparse.Namespace) -> None:
+    sizes = sorted({int(s) for s in args.sizes.split(",")})
+    with tempfile.TemporaryDirectory() as temp:
+        folder = Path(args.workdir or temp)
+        folder.mkdir(parents=True, exist_ok=True)
+        pairs = build_copies(folder, max(sizes))
+        extra = args.cli_args.split() if args.cli_args else []
+        env = child_env(folder)
+        print(
+            f"memtrace attribute COPIES --cases CASES --out V {' '.join(extra)}".rstrip()
+            + f" (fresh process per run; {os.cpu_count()} cores)"
+        )
+        header = (
+            f"{'size':>4} {'spans':>8} {'CPU s':>7} {'floor s':>7} {'ratio':>6} "
+            f"{'peak RSS':>9} {'spans/s':>8} {'wall s':>7} {'verdicts':>8}  load avg"
+        )
+        print(header)
+        rows: dict[int, tuple[CliRun, float]] = {}
+        for size in sizes:
+            traces = [t for t, _ in pairs[:size]]
+            cases = folder / f"cases-x{size}.jsonl"
+            with open(cases, "wb") as joined:
+                for _, c_path in pairs[:size]:
+                    joined.write(c_path.read_bytes())
+            floor, spans = json_floor(traces)
+            load = os.getloadavg()
+            run = run_cli(traces, cases, folder / f"verdicts-x{size}.jsonl", *extra, env=env)
+            rows[size] = (run, floor)
+            print(
+                f"{size:>3}x {spans:>8} {run.cpu:>7.2f} {floor:>7.2f} {run.cpu / floor:>5.2f}x "
+                f"{run.rss / 1e6:>6.0f} MB {spans / run.cpu:>8.0f} {run.seconds:>7.1f} "
+                f"{run.verdicts:>8}  {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
+                flush=True,
+            )
+        print("goals:")
+        for size, (run, floor) in rows.items():
+            met = run.cpu / floor <= _GOAL_FLOOR
+            print(f"  {size}x CPU / json.loads floor {run.cpu / floor:.2f}x <= 5: {_met(met)}")
+        for size in (8, 16):
+            if size in rows:
+                rss = rows[size][0].rss
+                print(f"  {size}x peak RSS {rss / 1e6:.0f} MB <= 400 MB: {_met(rss <= _GOAL_RSS)}")
+        if 4 in rows and 16 in rows:
+            growth = rows[16][0].rss / rows[4][0].rss
+            print(f"  16x peak RSS / 4x {growth:.2f} <= 1.25: {_met(growth <= 1.25)}")
+        if 1 in rows and 16 in rows:
+            linear = rows[16][0].cpu / rows[1][0].cpu
+            print(f"  16x / 1x CPU {linear:.1f} <= 17.6: {_met(linear <= _GOAL_LINEAR)}")
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT MET"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1,4,8,16", help="copies of the 40-user set per run")
+    parser.add_argument("--cli-args", default="", help="more memtrace attribute options")
+    parser.add_argument("--dask", action="store_true", help="part 2: single process vs Dask")
+    parser.add_argument("--copies", type=int, default=32, help="part 2's workload copies")
+    parser.add_argument("--workdir", help="keep the workload here (default: a temp folder)")
+    parser.add_argument("--repeats", type=int, default=3, help="part 2: rounds of single vs dask")
+    args = parser.parse_args()
+    if args.dask:
+        dask_main(args)
+    else:
+        scale_main(args)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from memtrace_otel.attribution._executors import (
     parse_executor,
     parse_size,
     plan_sources,
+    run_scaled,
 )
 from memtrace_otel.attribution._model import Case, Verdict
 from memtrace_otel.cli import main
@@ -340,3 +341,93 @@ def test_every_shared_fixture_gives_the_single_process_summary_on_the_pool() -> 
     assert single.skipped_records > 0 and len(single.source_errors) > 10
     assert verdicts == single_verdicts
     assert _plain(summary) == _plain(single)
+
+
+def test_inline_matches_single_process(
+    workload: Path, baseline: tuple[list[Verdict], dict[str, Any]]
+) -> None:
+    assert _run(workload, executor="inline") == baseline
+    # Many small partitions (a bounded run on a big export): the same again.
+    verdicts, summary = run_scaled(
+        [str(workload / "traces.jsonl")],
+        get_method("evidence"),
+        executor="inline",
+        cases_file=str(workload / "cases.jsonl"),
+        partitions=7,
+    )
+    assert (verdicts, _plain(summary)) == baseline
+
+
+def test_cli_streams_by_default_with_the_same_verdicts_and_report(
+    workload: Path, baseline: tuple[list[Verdict], dict[str, Any]], tmp_path: Path
+) -> None:
+    from memtrace_otel.attribution._executors import default_executor
+
+    traces = str(workload / "traces.jsonl")
+    assert default_executor([traces]) == ("inline", None)
+    out, report = tmp_path / "v.jsonl", tmp_path / "report"
+    cases = str(workload / "cases.jsonl")
+    code = main(
+        [
+            "attribute",
+            traces,
+            "--cases",
+            cases,
+            "--out",
+            str(out),
+            "--quiet",
+            "--report",
+            str(report),
+        ]
+    )
+    assert code == 0
+    written = {v.case_id: v for v in map(Verdict.from_json, map(json.loads, out.open()))}
+    assert written == {v.case_id: v for v in baseline[0]}
+    # The report's pages were drawn during the run, from the same graphs.
+    pages = sorted((report / "cases").glob("*.js"))
+    assert len(pages) == len(written)
+    shown = {json.loads(p.read_text().split("(", 1)[1].rsplit(")", 1)[0])["case_id"] for p in pages}
+    assert shown == set(written)
+
+
+def test_an_export_split_by_store_reads_as_the_single_file(
+    workload: Path, baseline: tuple[list[Verdict], dict[str, Any]], tmp_path: Path
+) -> None:
+    """What collector_config/examples/split-by-store.yaml writes: one file per store (the store
+    id also on the resource), and the spans naming no store in ``unrouted.jsonl``."""
+    from memtrace_otel.semconv import attributes as A
+
+    split = tmp_path / "by-store"
+    split.mkdir()
+    files: dict[str, Any] = {}
+    for line in (workload / "traces.jsonl").read_text().splitlines():
+        for resource in json.loads(line)["resourceSpans"]:
+            for scope in resource["scopeSpans"]:
+                for span in scope["spans"]:
+                    store = next(
+                        (
+                            a["value"]["stringValue"]
+                            for a in span.get("attributes", [])
+                            if a["key"] == A.GEN_AI_MEMORY_STORE_ID
+                        ),
+                        None,
+                    )
+                    name = "unrouted" if store is None else f"store-{store}"
+                    extra = (
+                        []
+                        if store is None
+                        else [{"key": A.GEN_AI_MEMORY_STORE_ID, "value": {"stringValue": store}}]
+                    )
+                    block = {
+                        "resource": {"attributes": resource["resource"]["attributes"] + extra},
+                        "scopeSpans": [{"scope": scope["scope"], "spans": [span]}],
+                    }
+                    if name not in files:
+                        files[name] = (split / f"{name}.jsonl").open("w")
+                    files[name].write(json.dumps({"resourceSpans": [block]}) + "\n")
+    for handle in files.values():
+        handle.close()
+    assert len(files) > 2
+    verdicts, summary = _run(workload, source=str(split), executor="inline")
+    assert {v.case_id: v for v in verdicts} == {v.case_id: v for v in baseline[0]}
+    assert summary["records"] == baseline[1]["records"]

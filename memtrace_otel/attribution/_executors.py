@@ -10,6 +10,8 @@ so verdicts and summaries are the same whatever the executor.
 
 Executors (``--executor``):
 
+- ``inline``: this process, one partition at a time (what ``memtrace attribute`` does by
+  default on JSON Lines files: memory is set by the largest partition, not by the export);
 - ``local[N]`` (``local``: one worker per core): a pool of ``N`` local processes;
 - ``dask://HOST:PORT`` (or ``tcp://HOST:PORT``): an existing ``dask.distributed`` scheduler;
   the workers read the files themselves, so sources must be paths every worker sees (a shared
@@ -86,6 +88,7 @@ from memtrace_otel.graph import build_graph
 from memtrace_otel.semconv import JudgeVerdict, SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (
+    BACKEND_SCHEMES,
     DEFAULT_RULE,
     NO_STORE,
     Outcome,
@@ -101,6 +104,7 @@ from memtrace_otel.sources._common import NOT_A_REGULAR_FILE, make_error
 __all__ = [
     "ExecutorSpec",
     "SpillIndex",
+    "default_executor",
     "make_partitions",
     "parse_executor",
     "parse_size",
@@ -113,6 +117,11 @@ DEFAULT_RETRIES = 2
 
 PARTITIONS_PER_WORKER = 4
 """More partitions than workers balance uneven stores and make a lost worker cost less."""
+
+PARTITION_SPANS = 12_000
+"""About the most spans a partition holds (a bigger store gets a partition of its own): what
+bounds a partition's memory (records and one store's graph at a time, some 100-200 MB) whatever
+the size of the export."""
 
 _CASE_ERRORS = (MemtraceError, ValueError, KeyError, TypeError, RuntimeError)
 """What a method may raise for one case (the same list as the single-process run)."""
@@ -128,6 +137,8 @@ class ExecutorSpec:
 
     >>> parse_executor("local[3]")
     ExecutorSpec(kind='local', workers=3, address='')
+    >>> parse_executor("inline").kind
+    'inline'
     >>> parse_executor("dask://127.0.0.1:8786").address
     'tcp://127.0.0.1:8786'
     """
@@ -138,12 +149,14 @@ class ExecutorSpec:
 
 
 def parse_executor(spec: str) -> ExecutorSpec:
-    """Parse ``local``, ``local[N]``, ``dask://HOST:PORT`` or ``tcp://HOST:PORT``.
+    """Parse ``inline``, ``local``, ``local[N]``, ``dask://HOST:PORT`` or ``tcp://HOST:PORT``.
 
     Raises:
         ValueError: anything else.
     """
     text = spec.strip()
+    if text == "inline":
+        return ExecutorSpec("inline")
     match = _EXECUTOR.match(text)
     if match:
         workers = int(match.group(1)) if match.group(1) else (os.cpu_count() or 1)
@@ -153,7 +166,7 @@ def parse_executor(spec: str) -> ExecutorSpec:
     for scheme in ("dask://", "tcp://"):
         if text.startswith(scheme) and len(text) > len(scheme):
             return ExecutorSpec("dask", address="tcp://" + text[len(scheme) :])
-    raise ValueError(f"executor {spec!r}: expected local, local[N] or dask://HOST:PORT")
+    raise ValueError(f"executor {spec!r}: expected inline, local, local[N] or dask://HOST:PORT")
 
 
 def parse_size(text: str | int) -> int:
@@ -202,6 +215,8 @@ class StoreResult:
     """Picked cases whose outcomes other stores' views could resolve otherwise."""
     stale: set[str] = field(default_factory=set)
     """Cases done in ``--out`` but redone here (``--redo-stale``: newer ops arrived)."""
+    views: dict[str, Any] = field(default_factory=dict)
+    """What ``shared.view`` drew of each case attributed (or resumed) here, by case id."""
 
 
 @dataclass
@@ -280,6 +295,11 @@ def attribute_store(
                 result.verdicts[case.case_id] = shared.method.attribute(G, case)
             except _CASE_ERRORS as exc:
                 result.errors[case.case_id] = f"{type(exc).__name__}: {exc}"
+        if shared.view is not None:
+            earlier = shared.earlier or {}
+            for case in todo:
+                made = result.verdicts.get(case.case_id) or earlier.get(case.case_id)
+                result.views[case.case_id] = shared.view(G, case.case_id, made, case)
     finally:
         _forget(G, tokens=forget_tokens)
     return result
@@ -292,12 +312,37 @@ def _forget(G: nx.MultiDiGraph, *, tokens: bool) -> None:
     otherwise live as long as the process; the evidence method's token cache holds the texts
     of the last store's records (they never recur in another store).
     """
-    from memtrace_otel.attribution import _index, _text
+    from memtrace_otel.attribution import _index
 
     _index._cache.pop(G, None)
     if tokens:
-        _text.segment_words.cache_clear()
-        _text.entity_tokens.cache_clear()
+        forget_texts()
+
+
+def forget_texts() -> None:
+    """Empty the attribution methods' text caches (tokens, readings of record values).
+
+    They are bounded by entry count, not by size: filled with one store's long values after
+    another, they held some 100 MB by the tenth partition. A store's texts never recur in
+    another store, so a bounded run empties them after each partition.
+    """
+    from memtrace_otel.attribution import _evidence, _locate, _text, _tokens
+
+    for cached in (
+        _tokens._content_tokens,
+        _tokens.count_tokens,
+        _text.segment_words,
+        _text.entity_tokens,
+        _evidence._held,
+        _evidence._text,
+        _locate._read,
+    ):
+        cached.cache_clear()
+
+
+ViewMaker = Callable[[nx.MultiDiGraph, str, "Verdict | None", "Case | None"], Any]
+"""``(graph, case id, verdict, case) -> page``: what a run keeps of a case for its report
+(:class:`~memtrace_otel.reporting.ReportViews`); picklable, for the executors' workers."""
 
 
 @dataclass(frozen=True)
@@ -314,6 +359,10 @@ class _Shared:
     """With ``--redo-stale``: when each final verdict in ``--out`` was made."""
     picks: dict[str, list[Pick]] | None = None
     """A second round: exactly these cases per store (the driver's decision)."""
+    view: ViewMaker | None = None
+    """Draws each case's report page while its store's graph is held (``--report``)."""
+    earlier: dict[str, Verdict] | None = None
+    """With ``view``: the verdicts in ``--out`` of cases done already (resumed cases' pages)."""
 
 
 def run_partition(
@@ -333,7 +382,33 @@ def run_partition(
             G = build_graph(records + join.records_for(store, records))
             del records
             results.append(attribute_store(store, G, shared, forced))
+    forget_texts()
     return PartitionResult(partition.number, results, time.perf_counter() - started, tally)
+
+
+def default_executor(sources: Sequence[str]) -> tuple[str | None, str | None]:
+    """How ``memtrace attribute`` runs ``sources`` when told nothing: ``(executor, memory_bound)``.
+
+    Plain JSON Lines files (and folders and globs of them) stream by store in this process
+    (``inline``: an index pass, then one partition at a time); other files (compressed,
+    protobuf, whole documents) are spilled per store to SQLite (:data:`DEFAULT_SPILL`); a live
+    backend (``jaeger+``/``tempo+`` URLs, bounded by ``--max-traces``) or a spec that names
+    nothing is read into memory, where the run reports what is wrong with it.
+    """
+    spilled = False
+    for spec in sources:
+        if str(spec).startswith(BACKEND_SCHEMES):
+            return None, None
+        try:
+            paths = expand_paths(spec)
+        except (MemtraceError, OSError):
+            return None, None
+        spilled = spilled or not all(is_json_lines(path) for path in paths)
+    return (None, DEFAULT_SPILL) if spilled else ("inline", None)
+
+
+DEFAULT_SPILL = "512M"
+"""The memory bound of a default run over files that cannot be read by line."""
 
 
 # --- the SQLite spill ------------------------------------------------------------------------
@@ -437,6 +512,8 @@ def run_scaled(
     redo_stale: bool = False,
     source_options: Mapping[str, Any] | None = None,
     rule: OutcomeRule = DEFAULT_RULE,
+    view: ViewMaker | None = None,
+    views: dict[str, Any] | None = None,
 ) -> tuple[list[Verdict], BatchSummary]:
     """The batch job on an executor, or in one process with bounded memory.
 
@@ -449,6 +526,8 @@ def run_scaled(
         retries: runs of a lost worker's partition beyond the first.
         partitions: how many partitions (default: four per worker).
         spill_dir: where the spill file goes.
+        view: draws each failed case's report page while its store's graph is held.
+        views: with ``view``, filled with the page of each case of this run by case id.
 
     Failed cases are found as in one process (feedback spans, evaluation events and log
     records judged by ``rule``, judge ops, or the cases file): the scans collect the
@@ -487,6 +566,8 @@ def run_scaled(
             source_options or {},
             rule,
             redo_stale,
+            view,
+            views,
         )
         if log is not None:
             summary.recount(log.entries.values())
@@ -513,6 +594,8 @@ def _run_scaled(
     source_options: Mapping[str, Any],
     rule: OutcomeRule,
     redo_stale: bool,
+    view: ViewMaker | None = None,
+    views: dict[str, Any] | None = None,
 ) -> list[Verdict]:
     cases: dict[str, Case] | None = None
     case_order: list[Case] = []
@@ -528,7 +611,18 @@ def _run_scaled(
         done, summary.repaired_out = log.done(), log.repaired
         if redo_stale:
             attributed_at = {c: log.entries[c].attributed_at for c in done}
-    shared = _Shared(method, cases, frozenset(done), rule=rule, attributed_at=attributed_at)
+    earlier = (
+        {c: log.entries[c].verdict for c in done} if view is not None and log is not None else None
+    )
+    shared = _Shared(
+        method,
+        cases,
+        frozenset(done),
+        rule=rule,
+        attributed_at=attributed_at,
+        view=view,
+        earlier=earlier,
+    )
     results: dict[str, StoreResult] = {}
     written: dict[str, Verdict] = {}
     picks: list[Pick] = []
@@ -584,6 +678,8 @@ def _run_scaled(
             outcomes: list[Outcome] = []
             plan = _plan(engine, sources, strict, counts, wanted, outcomes)
             shared = dataclasses.replace(shared, outcomes=tuple(outcomes))
+            if partitions is None:  # enough partitions that none holds much more than its share
+                wanted = max(wanted, -(-sum(plan.records.values()) // PARTITION_SPANS))
             work = make_partitions(plan, wanted, shared=shared_stores(plan))
             _run_partitions(engine, work, shared, results, poison, counts, progress, append)
             counts.report(summary, plan.files)
@@ -643,6 +739,8 @@ def _run_scaled(
     not_found = set(summary.cases_not_in_traces)
     for store, case_id in chosen:
         holder_result = extra if case_id not in where else results[store]
+        if views is not None and holder_result is not None and case_id in holder_result.views:
+            views[case_id] = holder_result.views[case_id]
         if case_id in done and (holder_result is None or case_id not in holder_result.stale):
             summary.resumed += 1
             continue
@@ -671,6 +769,7 @@ def _merge(result: StoreResult, again: StoreResult) -> None:
     result.verdicts.update(again.verdicts)
     result.errors.update(again.errors)
     result.stale |= again.stale
+    result.views.update(again.views)
 
 
 def _run_spilled(
@@ -921,6 +1020,23 @@ class _Engine(ABC):
         """Release the workers (or the connection)."""
 
 
+class _InlineEngine(_Engine):
+    """This process, one task at a time (a task that raises is yielded with its exception)."""
+
+    def map(
+        self, fn: Callable[..., Any], items: Sequence[_T], *args: Any
+    ) -> Iterator[tuple[_T, Any]]:
+        for item in items:
+            try:
+                result = fn(item, *args)
+            except Exception as exc:
+                result = exc
+            yield item, result
+
+    def close(self) -> None:
+        pass
+
+
 class _PoolEngine(_Engine):
     """A local process pool, rebuilt when a dead worker breaks it."""
 
@@ -1041,6 +1157,8 @@ def _engine(spec: ExecutorSpec, retries: int) -> Iterator[_Engine]:
     engine: _Engine
     if spec.kind == "dask":
         engine = _DaskEngine(spec.address, retries)
+    elif spec.kind == "inline":
+        engine = _InlineEngine()
     else:
         engine = _PoolEngine(spec.workers, retries)
     try:

@@ -638,7 +638,9 @@ class _Loader:
         self.owned = set(stores)
         self.wanted = self.owned | set(shared)
         self.by_store: dict[str, list[SpanRecord]] = {store: [] for store in self.wanted}
-        self.seen: dict[tuple[str, str], tuple[str, int]] = {}
+        self.seen: dict[tuple[str, str], SpanRecord] = {}
+        """The first record of each (trace id, span id): the partition holds them anyway, so
+        content digests are computed only when an id comes again (a duplicate or a conflict)."""
         self.tally = Tally(phase=1)
         self.limits = ValueLimits.resolve()
         self.ignored: list[DecodeError] = []  # counted by the planning already
@@ -682,9 +684,8 @@ class _Loader:
         counted = counted and store in self.owned  # a shared store is counted by its owner
         key = (record.trace_id, record.span_id)
         first = self.seen.get(key)
-        digest = content_digest(record)
         if first is None:
-            self.seen[key] = (record.source, digest)
+            self.seen[key] = record
             if counted:
                 self.tally.stats.records += 1
             if record.name == A.MEMTRACE_FEEDBACK_SPAN and record.events and outcomes_of(record):
@@ -692,7 +693,7 @@ class _Loader:
             self.by_store[store].append(record)
         elif not counted:
             pass
-        elif first[1] == digest:
+        elif content_digest(first) == content_digest(record):
             self.tally.stats.duplicates += 1
         else:
-            self.tally.on_error(DUPLICATE_SPAN, duplicate_span_error(record, first[0]))
+            self.tally.on_error(DUPLICATE_SPAN, duplicate_span_error(record, first.source))

@@ -15,7 +15,7 @@ import networkx as nx
 
 from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._batch import BatchSummary, QuietHeap, _run_in_process
-from memtrace_otel.attribution._executors import run_scaled
+from memtrace_otel.attribution._executors import ViewMaker, run_scaled
 from memtrace_otel.attribution._model import Verdict
 from memtrace_otel.attribution._verdict_log import VerdictLog
 from memtrace_otel.sources import DEFAULT_RULE, Outcome, OutcomeRule
@@ -40,6 +40,8 @@ def run_batch(
     loaded: BatchSummary | None = None,
     outcomes: Sequence[Outcome] | None = None,
     rule: OutcomeRule = DEFAULT_RULE,
+    view: ViewMaker | None = None,
+    views: dict[str, Any] | None = None,
 ) -> tuple[list[Verdict], BatchSummary]:
     """Attribute every failed case of ``sources``.
 
@@ -66,6 +68,10 @@ def run_batch(
         outcomes: evaluations already read with ``graphs`` (see :func:`load_store_graphs`);
             without ``graphs`` they are read from ``sources`` (scaled runs too).
         rule: which evaluations count as failures (default: ``incorrect`` or score 0).
+        view: scaled runs only: draws each failed case's report page while its store's graph
+            is held (:class:`~memtrace_otel.reporting.ReportViews`), so the report needs no
+            second load.
+        views: with ``view``, filled with those pages by case id.
 
     Returns:
         The verdicts of this run (resumed cases excluded) and the summary.
@@ -84,6 +90,8 @@ def run_batch(
             redo_stale=redo_stale,
             source_options=source_options,
             rule=rule,
+            view=view,
+            views=views,
         )
     with QuietHeap() as heap:
         return _run_in_process(

@@ -21,14 +21,21 @@ from memtrace_otel.attribution import (
     run_batch,
     summary_table,
 )
-from memtrace_otel.attribution._executors import parse_executor, parse_size
+from memtrace_otel.attribution._batch import QuietHeap
+from memtrace_otel.attribution._executors import default_executor, parse_executor, parse_size
 from memtrace_otel.attribution._semantic import default_encoder
 from memtrace_otel.attribution._verdict_log import VerdictLog
 from memtrace_otel.attribution._writeback import otlp_target, protocol_hint, send_verdicts
 from memtrace_otel.cli import EXIT_FAILURES, EXIT_NOTHING_TO_ATTRIBUTE, EXIT_OK, EXIT_USAGE
 from memtrace_otel.cli._backend import add_backend_options, http_options
 from memtrace_otel.export._configure import ENDPOINT_VARS, resolve_exporter
-from memtrace_otel.reporting import check_base_url, label_accuracy, load_labels, write_report
+from memtrace_otel.reporting import (
+    ReportViews,
+    check_base_url,
+    label_accuracy,
+    load_labels,
+    write_report,
+)
 from memtrace_otel.sources import (
     DEFAULT_SKEW_SECONDS,
     ContentResolver,
@@ -200,15 +207,17 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--executor",
         metavar="EXECUTOR",
-        help="partition the work by memory store and run it on local[N] (a pool of N "
-        "processes; local: one per core) or dask://HOST:PORT (a dask.distributed scheduler); "
-        "default: this process (docs/scale.md)",
+        help="partition the work by memory store and run it inline (this process, one "
+        "partition at a time), on local[N] (a pool of N processes; local: one per core) or "
+        "dask://HOST:PORT (a dask.distributed scheduler); default: inline for JSON Lines files, "
+        "a spill to disk (--memory-bound 512M) for other files, in memory for jaeger+/tempo+ "
+        "URLs (docs/scale.md)",
     )
     parser.add_argument(
         "--memory-bound",
         metavar="SIZE",
         help="without --executor: spill span records per store to a SQLite temp file to keep "
-        "memory near SIZE (512M, 2G) on exports larger than RAM",
+        "memory near SIZE (512M, 2G), an explicit cap instead of the default streaming",
     )
     parser.add_argument(
         "--content",
@@ -253,6 +262,9 @@ def run(args: argparse.Namespace) -> int:
         if content:
             ContentResolver(content)  # a bad URL, no fsspec or a short key fails here
         check_paths(args)
+        if executor is None and bound is None and not content:
+            # stream by store (docs/scale.md); content references are resolved in memory
+            executor, bound = default_executor(args.sources)
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -310,39 +322,56 @@ def _run(
 ) -> int:
     scaled = executor is not None or bound is not None
     progress = None if args.quiet else sys.stderr
-    # The graphs are built here, once, so that the report can draw each case from them
-    # (a scaled run never holds every graph: its report, if asked for, loads them afterwards).
+    # An in-memory run builds the graphs here, once, so that the report can draw each case
+    # from them; a scaled run never holds every graph: it draws each case's page while the
+    # case's store graph is in memory (ReportViews), and the report reuses those pages.
     started = time.perf_counter()
     loading = BatchSummary()
     outcomes: list[Outcome] = []
-    graphs = (
-        None
-        if scaled
-        else load_store_graphs(
-            args.sources,
-            strict=args.strict,
-            summary=loading,
-            outcomes=outcomes,
-            progress=progress,
-            options=options,
+    views: dict[str, Any] | None = {} if scaled and args.report else None
+    drawer = (
+        ReportViews(
+            labels,
+            check_base_url(args.jaeger_url, "--jaeger-url") if args.jaeger_url else None,
+            check_base_url(args.tempo_url, "--tempo-url") if args.tempo_url else None,
         )
+        if views is not None
+        else None
     )
-    verdicts, summary = run_batch(
-        args.sources,
-        method,
-        cases_file=args.cases,
-        out=log,
-        strict=args.strict,
-        progress=progress,
-        graphs=graphs,
-        executor=executor,
-        memory_bound=bound,
-        outcomes=outcomes,
-        rule=rule,
-        redo_stale=args.redo_stale,
-        source_options=options,
-        loaded=loading,
-    )
+    # Loading runs under the batch job's GC policy (QuietHeap: the collector off while records
+    # and graphs are built, then what they hold frozen): with the collector on, its full
+    # collections traverse every record again and loading took twice as long.
+    with contextlib.ExitStack() as stack:
+        graphs = None
+        if not scaled:
+            heap = stack.enter_context(QuietHeap())
+            graphs = load_store_graphs(
+                args.sources,
+                strict=args.strict,
+                summary=loading,
+                outcomes=outcomes,
+                progress=progress,
+                options=options,
+            )
+            heap.loaded()
+        verdicts, summary = run_batch(
+            args.sources,
+            method,
+            cases_file=args.cases,
+            out=log,
+            strict=args.strict,
+            progress=progress,
+            graphs=graphs,
+            executor=executor,
+            memory_bound=bound,
+            outcomes=outcomes,
+            rule=rule,
+            redo_stale=args.redo_stale,
+            source_options=options,
+            loaded=loading,
+            view=drawer,
+            views=views,
+        )
     if exporter is not None:
         _write_back(exporter, verdicts, log, summary)
     summary.seconds = round(time.perf_counter() - started, 3)
@@ -365,26 +394,24 @@ def _run(
         accuracy = label_accuracy(listed, labels)
         print(_accuracy_line(accuracy), file=sys.stderr)
     if args.report:
-        if graphs is None:
-            outcomes = []
-            graphs = load_store_graphs(
-                args.sources, strict=args.strict, outcomes=outcomes, options=options
-            )
-        # The failed cases again (cheap: the graphs are built), for what each page leads with.
-        cases = {
-            case.case_id: case
-            for _, case in failed_cases(graphs, args.cases, BatchSummary(), outcomes, rule)
-        }
+        cases = None
+        if graphs is not None:
+            # The failed cases again (cheap: the graphs are built), for what each page leads with.
+            cases = {
+                case.case_id: case
+                for _, case in failed_cases(graphs, args.cases, BatchSummary(), outcomes, rule)
+            }
         index = write_report(  # also writes summary.json and summary.md
             args.report,
             listed,
-            graphs,
+            graphs or {},
             summary,
             labels=labels,
             jaeger_url=args.jaeger_url,
             tempo_url=args.tempo_url,
             sources=args.sources,
             cases=cases,
+            views=views,
         )
         print(f"report: {index}", file=sys.stderr)
     if summary.cases == 0 and args.cases is None:

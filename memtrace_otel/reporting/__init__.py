@@ -15,7 +15,7 @@ to the span in Jaeger or Tempo. :func:`case_html` is one case as a single self-c
 True
 """
 
-from memtrace_otel.reporting._html import case_html, json_for_html, write_report
+from memtrace_otel.reporting._html import ReportViews, case_html, json_for_html, write_report
 from memtrace_otel.reporting._labels import Label, label_accuracy, load_labels
 from memtrace_otel.reporting._links import check_base_url, jaeger_link, tempo_link
 from memtrace_otel.reporting._view import (
@@ -30,6 +30,7 @@ from memtrace_otel.reporting._view import (
 __all__ = [
     "STAGE_ORDER",
     "Label",
+    "ReportViews",
     "case_html",
     "case_row",
     "case_view",

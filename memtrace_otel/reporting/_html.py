@@ -18,6 +18,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,9 @@ from memtrace_otel._internal import finite_json
 from memtrace_otel.attribution import CONTENT_NOTICE, BatchSummary, Case, Verdict, write_summary
 from memtrace_otel.reporting._labels import Label, load_labels
 from memtrace_otel.reporting._links import check_base_url
-from memtrace_otel.reporting._view import case_row, case_view, summary_data
+from memtrace_otel.reporting._view import case_row, case_view, summary_data, verdict_data
 
-__all__ = ["case_html", "json_for_html", "write_report"]
+__all__ = ["ReportViews", "case_html", "json_for_html", "write_report"]
 
 _ASSET_FILES = ("report.js", "report.css")
 _VENDOR_SCRIPTS = ("vendor/cytoscape.min.js", "vendor/cytoscape-dagre.min.js")
@@ -107,6 +108,36 @@ def _page(
     )
 
 
+@dataclass(frozen=True)
+class ReportViews:
+    """Draws a case's page from its store's graph while the batch job holds it (a streaming
+    run never holds every graph, so the report is drawn as it goes, not by loading them all
+    again). Picklable: executors ship it to their workers.
+
+    Args:
+        labels: ground-truth labels by case id, shown beside each verdict.
+        jaeger_url: Jaeger UI base URL (checked), to link ops to their spans.
+        tempo_url: Grafana base URL or Tempo link template (checked).
+    """
+
+    labels: Mapping[str, Label] | None = None
+    jaeger_url: str | None = None
+    tempo_url: str | None = None
+
+    def __call__(
+        self, G: nx.MultiDiGraph, case_id: str, verdict: Verdict | None, case: Case | None
+    ) -> dict[str, Any]:
+        return case_view(
+            G,
+            case_id,
+            verdict,
+            label=self.labels.get(case_id) if self.labels is not None else None,
+            jaeger_url=self.jaeger_url,
+            tempo_url=self.tempo_url,
+            case=case,
+        )
+
+
 def _key_width(count: int) -> int:
     return max(4, len(str(max(count - 1, 0))))
 
@@ -139,6 +170,7 @@ def write_report(
     sources: Sequence[str] = (),
     title: str = "memtrace attribution report",
     cases: Mapping[str, Case] | None = None,
+    views: Mapping[str, dict[str, Any]] | None = None,
 ) -> Path:
     """Write the static HTML report of a batch run into ``out_dir``.
 
@@ -161,6 +193,8 @@ def write_report(
         title: the page title.
         cases: the failed cases by id (question, expected answer, feedback), shown first on
             each case's page; without them, what the traces captured.
+        views: case pages already drawn by the run (:class:`ReportViews`, while each store's
+            graph was in memory), by case id; ``graphs`` then serves only the other cases.
 
     Returns:
         The path of ``index.html``.
@@ -190,16 +224,20 @@ def write_report(
         key = f"{number:0{width}d}"
         label = label_map.get(verdict.case_id) if label_map is not None else None
         # Ops that name no store are grouped under "" by load_store_graphs.
-        G = graphs.get(verdict.store_id or "", empty)
-        view = case_view(
-            G,
-            verdict.case_id,
-            verdict,
-            label=label,
-            jaeger_url=jaeger,
-            tempo_url=tempo,
-            case=cases.get(verdict.case_id) if cases is not None else None,
-        )
+        drawn = views.get(verdict.case_id) if views is not None else None
+        if drawn is not None:
+            view = dict(drawn, verdict=verdict_data(verdict))
+        else:
+            G = graphs.get(verdict.store_id or "", empty)
+            view = case_view(
+                G,
+                verdict.case_id,
+                verdict,
+                label=label,
+                jaeger_url=jaeger,
+                tempo_url=tempo,
+                case=cases.get(verdict.case_id) if cases is not None else None,
+            )
         view["key"] = key
         (cases_dir / f"{key}.js").write_text(
             f"window.__memtraceCase({json_for_html(view)});\n", encoding="utf-8"

@@ -239,7 +239,10 @@ def _hashable(value: Any) -> Any:
 
 
 def _items(mapping: Mapping[str, Any]) -> frozenset[tuple[str, Any]]:
-    return frozenset((k, _hashable(v)) for k, v in mapping.items())
+    try:  # the common case, at C speed: every value hashable
+        return frozenset(mapping.items())
+    except TypeError:  # a kvlist (a mapping) somewhere: hash its repr instead
+        return frozenset((k, _hashable(v)) for k, v in mapping.items())
 
 
 def content_digest(record: SpanRecord) -> int:
