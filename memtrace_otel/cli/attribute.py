@@ -42,7 +42,9 @@ from memtrace_otel.sources import (
     Outcome,
     OutcomeRule,
     TrustPolicy,
+    expand_paths,
 )
+from memtrace_otel.sources._content import mentions_references
 
 NO_FAILURES_HINT = (
     "memtrace: nothing to attribute: no answer in these traces is marked wrong. Mark one with\n"
@@ -263,8 +265,11 @@ def run(args: argparse.Namespace) -> int:
             ContentResolver(content)  # a bad URL, no fsspec or a short key fails here
         check_paths(args)
         if executor is None and bound is None and not content:
-            # stream by store (docs/scale.md); content references are resolved in memory
-            executor, bound = default_executor(args.sources)
+            executor, bound = default_executor(args.sources)  # stream by store (docs/scale.md)
+            if executor == "inline" and mentions_references(
+                [path for spec in args.sources for path in expand_paths(spec)]
+            ):
+                executor = None  # content references are resolved in memory, not streamed
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -361,6 +361,40 @@ class EraseResult:
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
+_REF_KEYS = (b'_ref"', b'_ref\\"')
+"""How every reference key ends in a JSON Lines file (``memtrace.variable.value_ref``,
+``gen_ai.input.messages_ref``, meta's ``content_ref`` inside an escaped JSON string, ...);
+``memtrace.variable.ref`` and meta's ``source_refs`` do not end so."""
+
+
+def mentions_references(paths: list[str], chunk: int = 1 << 20) -> bool:
+    """Whether any of the files ``paths`` may carry a content reference: a byte scan, no parse.
+
+    The streaming run (``memtrace attribute``'s default) does not read content stores; the batch
+    job reads files that mention a reference in memory instead, where they are resolved. A false
+    positive costs only the streaming.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "a.jsonl").write_text('{"key": "memtrace.variable.ref"}')
+    >>> mentions_references([str(d / "a.jsonl")])
+    False
+    >>> _ = (d / "b.jsonl").write_text('{"key": "memtrace.variable.value_ref"}')
+    >>> mentions_references([str(d / "a.jsonl"), str(d / "b.jsonl")])
+    True
+    """
+    overlap = max(len(k) for k in _REF_KEYS) - 1
+    for path in paths:
+        with open(path, "rb") as handle:
+            tail = b""
+            while block := handle.read(chunk):
+                window = tail + block
+                if any(key in window for key in _REF_KEYS):
+                    return True
+                tail = window[-overlap:]
+    return False
+
+
 def parse_age(text: str) -> float:
     """Seconds of an age such as ``30d``, ``12h``, ``90m``, ``3600s`` or ``2w``.
 
