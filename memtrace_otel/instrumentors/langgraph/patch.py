@@ -28,22 +28,34 @@ from collections.abc import Callable, Sequence
 from contextvars import ContextVar, Token
 from typing import Any
 
+from opentelemetry import trace
+
 from memtrace_otel.instrumentation import MemTracer, Op, Variable, suppress_tracing
 from memtrace_otel.instrumentors._common import (
+    AppRun,
     Call,
+    LlmScope,
     Retrieved,
     Target,
     VersionCache,
     bind,
     candidate_json,
     candidates_json,
+    claim_removal,
     close_op,
     content_id,
+    current_app_run,
+    enter_app_run,
+    enter_llm_scope,
     leaf_text,
+    leave_app_run,
+    leave_llm_scope,
     message_ref,
+    producers_of,
     remember_retrieval,
     set_case_id,
     span_hex,
+    turn_texts,
     wrapper_for,
 )
 from memtrace_otel.semconv import Category
@@ -53,6 +65,8 @@ SYSTEM = "langgraph"
 BASE = "langgraph.store.base"
 BATCHED = "langgraph.store.base.batch"
 MEMORY = "langgraph.store.memory"
+RUNNER = "langgraph.pregel._runner"
+PREGEL = "langgraph.pregel.main"
 
 TARGETS: tuple[Target, ...] = (
     *(Target(BASE, f"BaseStore.{m}", m) for m in ("put", "get", "search", "delete")),
@@ -63,6 +77,12 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(MEMORY, "InMemoryStore.batch", "batch"),
     Target(MEMORY, "InMemoryStore.abatch", "batch", True),
+    # A node run (one task attempt loop): the unit whose LLM calls are classified at its end.
+    Target(RUNNER, "run_with_retry", "node"),
+    Target(RUNNER, "arun_with_retry", "node", True),
+    # A graph run: its user turns, and its answer noted in the caller's context.
+    Target(PREGEL, "Pregel.invoke", "run"),
+    Target(PREGEL, "Pregel.ainvoke", "run", True),
 )
 """Every patched method: ``(module, Class.method, handler, is_async)``."""
 
@@ -105,6 +125,10 @@ class LangGraphTelemetry:
         """The ``wrapt`` wrapper of one table entry."""
         if target.handler == "batch":
             return wrapper_for(target, self._batch_factory(target.is_async))
+        if target.handler == "node":
+            return wrapper_for(target, self._node_factory)
+        if target.handler == "run":
+            return wrapper_for(target, self._run_factory)
         return wrapper_for(target, self._public_factory(target.handler, target.is_async))
 
     def close(self) -> None:
@@ -135,6 +159,15 @@ class LangGraphTelemetry:
 
         return factory
 
+    def _node_factory(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
+        return _NodeCall(args, kwargs) if self.active else None
+
+    def _run_factory(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
+        if not self.active or current_app_run() is not None:
+            return None  # a subgraph: the outer run holds the turns and the answer
+        bound = bind(wrapped, args, kwargs)
+        return _RunCall(args, kwargs, bound.arguments.get("input") if bound else None)
+
     def _batch_factory(self, is_async: bool) -> Callable[..., Call | None]:
         def factory(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
             if not self.active or _in_store_call.get():
@@ -150,6 +183,36 @@ class LangGraphTelemetry:
             )
 
         return factory
+
+
+class _NodeCall(Call):
+    """One node run: LLM calls made in it are classified when it ends (``LlmScope``)."""
+
+    _token: object = None
+    _scope: LlmScope | None = None
+
+    def start(self) -> None:
+        self._token, self._scope = enter_llm_scope()
+
+    def end(self, exc: BaseException | None) -> None:
+        if self._scope is not None:
+            leave_llm_scope(self._token, self._scope)
+
+
+class _RunCall(Call):
+    """One graph run (``invoke``/``ainvoke``): an :class:`AppRun` its nodes share."""
+
+    def __init__(self, args: Any, kwargs: Any, graph_input: Any) -> None:
+        super().__init__(args, kwargs)
+        self.run = AppRun(turn_texts(graph_input))
+        self._token: object = None
+
+    def start(self) -> None:
+        self._token = enter_app_run(self.run)
+
+    def end(self, exc: BaseException | None) -> None:
+        if self._token is not None:
+            leave_app_run(self._token, self.run)
 
 
 class _Request:
@@ -299,6 +362,7 @@ class _Step:
         self.op: Op | None = None
         self.version = 0
         self.case_id: str | None = None
+        self.sources: list[str] = []
 
     def open(self) -> None:
         request, mt = self.request, self.mt
@@ -310,10 +374,19 @@ class _Step:
             if self.version:
                 inputs.append(f"{rid}@{self.version}")
             if request.value is None:
+                trace_id = trace.get_current_span().get_span_context().trace_id
+                decision = claim_removal(trace_id, request.key or "") if trace_id else None
+                if decision is not None:
+                    inputs.append(decision)
                 op = mt.delete("langgraph.store.delete", inputs=inputs, store_id=store)
             else:
-                ref = message_ref(request.value, store_id=store, role="put")
-                inputs.append(Variable.from_ref(ref, request.value, category=Category.MESSAGE))
+                # The LLM outputs the value holds (by digest), else the caller gave it.
+                sources = producers_of(request.value, store)
+                if not sources:
+                    ref = message_ref(request.value, store_id=store, role="put")
+                    sources = [Variable.from_ref(ref, request.value, category=Category.MESSAGE)]
+                self.sources = [s.ref if isinstance(s, Variable) else s for s in sources]
+                inputs.extend(sources)
                 factory = mt.update if self.version else mt.create
                 op = factory("langgraph.store.put", inputs=inputs, store_id=store)
         else:
@@ -342,11 +415,7 @@ class _Step:
                     op.output(Variable(rid, self.version, None, Category.MEMORY).tombstone())
                     self.versions.set(rid, self.version + 1)
                 return None
-            meta = {
-                "source_refs": [
-                    message_ref(request.value, store_id=store_id_of(request.namespace), role="put")
-                ]
-            }
+            meta = {"source_refs": self.sources}
             op.output(Variable(rid, self.version + 1, request.value, Category.MEMORY, meta))
             self.versions.set(rid, self.version + 1)
             return None

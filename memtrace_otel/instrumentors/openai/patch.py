@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -36,25 +38,39 @@ from opentelemetry.trace import Span, SpanKind
 from memtrace_otel._internal import internal_error
 from memtrace_otel.instrumentation import MemTracer, Op, Variable
 from memtrace_otel.instrumentors._common import (
+    AppRun,
     Call,
+    LlmScope,
+    Removal,
     Retrieval,
     Retrieved,
     Target,
     baggage_case_id,
     close_op,
+    current_app_run,
+    current_llm_scope,
     inside_memory_system,
+    matchable_texts,
+    message_ref,
     normalise,
+    parse_json_reply,
+    produced,
     prompt_for,
+    remember_removals,
     retrievals_in_context,
     set_case_id,
     span_hex,
     wrapper_for,
 )
-from memtrace_otel.semconv import Category
+from memtrace_otel.semconv import Category, OpKind
 from memtrace_otel.semconv import attributes as A
 
 MODULE = "openai.resources.chat.completions"
 OP_NAME = "openai.chat.completions"
+EXTRACTION_OP_NAME = "openai.chat.extraction"
+"""A chat call whose output memory writes stored: an ``extract`` op."""
+TOOL_CALLS_OP_NAME = "openai.chat.tool_calls"
+"""A chat call that answered with tool calls (decided operations): an ``extract`` op."""
 GEN_AI_CHAT = "chat"
 """Upstream ``gen_ai.operation.name`` of a chat completion."""
 GEN_AI_PROVIDER_OPENAI = "openai"
@@ -178,12 +194,22 @@ class _GenerateCall(Call):
         # A stream outlives the call: its op is entered in a context of its own, so that
         # ending it later, wherever the stream is consumed, leaves the caller's context alone.
         self.ctx: contextvars.Context | None = contextvars.copy_context() if self.stream else None
+        self.prompt = ""
+        self.case_id: str | None = None
+        self.scope: LlmScope | None = None
+        self.run: AppRun | None = None
+        self.role = _PENDING
+        self.content: str | None = None
+        self.facts: dict[str, Variable] = {}
+        self.decisions: list[tuple[Variable, tuple[str, ...]]] = []
+        self.lock = threading.RLock()
 
     def start(self) -> None:
         kwargs = self.kwargs
-        prompt = normalise(prompt_of(kwargs.get("messages")))
+        prompt = self.prompt = normalise(prompt_of(kwargs.get("messages")))
         records, retrieval = used_records(prompt, retrievals_in_context())
         self.upstream = upstream_chat_span()
+        self.run = current_app_run()
         attributes: dict[str, Any] = {A.GEN_AI_OPERATION_NAME: GEN_AI_CHAT}
         if self.upstream is None:  # else they are the upstream span's, already set
             attributes[A.GEN_AI_PROVIDER_NAME] = GEN_AI_PROVIDER_OPENAI
@@ -201,11 +227,16 @@ class _GenerateCall(Call):
         self.op = op
         if self.ctx is not None:
             self.ctx.run(op.__enter__)
-            case_id = self.ctx.run(_case_id, retrieval)
+            self.case_id = self.ctx.run(_case_id, retrieval)
+            # A stream is an answer: named at once, for last_answer() while it streams.
+            self.role = _ANSWER
+            self.ctx.run(set_case_id, op, self.case_id, answer=True)
         else:
             op.__enter__()
-            case_id = _case_id(retrieval)
-        set_case_id(op, case_id)
+            self.case_id = _case_id(retrieval)
+            if self.upstream is None:
+                # Inside a unit of work (a LangGraph node) the role shows when it ends.
+                self.scope = current_llm_scope()
 
     def invoke(self, wrapped: Callable[..., Any]) -> Any:
         if self.ctx is None:
@@ -230,21 +261,122 @@ class _GenerateCall(Call):
         if not choices:
             return result  # e.g. a raw response: returned as is, nothing recorded
         message = getattr(choices[0], "message", None)
-        self.record(
-            getattr(message, "content", None),
-            getattr(result, "model", None),
-            getattr(result, "usage", None),
-        )
+        if self.upstream is None:
+            self._record_response(
+                op, getattr(result, "model", None), getattr(result, "usage", None)
+            )
+        tool_calls = getattr(message, "tool_calls", None)
+        if tool_calls:
+            self._decided(op, tool_calls)
+            return result
+        content = getattr(message, "content", None)
+        self.content = content if isinstance(content, str) else None
+        if self.content is not None:
+            produced.add(_content_texts(self.content), self)
+        if self.scope is None:
+            self._answer(op)
         return result
 
     def record(self, content: Any, model: Any, usage: Any) -> None:
+        """A stream's result: the answer."""
         op = self.op
         if op is None or not op.is_traced:
             return
         if self.upstream is None:  # else the upstream span records them: usage counted once
             self._record_response(op, model, usage)
         if isinstance(content, str):
+            self.content = content
             op.output(Variable(f"prediction:{span_hex(op)}", 1, content, Category.PREDICTION))
+
+    # -- the call's role -------------------------------------------------------------------------
+    def _answer(self, op: Op) -> None:
+        """No memory write stored the output: the call answered (case id, prediction)."""
+        with self.lock:
+            if self.role != _PENDING:
+                return
+            self.role = _ANSWER
+        set_case_id(op, self.case_id, answer=True)
+        if self.content is not None:
+            op.output(Variable(f"prediction:{span_hex(op)}", 1, self.content, Category.PREDICTION))
+
+    def _decided(self, op: Op, tool_calls: Any) -> None:
+        """Tool calls: the call decided operations (its outputs), it did not answer."""
+        self.role = _DECISION
+        op.reclassify(OpKind.EXTRACT, TOOL_CALLS_OP_NAME)
+        op.add_inputs(self._messages(None))
+        base = span_hex(op)
+        removals: list[Removal] = []
+        for i, call in enumerate(tool_calls, 1):
+            function = getattr(call, "function", None)
+            name = getattr(function, "name", None)
+            raw = getattr(function, "arguments", None)
+            try:
+                arguments = json.loads(raw) if isinstance(raw, str) else raw
+            except ValueError:
+                arguments = raw
+            value = {"name": name, "arguments": arguments}
+            variable = op.output(Variable(f"decision:{base}:{i}", 1, value, Category.OTHER))
+            texts = matchable_texts(arguments)
+            produced.add(texts, _DecisionOutput(variable))
+            self.decisions.append((variable, tuple(texts)))
+            if not texts:  # names records and no content: a removal, carried out by a delete
+                removals.append(Removal(variable, tuple(_all_leaves(arguments))))
+        if removals:
+            remember_removals(op.span.get_span_context().trace_id, removals)
+
+    def claim(self, text: str, store_id: str | None) -> Variable | str | None:
+        """A memory write stores ``text``, which this call wrote (see ``Producer``)."""
+        op = self.op
+        if op is None or self.content is None:
+            return None
+        with self.lock:
+            if self.role == _ANSWER:
+                return f"prediction:{span_hex(op)}@1"
+            if self.role == _PENDING:
+                self.role = _EXTRACTION
+                op.reclassify(OpKind.EXTRACT, EXTRACTION_OP_NAME)
+                if store_id:
+                    op.set_attribute(A.GEN_AI_MEMORY_STORE_ID, store_id)
+                messages = self._messages(store_id)
+                op.add_inputs(messages)
+                sources = [m.ref for m in messages]
+                base = span_hex(op)
+                self.facts = {
+                    t: op.output(
+                        Variable(
+                            f"fact:{base}:{i}", 1, t, Category.MEMORY, {"source_refs": sources}
+                        )
+                    )
+                    for i, t in enumerate(_content_texts(self.content), 1)
+                }
+            return self.facts.get(text) if self.role == _EXTRACTION else None
+
+    def _messages(self, store_id: str | None) -> list[Variable]:
+        """The user turns this call read, as ``message`` variables: the run's turns its prompt
+        holds, else the user messages of the request."""
+        texts = []
+        if self.run is not None:
+            texts = [t for t in self.run.turns if normalise(t) in self.prompt]
+        if not texts:
+            texts = _user_texts(self.kwargs.get("messages"))
+        return [
+            Variable.from_ref(
+                message_ref(t, store_id=store_id, role="user"),
+                t,
+                category=Category.MESSAGE,
+                meta={"role": "user"},
+            )
+            for t in dict.fromkeys(texts)
+        ]
+
+    def resolve(self) -> None:
+        """The unit of work ended: a call no memory write claimed was an answer."""
+        op = self.op
+        if op is None:
+            return
+        with self.lock:
+            self._answer(op)
+            close_op(op, None)
 
     @staticmethod
     def _record_response(op: Op, model: Any, usage: Any) -> None:
@@ -262,8 +394,68 @@ class _GenerateCall(Call):
     def end(self, exc: BaseException | None) -> None:
         if self.ctx is not None:
             self.ctx.run(close_op, self.op, exc)
-        else:
-            close_op(self.op, exc)
+            return
+        op, scope = self.op, self.scope
+        if exc is None and scope is not None and op is not None and self.role == _PENDING:
+            op.hold()  # classified when the unit of work ends or a memory write stores it
+            scope.add(self)
+            return
+        close_op(op, exc)
+
+
+_PENDING, _ANSWER, _EXTRACTION, _DECISION = "pending", "answer", "extraction", "decision"
+
+
+class _DecisionOutput:
+    """A decided operation: memory writes that store its arguments' texts carry it out."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable: Variable) -> None:
+        self.variable = variable
+
+    def claim(self, text: str, store_id: str | None) -> Variable | str | None:
+        return self.variable
+
+
+def _content_texts(content: str) -> list[str]:
+    """The texts a reply holds, each of which a memory write may store: the string leaves of
+    its JSON, else its non-empty lines (list markers stripped), and the whole reply."""
+    parsed = parse_json_reply(content)
+    texts: list[str] = []
+    if isinstance(parsed, dict | list):
+        texts = _all_leaves(parsed)
+    else:
+        texts = [_MARKER.sub("", line).strip() for line in content.splitlines()]
+    texts.append(content.strip())
+    return [t for t in dict.fromkeys(texts) if t]
+
+
+_MARKER = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+")
+
+
+def _all_leaves(value: Any) -> list[str]:
+    out: list[str] = []
+    if isinstance(value, str):
+        out.append(value.strip())
+    elif isinstance(value, dict):
+        for item in value.values():
+            out.extend(_all_leaves(item))
+    elif isinstance(value, list | tuple):
+        for item in value:
+            out.extend(_all_leaves(item))
+    return [t for t in out if t]
+
+
+def _user_texts(messages: Any) -> list[str]:
+    texts: list[str] = []
+    if isinstance(messages, list | tuple):
+        for message in messages:
+            if isinstance(message, dict) and message.get("role") == "user":
+                text = prompt_of([message])
+                if text.strip():
+                    texts.append(text)
+    return texts
 
 
 def _case_id(retrieval: Retrieval | None) -> str | None:
@@ -389,8 +581,10 @@ class _AsyncStream(wrapt.ObjectProxy[Any]):
 
 
 __all__ = [
+    "EXTRACTION_OP_NAME",
     "OP_NAME",
     "TARGETS",
+    "TOOL_CALLS_OP_NAME",
     "OpenAITelemetry",
     "prompt_of",
     "upstream_chat_span",
