@@ -792,25 +792,34 @@ _removals_lock = threading.Lock()
 
 
 def remember_removals(trace_id: int, removals: Iterable[Removal]) -> None:
-    """Keep the removal-like decisions of an LLM call, for the deletes of the same trace."""
+    """Keep the removal-like decisions of an LLM call for the deletes that follow: those of the
+    same unit of work (:class:`LlmScope`; root ops have a trace each) or of the same trace."""
+    removals = list(removals)
+    scope = _llm_scope.get()
     with _removals_lock:
+        if scope is not None:
+            scope.removals = [*scope.removals, *removals][-_MAX_PER_TRACE:]
         items = _removals.get(trace_id) or []
         _removals.set(trace_id, [*items, *removals][-_MAX_PER_TRACE:])
 
 
 def claim_removal(trace_id: int, key: str) -> Variable | None:
-    """The decision a delete of ``key`` in this trace carries out: the latest unclaimed one that
-    names ``key``, else the first unclaimed one of the latest call that decided any."""
+    """The decision a delete of ``key`` carries out (unit of work first, then trace): the latest
+    unclaimed one that names ``key``, else the first unclaimed one."""
+    scope = _llm_scope.get()
     with _removals_lock:
-        items = _removals.get(trace_id) or []
-        for removal in reversed(items):
-            if not removal.claimed and key in removal.texts:
-                removal.claimed = True
-                return removal.variable
-        for removal in items:
-            if not removal.claimed:
-                removal.claimed = True
-                return removal.variable
+        pools = [scope.removals] if scope is not None else []
+        pools.append(_removals.get(trace_id) or [] if trace_id else [])
+        for items in pools:
+            for removal in reversed(items):
+                if not removal.claimed and key in removal.texts:
+                    removal.claimed = True
+                    return removal.variable
+        for items in pools:
+            for removal in items:
+                if not removal.claimed:
+                    removal.claimed = True
+                    return removal.variable
     return None
 
 
@@ -831,10 +840,11 @@ class LlmScope:
     (its block left, its end time taken) until a memory write stores its output (then it is an
     extraction) or the unit ends (then it was an answer)."""
 
-    __slots__ = ("_lock", "pending")
+    __slots__ = ("_lock", "pending", "removals")
 
     def __init__(self) -> None:
         self.pending: list[Deferred] = []
+        self.removals: list[Removal] = []
         self._lock = threading.Lock()
 
     def add(self, call: Deferred) -> None:

@@ -375,7 +375,7 @@ class _Step:
                 inputs.append(f"{rid}@{self.version}")
             if request.value is None:
                 trace_id = trace.get_current_span().get_span_context().trace_id
-                decision = claim_removal(trace_id, request.key or "") if trace_id else None
+                decision = claim_removal(trace_id, request.key or "")
                 if decision is not None:
                     inputs.append(decision)
                 op = mt.delete("langgraph.store.delete", inputs=inputs, store_id=store)
