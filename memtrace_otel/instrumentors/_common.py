@@ -722,9 +722,10 @@ leaves ("Memory", "yes", an id) would tie unrelated values together."""
 class Producer(Protocol):
     """An LLM call whose output a memory write may store (see :func:`producers_of`)."""
 
-    def claim(self, text: str, store_id: str | None) -> Variable | str | None:
+    def claim(self, text: str, store_id: str | None, write: str) -> Variable | str | None:
         """The output variable (or its ref) that holds ``text``; the call learns that a memory
-        write stores it (an answering call becomes an extraction)."""
+        write (``write``: ``create``, ``update`` or ``delete``) stores it (an answering call
+        becomes an extraction, a decision takes the kind of the writes that carry it out)."""
 
 
 def matchable_texts(value: Any) -> list[str]:
@@ -757,7 +758,7 @@ produced = ProducedIndex()
 """The process's index of LLM outputs (the OpenAI instrumentor writes, memory stores read)."""
 
 
-def producers_of(value: Any, store_id: str | None) -> list[Variable | str]:
+def producers_of(value: Any, store_id: str | None, write: str) -> list[Variable | str]:
     """The LLM outputs a value to be stored holds, matched by digest of its text leaves: each a
     variable (or ref) of the call that wrote it, which learns it is a memory write's source."""
     found: list[Variable | str] = []
@@ -767,7 +768,7 @@ def producers_of(value: Any, store_id: str | None) -> list[Variable | str]:
         if producer is None:
             continue
         try:
-            item = producer.claim(text, store_id)
+            item = producer.claim(text, store_id, write)
         except Exception:
             internal_error("produced.claim")
             continue
@@ -782,7 +783,7 @@ def producers_of(value: Any, store_id: str | None) -> list[Variable | str]:
 class Removal:
     """A decided operation of an LLM call that names a record and no content (a deletion)."""
 
-    variable: Variable
+    producer: Producer
     texts: tuple[str, ...]
     claimed: bool = False
 
@@ -803,24 +804,28 @@ def remember_removals(trace_id: int, removals: Iterable[Removal]) -> None:
         _removals.set(trace_id, [*items, *removals][-_MAX_PER_TRACE:])
 
 
-def claim_removal(trace_id: int, key: str) -> Variable | None:
+def claim_removal(trace_id: int, key: str, store_id: str | None) -> Variable | str | None:
     """The decision a delete of ``key`` carries out (unit of work first, then trace): the latest
     unclaimed one that names ``key``, else the first unclaimed one."""
     scope = _llm_scope.get()
+    found: Removal | None = None
     with _removals_lock:
         pools = [scope.removals] if scope is not None else []
         pools.append(_removals.get(trace_id) or [] if trace_id else [])
-        for items in pools:
-            for removal in reversed(items):
-                if not removal.claimed and key in removal.texts:
-                    removal.claimed = True
-                    return removal.variable
-        for items in pools:
-            for removal in items:
-                if not removal.claimed:
-                    removal.claimed = True
-                    return removal.variable
-    return None
+        named = (r for items in pools for r in reversed(items) if key in r.texts)
+        anyone = (r for items in pools for r in items)
+        for removal in (*named, *anyone):
+            if not removal.claimed:
+                removal.claimed = True
+                found = removal
+                break
+    if found is None:
+        return None
+    try:
+        return found.producer.claim(key, store_id, "delete")
+    except Exception:
+        internal_error("produced.claim")
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -840,9 +845,11 @@ class LlmScope:
     (its block left, its end time taken) until a memory write stores its output (then it is an
     extraction) or the unit ends (then it was an answer)."""
 
-    __slots__ = ("_lock", "pending", "removals")
+    __slots__ = ("_lock", "pending", "removals", "turns", "unit")
 
-    def __init__(self) -> None:
+    def __init__(self, unit: str = "", turns: Sequence[str] = ()) -> None:
+        self.unit = unit
+        self.turns = [t for t in turns if isinstance(t, str) and t.strip()]
         self.pending: list[Deferred] = []
         self.removals: list[Removal] = []
         self._lock = threading.Lock()
@@ -869,9 +876,10 @@ def current_llm_scope() -> LlmScope | None:
     return _llm_scope.get()
 
 
-def enter_llm_scope() -> tuple[object, LlmScope]:
-    """Open a unit of work in this context."""
-    scope = LlmScope()
+def enter_llm_scope(unit: str = "", turns: Sequence[str] = ()) -> tuple[object, LlmScope]:
+    """Open a unit of work in this context: ``unit`` names its kind, ``turns`` are the user
+    turns it was given (the texts its LLM calls read as ``message`` variables)."""
+    scope = LlmScope(unit, turns)
     return _llm_scope.set(scope), scope
 
 

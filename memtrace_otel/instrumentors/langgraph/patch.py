@@ -45,6 +45,7 @@ from memtrace_otel.instrumentors._common import (
     close_op,
     content_id,
     current_app_run,
+    current_llm_scope,
     enter_app_run,
     enter_llm_scope,
     leaf_text,
@@ -67,6 +68,7 @@ BATCHED = "langgraph.store.base.batch"
 MEMORY = "langgraph.store.memory"
 RUNNER = "langgraph.pregel._runner"
 PREGEL = "langgraph.pregel.main"
+LANGMEM = "langmem.knowledge.extraction"
 
 TARGETS: tuple[Target, ...] = (
     *(Target(BASE, f"BaseStore.{m}", m) for m in ("put", "get", "search", "delete")),
@@ -80,6 +82,12 @@ TARGETS: tuple[Target, ...] = (
     # A node run (one task attempt loop): the unit whose LLM calls are classified at its end.
     Target(RUNNER, "run_with_retry", "node"),
     Target(RUNNER, "arun_with_retry", "node", True),
+    # LangMem's memory managers: a unit of work of their own (they run in the background too).
+    *(
+        Target(LANGMEM, f"{c}.{m}", "manager", m == "ainvoke")
+        for c in ("MemoryStoreManager", "MemoryManager")
+        for m in ("invoke", "ainvoke")
+    ),
     # A graph run: its user turns, and its answer noted in the caller's context.
     Target(PREGEL, "Pregel.invoke", "run"),
     Target(PREGEL, "Pregel.ainvoke", "run", True),
@@ -127,6 +135,8 @@ class LangGraphTelemetry:
             return wrapper_for(target, self._batch_factory(target.is_async))
         if target.handler == "node":
             return wrapper_for(target, self._node_factory)
+        if target.handler == "manager":
+            return wrapper_for(target, self._manager_factory)
         if target.handler == "run":
             return wrapper_for(target, self._run_factory)
         return wrapper_for(target, self._public_factory(target.handler, target.is_async))
@@ -160,7 +170,18 @@ class LangGraphTelemetry:
         return factory
 
     def _node_factory(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
-        return _NodeCall(args, kwargs) if self.active else None
+        if not self.active:
+            return None
+        task = args[0] if args else kwargs.get("task")
+        return _NodeCall(args, kwargs, "langgraph.node", turn_texts(getattr(task, "input", None)))
+
+    def _manager_factory(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
+        scope = current_llm_scope()
+        if not self.active or (scope is not None and scope.unit == "langmem.manager"):
+            return None  # the store manager's own memory manager: one unit
+        bound = bind(wrapped, args, kwargs)
+        given = bound.arguments.get("input") if bound else None
+        return _NodeCall(args, kwargs, "langmem.manager", turn_texts(given))
 
     def _run_factory(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
         if not self.active or current_app_run() is not None:
@@ -186,13 +207,19 @@ class LangGraphTelemetry:
 
 
 class _NodeCall(Call):
-    """One node run: LLM calls made in it are classified when it ends (``LlmScope``)."""
+    """One node run, or one memory manager call: LLM calls made in it are classified when it
+    ends (``LlmScope``)."""
 
     _token: object = None
     _scope: LlmScope | None = None
 
+    def __init__(self, args: Any, kwargs: Any, unit: str, turns: list[str]) -> None:
+        super().__init__(args, kwargs)
+        self.unit = unit
+        self.turns = turns
+
     def start(self) -> None:
-        self._token, self._scope = enter_llm_scope()
+        self._token, self._scope = enter_llm_scope(self.unit, self.turns)
 
     def end(self, exc: BaseException | None) -> None:
         if self._scope is not None:
@@ -375,13 +402,13 @@ class _Step:
                 inputs.append(f"{rid}@{self.version}")
             if request.value is None:
                 trace_id = trace.get_current_span().get_span_context().trace_id
-                decision = claim_removal(trace_id, request.key or "")
+                decision = claim_removal(trace_id, request.key or "", store)
                 if decision is not None:
                     inputs.append(decision)
                 op = mt.delete("langgraph.store.delete", inputs=inputs, store_id=store)
             else:
                 # The LLM outputs the value holds (by digest), else the caller gave it.
-                sources = producers_of(request.value, store)
+                sources = producers_of(request.value, store, "update" if self.version else "create")
                 if not sources:
                     ref = message_ref(request.value, store_id=store, role="put")
                     sources = [Variable.from_ref(ref, request.value, category=Category.MESSAGE)]

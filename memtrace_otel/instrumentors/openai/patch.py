@@ -201,7 +201,7 @@ class _GenerateCall(Call):
         self.role = _PENDING
         self.content: str | None = None
         self.facts: dict[str, Variable] = {}
-        self.decisions: list[tuple[Variable, tuple[str, ...]]] = []
+        self.writes: set[str] = set()
         self.lock = threading.RLock()
 
     def start(self) -> None:
@@ -266,11 +266,12 @@ class _GenerateCall(Call):
                 op, getattr(result, "model", None), getattr(result, "usage", None)
             )
         tool_calls = getattr(message, "tool_calls", None)
-        if tool_calls:
-            self._decided(op, tool_calls)
-            return result
         content = getattr(message, "content", None)
-        self.content = content if isinstance(content, str) else None
+        text = content if isinstance(content, str) else None
+        if tool_calls or (self.kwargs.get("tools") and not (text or "").strip()):
+            self._decided(op, tool_calls or ())
+            return result
+        self.content = text
         if self.content is not None:
             produced.add(_content_texts(self.content), self)
         if self.scope is None:
@@ -300,7 +301,8 @@ class _GenerateCall(Call):
             op.output(Variable(f"prediction:{span_hex(op)}", 1, self.content, Category.PREDICTION))
 
     def _decided(self, op: Op, tool_calls: Any) -> None:
-        """Tool calls: the call decided operations (its outputs), it did not answer."""
+        """Tool calls (or an empty reply to a request that offered tools): the call decided
+        operations, its outputs; it did not answer."""
         self.role = _DECISION
         op.reclassify(OpKind.EXTRACT, TOOL_CALLS_OP_NAME)
         op.add_inputs(self._messages(None))
@@ -317,14 +319,19 @@ class _GenerateCall(Call):
             value = {"name": name, "arguments": arguments}
             variable = op.output(Variable(f"decision:{base}:{i}", 1, value, Category.OTHER))
             texts = matchable_texts(arguments)
-            produced.add(texts, _DecisionOutput(variable))
-            self.decisions.append((variable, tuple(texts)))
+            output = _DecisionOutput(self, variable)
+            produced.add(texts, output)
             if not texts:  # names records and no content: a removal, carried out by a delete
-                removals.append(Removal(variable, tuple(_all_leaves(arguments))))
+                removals.append(Removal(output, tuple(_all_leaves(arguments))))
         if removals:
             remember_removals(op.span.get_span_context().trace_id, removals)
 
-    def claim(self, text: str, store_id: str | None) -> Variable | str | None:
+    def note_write(self, write: str) -> None:
+        """A memory write carries out one of this call's outputs."""
+        with self.lock:
+            self.writes.add(write)
+
+    def claim(self, text: str, store_id: str | None, write: str) -> Variable | str | None:
         """A memory write stores ``text``, which this call wrote (see ``Producer``)."""
         op = self.op
         if op is None or self.content is None:
@@ -349,14 +356,22 @@ class _GenerateCall(Call):
                     )
                     for i, t in enumerate(_content_texts(self.content), 1)
                 }
-            return self.facts.get(text) if self.role == _EXTRACTION else None
+            if self.role != _EXTRACTION:
+                return None
+            self.writes.add(write)
+            return self.facts.get(text)
 
     def _messages(self, store_id: str | None) -> list[Variable]:
-        """The user turns this call read, as ``message`` variables: the run's turns its prompt
-        holds, else the user messages of the request."""
-        texts = []
-        if self.run is not None:
-            texts = [t for t in self.run.turns if normalise(t) in self.prompt]
+        """The user turns this call read, as ``message`` variables: the turns of its unit of
+        work or run that its prompt holds, else the user messages of the request."""
+        texts: list[str] = []
+        for turns in (
+            self.scope.turns if self.scope is not None else [],
+            self.run.turns if self.run is not None else [],
+        ):
+            texts = [t for t in turns if normalise(t) in self.prompt]
+            if texts:
+                break
         if not texts:
             texts = _user_texts(self.kwargs.get("messages"))
         return [
@@ -370,12 +385,18 @@ class _GenerateCall(Call):
         ]
 
     def resolve(self) -> None:
-        """The unit of work ended: a call no memory write claimed was an answer."""
+        """The unit of work ended: a call no memory write claimed was an answer; one whose
+        outputs writes carried out takes their kind (all updates: ``update``, all deletes:
+        ``delete``, else ``extract``)."""
         op = self.op
         if op is None:
             return
         with self.lock:
-            self._answer(op)
+            if self.role == _PENDING:
+                self._answer(op)
+            elif len(self.writes) == 1 and self.writes <= {"update", "delete"}:
+                kind = OpKind.UPDATE if "update" in self.writes else OpKind.DELETE
+                op.reclassify(kind)
             close_op(op, None)
 
     @staticmethod
@@ -396,8 +417,8 @@ class _GenerateCall(Call):
             self.ctx.run(close_op, self.op, exc)
             return
         op, scope = self.op, self.scope
-        if exc is None and scope is not None and op is not None and self.role == _PENDING:
-            op.hold()  # classified when the unit of work ends or a memory write stores it
+        if exc is None and scope is not None and op is not None and self.role != _ANSWER:
+            op.hold()  # classified when the unit of work ends or memory writes store its output
             scope.add(self)
             return
         close_op(op, exc)
@@ -409,12 +430,14 @@ _PENDING, _ANSWER, _EXTRACTION, _DECISION = "pending", "answer", "extraction", "
 class _DecisionOutput:
     """A decided operation: memory writes that store its arguments' texts carry it out."""
 
-    __slots__ = ("variable",)
+    __slots__ = ("call", "variable")
 
-    def __init__(self, variable: Variable) -> None:
+    def __init__(self, call: _GenerateCall, variable: Variable) -> None:
+        self.call = call
         self.variable = variable
 
-    def claim(self, text: str, store_id: str | None) -> Variable | str | None:
+    def claim(self, text: str, store_id: str | None, write: str) -> Variable | str | None:
+        self.call.note_write(write)
         return self.variable
 
 
