@@ -71,7 +71,7 @@ class FaultModel:
                 assert value is not None
                 self.facts[slot.fact(value)] = (slot, value)
             self.messages[slot.intro] = (slot, "intro")
-            if slot.new_value is not None and slot.role != "edited":
+            if slot.changes:
                 self.messages[slot.change] = (slot, "change")
             if slot.filler_value is not None:
                 self.messages[slot.filler_message] = (slot, "filler")
@@ -217,13 +217,24 @@ class FaultModel:
                         }
                     )
                     continue
-            items.append({"id": str(next_id), "text": fact, "event": "ADD"})
-            next_id += 1
             filler = self.fillers.get(fact)
-            if filler is not None:
-                target = by_text.get(filler.fact(filler.value))
-                if target is not None and self._plant_delete(filler):
-                    items.append({"id": target["id"], "text": target["text"], "event": "DELETE"})
+            target = by_text.get(filler.fact(filler.value)) if filler is not None else None
+            if filler is None or target is None or not self._plant_delete(filler):
+                items.append({"id": str(next_id), "text": fact, "event": "ADD"})
+                next_id += 1
+            elif filler.role == "wrong_merge":  # the new fact merged over a valid record
+                items.append(
+                    {
+                        "id": target["id"],
+                        "text": fact,
+                        "event": "UPDATE",
+                        "old_memory": target["text"],
+                    }
+                )
+            else:
+                items.append({"id": str(next_id), "text": fact, "event": "ADD"})
+                next_id += 1
+                items.append({"id": target["id"], "text": target["text"], "event": "DELETE"})
         return items
 
     def _plant_delete(self, slot: Slot) -> bool:

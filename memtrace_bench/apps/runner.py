@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -74,7 +75,7 @@ class AppSpec:
     program: str
     ops: Mapping[str, str]
     python: str = sys.executable
-    mem0: bool = True
+    classic: bool = False  # mem0 1.x: its world plants merges through mem0's own decisions
 
 
 MEM0_OPS = {
@@ -86,8 +87,8 @@ MEM0_OPS = {
 }
 MEM0_CLASSIC_OPS = {
     "ExtractionError": "mem0.fact_extraction",
-    "UpdateError": "mem0.update_decision",
-    "DeletionError": "mem0.update_decision",
+    "UpdateError": "mem0.update",
+    "DeletionError": "mem0.delete",
     "RetrievalError": "mem0.search",
     "ResponseError": "openai.chat.completions",
 }
@@ -100,7 +101,7 @@ APPS: dict[str, AppSpec] = {
 
 def classic_app(python: str) -> AppSpec:
     """The same mem0 app in the mem0 1.x environment (``make mem0-legacy``)."""
-    return AppSpec("mem0-classic", "mem0_app.py", MEM0_CLASSIC_OPS, python=python)
+    return AppSpec("mem0-classic", "mem0_app.py", MEM0_CLASSIC_OPS, python=python, classic=True)
 
 
 @dataclass
@@ -185,8 +186,10 @@ def run_app(
 ) -> AppRun:
     """Run ``spec`` once in ``mode`` in ``folder``: the app, the label check, the feedback, the
     batch job. Raises ``RuntimeError`` (with the program's stderr) when the app fails."""
-    world = world or make_world(seed)
-    folder.mkdir(parents=True, exist_ok=True)
+    world = world or make_world(seed, classic=spec.classic)
+    if folder.exists():
+        shutil.rmtree(folder)  # a run starts empty: its store, traces and verdicts are its own
+    folder.mkdir(parents=True)
     (folder / "plan.json").write_text(json.dumps(world.plan()), encoding="utf-8")
     model = FaultModel(world)
     env = _env(spec, mode, folder)
@@ -210,6 +213,9 @@ def run_app(
             text=True,
             timeout=TIMEOUT,
         )
+        with open(folder / "requests.jsonl", "w", encoding="utf-8") as handle:
+            for kind, body in server.requests:
+                handle.write(json.dumps({"kind": kind, "body": body}) + "\n")
     (folder / "app.stderr").write_text(done.stderr, encoding="utf-8")
     if done.returncode != 0:
         raise RuntimeError(f"{spec.name} ({mode}) failed:\n{done.stderr[-4000:]}")
@@ -259,6 +265,9 @@ def check_labels(
                     reason = "the fact was stored"
                 elif role == "distort" and slot.fact(slot.wrong_value or "") not in store:
                     reason = "the distorted fact was not stored"
+            elif role == "wrong_merge" and world.classic:
+                if gold_fact in store or slot.filler_fact not in store:
+                    reason = "the record was not overwritten"
             elif role == "wrong_merge":
                 if gold_fact in store or slot.fact(slot.value) not in store:
                     reason = "the store does not hold the stale value alone"

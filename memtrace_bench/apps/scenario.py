@@ -15,7 +15,9 @@ role                   label              what the scripted model does
                                           edit endpoint (the text the caller gave)
 ``omit``               ExtractionError    the extraction returns nothing for the message
 ``distort``            ExtractionError    the extraction states another value
-``wrong_merge``        UpdateError        after a change, the update keeps the old value
+``wrong_merge``        UpdateError        after a change, the merge keeps the old value (mem0
+                                          2.x's clean-up job); a later fact about the same
+                                          person overwrites the record (mem0 1.x's decision)
 ``wrong_delete``       DeletionError      a valid record is judged stale and deleted
 ``retrieval_miss``     RetrievalError     the question's embedding ranks distractors (other
                                           slots) above the fact
@@ -308,12 +310,20 @@ class Slot:
     new_value: str | None = None  # moved / edited / wrong_merge: the later value
     wrong_value: str | None = None  # distort / ignore: the value the model states instead
     distractors: list[str] = field(default_factory=list)  # retrieval_miss: slot keys
-    filler_value: str | None = None  # wrong_delete: the classic trigger fact's value
+    filler_value: str | None = None  # wrong_delete, classic wrong_merge: the trigger fact
+    classic: bool = False  # the world of mem0 1.x's classic pipeline
+
+    @property
+    def changes(self) -> bool:
+        """Whether a later message changes the value."""
+        if self.role == "wrong_merge":
+            return not self.classic
+        return self.role == "moved"
 
     @property
     def gold(self) -> str:
         """The answer that is right at question time."""
-        if self.role in ("moved", "edited", "wrong_merge"):
+        if self.role in ("moved", "edited") or (self.role == "wrong_merge" and not self.classic):
             assert self.new_value is not None
             return self.new_value
         return self.value
@@ -360,6 +370,7 @@ class World:
     seed: int
     slots: list[Slot]
     dims: int
+    classic: bool = False
 
     def users(self) -> list[str]:
         return sorted({s.user for s in self.slots})
@@ -382,9 +393,9 @@ class World:
             first = [s.intro for s in slots]
             second = []
             for s in slots:
-                if s.role in ("moved", "wrong_merge"):
+                if s.changes:
                     second.append(s.change)
-                if s.role == "wrong_delete":
+                if s.filler_value is not None:
                     second.append(s.filler_message)
             edits = [
                 {"find": s.fact(s.value), "text": s.fact(s.new_value or s.value)}
@@ -398,9 +409,16 @@ class World:
         return {"seed": self.seed, "users": users}
 
 
-def make_world(seed: int = 0, per_role: dict[str, int] | None = None, people: int = 4) -> World:
+def make_world(
+    seed: int = 0,
+    per_role: dict[str, int] | None = None,
+    people: int = 4,
+    *,
+    classic: bool = False,
+) -> World:
     """Draw a world: ``per_role`` questions of each role (default: the bench's size), spread over
-    users of ``people`` people with one slot per attribute at most."""
+    users of ``people`` people with one slot per attribute at most. ``classic``: for mem0 1.x,
+    whose own decisions make the planted merges (on a later fact about the same person)."""
     rng = random.Random(seed)
     counts = dict(per_role) if per_role is not None else default_sizes()
     roles = [role for role in ROLES for _ in range(counts.get(role, 0))]
@@ -418,6 +436,7 @@ def make_world(seed: int = 0, per_role: dict[str, int] | None = None, people: in
         grid = [(p, a) for p in range(people) for a in range(len(ATTRIBUTES))]
         rng.shuffle(grid)
         batch, roles = roles[:per_user], roles[per_user:]
+        batch += ["plain"] * max(0, 6 - len(batch))  # enough slots for three distractors
         for topic, (role, (p, a)) in enumerate(zip(batch, grid, strict=False)):
             attribute = ATTRIBUTES[a]
             values = rng.sample(attribute.values, 3)
@@ -431,22 +450,27 @@ def make_world(seed: int = 0, per_role: dict[str, int] | None = None, people: in
                 role=role,
                 topic=topic,
                 person_topic=per_user + p,
+                classic=classic,
             )
-            if role in ("moved", "edited", "wrong_merge"):
+            if role in ("moved", "edited") or (role == "wrong_merge" and not classic):
                 slot.new_value = values[1]
             if role in ("distort", "ignore"):
                 slot.wrong_value = values[2]
-            if role == "wrong_delete":
+            if role == "wrong_delete" or (role == "wrong_merge" and classic):
                 slot.filler_value = rng.choice(FILLER.values)
             slots.append(slot)
         mine = [s for s in slots if s.user == user]
         for slot in mine:
             if slot.role == "retrieval_miss":
-                others = [s for s in mine if s.person != slot.person and s is not slot]
+                others = [
+                    s
+                    for s in mine
+                    if s.person != slot.person and s.role not in ("omit", "wrong_delete")
+                ]
                 others.sort(key=lambda s: (s.attribute.name != slot.attribute.name, s.topic))
                 slot.distractors = [s.key for s in others[:3]]
     dims = people * len(ATTRIBUTES) // 2 + people + 8
-    return World(seed, slots, dims)
+    return World(seed, slots, dims, classic)
 
 
 def default_sizes() -> dict[str, int]:
