@@ -836,14 +836,18 @@ def claim_removal(trace_id: int, key: str, store_id: str | None) -> Variable | s
 class Deferred(Protocol):
     """An LLM call whose role shows only after it returned: answer, or extraction."""
 
-    def resolve(self) -> None:
-        """The unit ended and no memory write stored the output: it was an answer."""
+    def resolve(self, written: Sequence[str] | None) -> None:
+        """The unit ended. ``written``: the texts the unit handed on (a node's writes to the
+        graph state), ``None`` when the unit does not say; an output no memory write stored is
+        the answer if it is among them (or nothing is known), else an extraction that kept
+        nothing."""
 
 
 class LlmScope:
-    """One unit of application work (a LangGraph node run). An LLM call made in it stays open
-    (its block left, its end time taken) until a memory write stores its output (then it is an
-    extraction) or the unit ends (then it was an answer)."""
+    """One unit of application work (a LangGraph node run, a memory manager call). An LLM call
+    made in it stays open (its block left, its end time taken) until the unit ends: by then the
+    memory writes that store its output have claimed it (an extraction, or a decision they
+    carry out), or the unit handed its output on (the answer)."""
 
     __slots__ = ("_lock", "pending", "removals", "turns", "unit")
 
@@ -858,12 +862,12 @@ class LlmScope:
         with self._lock:
             self.pending.append(call)
 
-    def close(self) -> None:
+    def close(self, written: Sequence[str] | None = None) -> None:
         with self._lock:
             pending, self.pending = self.pending, []
         for call in pending:
             try:
-                call.resolve()
+                call.resolve(written)
             except Exception:
                 internal_error("llm_scope.close")
 
@@ -883,13 +887,41 @@ def enter_llm_scope(unit: str = "", turns: Sequence[str] = ()) -> tuple[object, 
     return _llm_scope.set(scope), scope
 
 
-def leave_llm_scope(token: object, scope: LlmScope) -> None:
-    """Close the unit: its pending LLM calls are answers."""
+def leave_llm_scope(token: object, scope: LlmScope, written: Sequence[str] | None = None) -> None:
+    """Close the unit (``written``: see :meth:`Deferred.resolve`)."""
     try:  # noqa: SIM105
         _llm_scope.reset(token)  # type: ignore[arg-type]
     except ValueError:
         pass
-    scope.close()
+    scope.close(written)
+
+
+def string_leaves(value: Any) -> list[str]:
+    """Every string in a value: dict values, list items, and the ``content`` of message objects.
+
+    >>> string_leaves([{"role": "ai", "content": "hi"}, ("x", 2)])
+    ['ai', 'hi', 'x']
+    """
+    parts: list[str] = []
+    _collect_any(value, parts, 0)
+    return parts
+
+
+def _collect_any(value: Any, parts: list[str], depth: int) -> None:
+    if depth > 8:
+        return
+    if isinstance(value, str):
+        parts.append(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _collect_any(item, parts, depth + 1)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            _collect_any(item, parts, depth + 1)
+    else:
+        content = getattr(value, "content", None)
+        if isinstance(content, str | list):
+            _collect_any(content, parts, depth + 1)
 
 
 # ---------------------------------------------------------------------------------------------

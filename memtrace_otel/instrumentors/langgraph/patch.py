@@ -56,6 +56,7 @@ from memtrace_otel.instrumentors._common import (
     remember_retrieval,
     set_case_id,
     span_hex,
+    string_leaves,
     turn_texts,
     wrapper_for,
 )
@@ -173,7 +174,9 @@ class LangGraphTelemetry:
         if not self.active:
             return None
         task = args[0] if args else kwargs.get("task")
-        return _NodeCall(args, kwargs, "langgraph.node", turn_texts(getattr(task, "input", None)))
+        return _NodeCall(
+            args, kwargs, "langgraph.node", turn_texts(getattr(task, "input", None)), task
+        )
 
     def _manager_factory(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
         scope = current_llm_scope()
@@ -213,17 +216,25 @@ class _NodeCall(Call):
     _token: object = None
     _scope: LlmScope | None = None
 
-    def __init__(self, args: Any, kwargs: Any, unit: str, turns: list[str]) -> None:
+    def __init__(
+        self, args: Any, kwargs: Any, unit: str, turns: list[str], task: Any = None
+    ) -> None:
         super().__init__(args, kwargs)
         self.unit = unit
         self.turns = turns
+        self.task = task  # a node's task: what it wrote to the graph state is handed on
 
     def start(self) -> None:
         self._token, self._scope = enter_llm_scope(self.unit, self.turns)
 
     def end(self, exc: BaseException | None) -> None:
-        if self._scope is not None:
-            leave_llm_scope(self._token, self._scope)
+        if self._scope is None:
+            return
+        written: list[str] | None = []  # a memory manager hands nothing to the user
+        if self.task is not None:
+            writes = getattr(self.task, "writes", None)
+            written = string_leaves([v for _, v in writes]) if writes is not None else None
+        leave_llm_scope(self._token, self._scope, written)
 
 
 class _RunCall(Call):

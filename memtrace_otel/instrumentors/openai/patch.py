@@ -28,7 +28,7 @@ import contextvars
 import json
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import wrapt
@@ -71,6 +71,11 @@ EXTRACTION_OP_NAME = "openai.chat.extraction"
 """A chat call whose output memory writes stored: an ``extract`` op."""
 TOOL_CALLS_OP_NAME = "openai.chat.tool_calls"
 """A chat call that answered with tool calls (decided operations): an ``extract`` op."""
+DECISION_OP_NAMES = {
+    OpKind.UPDATE: "openai.chat.update_decision",
+    OpKind.DELETE: "openai.chat.delete_decision",
+}
+"""A chat call whose outputs memory writes carried out, all updates or all deletions."""
 GEN_AI_CHAT = "chat"
 """Upstream ``gen_ai.operation.name`` of a chat completion."""
 GEN_AI_PROVIDER_OPENAI = "openai"
@@ -372,7 +377,8 @@ class _GenerateCall(Call):
             texts = [t for t in turns if normalise(t) in self.prompt]
             if texts:
                 break
-        if not texts:
+        if not texts and self.scope is None and self.run is None:
+            # Outside any unit of work or run nothing names the turns: the user messages.
             texts = _user_texts(self.kwargs.get("messages"))
         return [
             Variable.from_ref(
@@ -384,20 +390,29 @@ class _GenerateCall(Call):
             for t in dict.fromkeys(texts)
         ]
 
-    def resolve(self) -> None:
-        """The unit of work ended: a call no memory write claimed was an answer; one whose
-        outputs writes carried out takes their kind (all updates: ``update``, all deletes:
-        ``delete``, else ``extract``)."""
+    def resolve(self, written: Sequence[str] | None) -> None:
+        """The unit of work ended (see ``Deferred``): a reply no memory write claimed is the
+        answer if the unit handed it on (or says nothing), else an extraction that kept
+        nothing; one whose outputs writes carried out takes their kind (all updates:
+        ``update``, all deletes: ``delete``, else ``extract``)."""
         op = self.op
         if op is None:
             return
         with self.lock:
-            if self.role == _PENDING:
+            if self.role == _PENDING and (written is None or self._handed_on(written)):
                 self._answer(op)
+            elif self.role == _PENDING:
+                self.role = _EXTRACTION
+                op.reclassify(OpKind.EXTRACT, EXTRACTION_OP_NAME)
+                op.add_inputs(self._messages(None))
             elif len(self.writes) == 1 and self.writes <= {"update", "delete"}:
                 kind = OpKind.UPDATE if "update" in self.writes else OpKind.DELETE
-                op.reclassify(kind)
+                op.reclassify(kind, DECISION_OP_NAMES[kind])
             close_op(op, None)
+
+    def _handed_on(self, written: Sequence[str]) -> bool:
+        mine = normalise(self.content or "")
+        return bool(mine) and any(mine in normalise(text) for text in written)
 
     @staticmethod
     def _record_response(op: Op, model: Any, usage: Any) -> None:
