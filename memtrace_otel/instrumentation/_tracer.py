@@ -383,6 +383,9 @@ class Op:
                 }
             )
             if self._adopted is None:
+                if self._attributes and A.GEN_AI_OPERATION_NAME in self._attributes:
+                    # A GenAI call (``chat``): not named after a store operation.
+                    span_name = f"{A.OP_SPAN_NAME_PREFIX}{kind.value} {self._name}"
                 span.update_name(span_name)
         except Exception:
             internal_error("op.reclassify")

@@ -195,6 +195,7 @@ class _GenerateCall(Call):
         self.is_async = is_async
         self.op: Op | None = None
         self.upstream: Span | None = None  # the upstream chat span this call enriches
+        self.beside: Span | None = None  # the upstream chat span this call's op is beneath
         self.stream = kwargs.get("stream") is True
         # A stream outlives the call: its op is entered in a context of its own, so that
         # ending it later, wherever the stream is consumed, leaves the caller's context alone.
@@ -215,6 +216,13 @@ class _GenerateCall(Call):
         records, retrieval = used_records(prompt, retrievals_in_context())
         self.upstream = upstream_chat_span()
         self.run = current_app_run()
+        if self.ctx is None:
+            # Inside a unit of work (a LangGraph node) the role shows when it ends.
+            self.scope = current_llm_scope()
+        if self.scope is not None and self.upstream is not None:
+            # The upstream span ends when the call returns, before the role shows: the op is
+            # a span of its own beneath it (the upstream span keeps the tokens).
+            self.beside, self.upstream = self.upstream, None
         attributes: dict[str, Any] = {A.GEN_AI_OPERATION_NAME: GEN_AI_CHAT}
         if self.upstream is None:  # else they are the upstream span's, already set
             attributes[A.GEN_AI_PROVIDER_NAME] = GEN_AI_PROVIDER_OPENAI
@@ -239,9 +247,6 @@ class _GenerateCall(Call):
         else:
             op.__enter__()
             self.case_id = _case_id(retrieval)
-            if self.upstream is None:
-                # Inside a unit of work (a LangGraph node) the role shows when it ends.
-                self.scope = current_llm_scope()
 
     def invoke(self, wrapped: Callable[..., Any]) -> Any:
         if self.ctx is None:
