@@ -39,6 +39,8 @@ __all__ = [
     "Case",
     "Score",
     "check_labels",
+    "langmem_app",
+    "langmem_python",
     "run_app",
     "score",
 ]
@@ -105,12 +107,13 @@ LANGGRAPH_OPS = {
 """The LangGraph app: its note taker's and its tidy-up merge's chat calls, the store's ops."""
 LANGMEM_OPS = {
     "ExtractionError": "openai.chat.tool_calls",
-    "UpdateError": "openai.chat.update_decision",
+    "UpdateError": "langgraph.store.put",
     "DeletionError": "langgraph.store.delete",
     "RetrievalError": "langgraph.store.search",
     "ResponseError": "openai.chat.completions",
 }
-"""The LangMem app: the manager's tool-call decisions, the store's ops, the agent's answer."""
+"""The LangMem app: the manager's tool-call decisions, the store's writes and search, the
+agent's answer."""
 
 APPS: dict[str, AppSpec] = {
     "mem0": AppSpec("mem0", "mem0_app.py", MEM0_OPS),
@@ -119,9 +122,26 @@ APPS: dict[str, AppSpec] = {
 """The apps of this environment; :func:`classic_app` adds mem0 1.x when its environment exists."""
 
 
+def langmem_python(required: bool = False) -> str | None:
+    """The interpreter of the LangMem environment, created once by ``scripts/langmem_env.sh``
+    (``make langmem``); ``None`` when it cannot be made (``RuntimeError`` if ``required``)."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "langmem_env.sh"
+    done = subprocess.run(
+        ["bash", str(script), sys.executable], capture_output=True, text=True, timeout=600
+    )
+    if done.returncode != 0:
+        if required:
+            raise RuntimeError(f"could not create the LangMem environment:\n{done.stderr[-2000:]}")
+        return None
+    return done.stdout.strip().splitlines()[-1]
+
+
 def langmem_app(python: str) -> AppSpec:
     """The LangMem app in its environment (``make langmem``)."""
-    return AppSpec("langmem", "langmem_app.py", LANGMEM_OPS, python=python, model=LangFaultModel)
+    # LangMem decides updates and deletions itself, as mem0 1.x does: the same world.
+    return AppSpec(
+        "langmem", "langmem_app.py", LANGMEM_OPS, python=python, classic=True, model=LangFaultModel
+    )
 
 
 def classic_app(python: str) -> AppSpec:

@@ -70,6 +70,8 @@ MEMORY = "langgraph.store.memory"
 RUNNER = "langgraph.pregel._runner"
 PREGEL = "langgraph.pregel.main"
 LANGMEM = "langmem.knowledge.extraction"
+MANAGER_UNIT = "langmem.manager"
+"""The unit of work of one LangMem memory manager call."""
 
 TARGETS: tuple[Target, ...] = (
     *(Target(BASE, f"BaseStore.{m}", m) for m in ("put", "get", "search", "delete")),
@@ -180,11 +182,11 @@ class LangGraphTelemetry:
 
     def _manager_factory(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
         scope = current_llm_scope()
-        if not self.active or (scope is not None and scope.unit == "langmem.manager"):
+        if not self.active or (scope is not None and scope.unit == MANAGER_UNIT):
             return None  # the store manager's own memory manager: one unit
         bound = bind(wrapped, args, kwargs)
         given = bound.arguments.get("input") if bound else None
-        return _NodeCall(args, kwargs, "langmem.manager", turn_texts(given))
+        return _NodeCall(args, kwargs, MANAGER_UNIT, turn_texts(given))
 
     def _run_factory(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
         if not self.active or current_app_run() is not None:
@@ -438,7 +440,9 @@ class _Step:
             op = mt.retrieve(f"langgraph.store.{request.kind}", inputs=inputs, store_id=store)
         self.op = op
         op.__enter__()
-        if request.kind != "put":
+        scope = current_llm_scope()
+        if request.kind != "put" and (scope is None or scope.unit != MANAGER_UNIT):
+            # A memory manager's searches serve its decisions, not the user's question.
             self.case_id = set_case_id(op)
 
     def finish(self, result: Any) -> list[Retrieved] | None:
@@ -471,7 +475,10 @@ class _Step:
                 version = 1
                 self.versions.set(rid, 1)
             value = getattr(item, "value", None)
-            ref, text = f"{rid}@{version}", leaf_text(value)
+            leaves = string_leaves(value)
+            # One field per line when there are several (the prompt may show only one of them).
+            text = leaf_text(value) if len(leaves) < 2 else "\n".join(leaves)
+            ref = f"{rid}@{version}"
             records.append((ref, value, None))
             entries.append(candidate_json(ref, text, getattr(item, "score", None)))
             retrieved.append(Retrieved(ref, text))

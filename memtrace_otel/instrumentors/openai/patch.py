@@ -38,6 +38,7 @@ from opentelemetry.trace import Span, SpanKind
 from memtrace_otel._internal import internal_error
 from memtrace_otel.instrumentation import MemTracer, Op, Variable
 from memtrace_otel.instrumentors._common import (
+    MIN_PRODUCED_TEXT,
     AppRun,
     Call,
     LlmScope,
@@ -120,7 +121,8 @@ def used_records(
     that supplied one (else the latest retrieval).
 
     A record matches when its normalised text is a substring of the prompt, or, for texts of four
-    words or more, when 90% of its words are in the prompt (the app may reformat a little).
+    words or more, when 90% of its words are in the prompt (the app may reformat a little), or,
+    for a record of several fields (one per line), when one field's text is in the prompt.
     """
     words = set(_WORD.findall(prompt))
     used: dict[str, Retrieved] = {}
@@ -130,12 +132,24 @@ def used_records(
             text = normalise(raw)
             if not text or ref in used:
                 continue
-            if text in prompt or _mostly_in(text, words):
+            if text in prompt or _mostly_in(text, words) or _a_line_in(raw, prompt):
                 used[ref] = Retrieved(ref, raw, traceparent)
                 source = retrieval
     if source is None and retrievals:
         source = retrievals[-1]
     return list(used.values()), source
+
+
+def _a_line_in(raw: str, prompt: str) -> bool:
+    """A record of several fields (one per line, e.g. a store item's ``kind`` and ``content``)
+    is used when the text of one of them (``MIN_PRODUCED_TEXT``+ characters) is in the prompt."""
+    if "\n" not in raw:
+        return False
+    for line in raw.split("\n"):
+        text = normalise(line)
+        if len(text) >= MIN_PRODUCED_TEXT and " " in text and text in prompt:
+            return True
+    return False
 
 
 def _mostly_in(text: str, words: set[str]) -> bool:
@@ -267,13 +281,21 @@ class _GenerateCall(Call):
             if self.is_async:
                 return _AsyncStream(result, self)
             return _Stream(result, self)
-        choices = getattr(result, "choices", None)
+        completion = result
+        if getattr(result, "choices", None) is None and callable(getattr(result, "parse", None)):
+            # ``with_raw_response`` (langchain-openai calls it so): the parsed completion, which
+            # the response caches, so the caller's own ``parse()`` gets the same object.
+            try:
+                completion = result.parse()
+            except Exception:
+                return result  # not a completion: returned as is, nothing recorded
+        choices = getattr(completion, "choices", None)
         if not choices:
-            return result  # e.g. a raw response: returned as is, nothing recorded
+            return result
         message = getattr(choices[0], "message", None)
-        if self.upstream is None:
+        if self.upstream is None and self.beside is None:  # else the upstream span has them
             self._record_response(
-                op, getattr(result, "model", None), getattr(result, "usage", None)
+                op, getattr(completion, "model", None), getattr(completion, "usage", None)
             )
         tool_calls = getattr(message, "tool_calls", None)
         content = getattr(message, "content", None)
