@@ -69,8 +69,8 @@ def register(bench: Any) -> None:
         "apps",
         help="run the suite of real apps and score the verdicts",
         description=(
-            "Run every app of the suite (mem0 2.x, mem0 1.x classic, a LangGraph memory agent, "
-            "LangMem's memory manager) under "
+            "Run every app of the suite (mem0 2.x, mem0 1.x classic, a manual-API RAG app, a "
+            "LangGraph memory agent, LangMem's memory manager) under "
             "opentelemetry-instrument against the scripted model server, in each capture mode; "
             "flag the wrong answers with memtrace feedback (about half with --expected), run "
             "memtrace attribute with no cases file, and print per app and mode: error type and "
@@ -82,7 +82,7 @@ def register(bench: Any) -> None:
     p.add_argument(
         "--apps",
         default="all",
-        help="comma-separated: mem0, mem0-classic, langgraph, langmem (all)",
+        help="comma-separated: mem0, mem0-classic, rag, langgraph, langmem (all)",
     )
     p.add_argument(
         "--modes",
@@ -97,7 +97,7 @@ def register(bench: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     modes = available_modes() if args.modes == "all" else args.modes.split(",")
-    every = ["mem0", "mem0-classic", "langgraph", "langmem"]
+    every = ["mem0", "mem0-classic", "rag", "langgraph", "langmem"]
     wanted = every if args.apps == "all" else args.apps.split(",")
     apps: list[AppSpec] = []
     for name in wanted:

@@ -146,6 +146,8 @@ class FaultModel:
             return json.dumps({"memory": self._decide(text)})
         if "Input:" in text and "facts" in text:  # mem0 1.x fact extraction
             return json.dumps({"facts": self._extract(_section(text, "Input:"))})
+        if "Message:" in text and '"facts"' in text:  # an app's own extraction prompt
+            return json.dumps({"facts": self._extract(_section(text, "Message:"))})
         if REVIEW_MARKER in text:
             return json.dumps(self._review(text))
         if MERGE_MARKER in text:

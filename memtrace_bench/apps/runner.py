@@ -80,6 +80,7 @@ class AppSpec:
     python: str = sys.executable
     classic: bool = False  # mem0 1.x: its world plants merges through mem0's own decisions
     model: Callable[[World], FaultModel] = FaultModel  # the scripted model that reads its prompts
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 MEM0_OPS = {
@@ -115,9 +116,24 @@ LANGMEM_OPS = {
 """The LangMem app: the manager's tool-call decisions, the store's writes and search, the
 agent's answer."""
 
+RAG_OPS = {
+    "ExtractionError": "notes.extract",
+    "UpdateError": "notes.merge",
+    "DeletionError": "notes.expire",
+    "RetrievalError": "notes.search",
+    "ResponseError": "notes.answer",
+}
+
 APPS: dict[str, AppSpec] = {
     "mem0": AppSpec("mem0", "mem0_app.py", MEM0_OPS),
     "langgraph": AppSpec("langgraph", "langgraph_app.py", LANGGRAPH_OPS, model=LangFaultModel),
+    # The manual-API app traces its own LLM calls: the OpenAI instrumentor is off for it.
+    "rag": AppSpec(
+        "rag",
+        "rag_app.py",
+        RAG_OPS,
+        env={"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "memtrace_openai"},
+    ),
 }
 """The apps of this environment; :func:`classic_app` adds mem0 1.x when its environment exists."""
 
@@ -219,6 +235,7 @@ def _env(spec: AppSpec, mode: str, folder: Path) -> dict[str, str]:
             "MEM0_TELEMETRY": "false",
         }
     )
+    env.update(spec.env)
     env.update(MODES.get(mode, {}))
     if mode == "REFERENCE":
         env["MEMTRACE_CAPTURE_CONTENT"] = "REFERENCE"

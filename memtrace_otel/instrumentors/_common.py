@@ -1257,6 +1257,55 @@ def forget_prompts() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Values traced ops produced, by digest: where a text a caller later writes came from
+# ---------------------------------------------------------------------------------------------
+
+
+class _Output:
+    """A producer of one fixed output (:func:`remember_output`)."""
+
+    __slots__ = ("ref", "traceparent")
+
+    def __init__(self, ref: str, traceparent: str | None) -> None:
+        self.ref, self.traceparent = ref, traceparent
+
+    def claim(self, text: str, store_id: str | None, write: str) -> Variable | str | None:
+        return Variable.from_ref(self.ref, text, traceparent=self.traceparent)
+
+
+def remember_output(text: Any, ref: str, traceparent: str | None) -> None:
+    """Remember that the traced op with ``traceparent`` produced ``text`` as ``ref``, so a later
+    write of exactly that text links to it (:data:`produced`; only the digest is kept)."""
+    if isinstance(text, str) and text.strip():
+        produced.add([text.strip()], _Output(ref, traceparent))
+
+
+def produced_by(
+    text: Any, store_id: str | None = None, write: str = "update"
+) -> tuple[str, str | None] | None:
+    """``(ref, traceparent)`` of the traced output equal to ``text`` (whitespace at the ends
+    aside), if this process saw one; its producer learns that a ``write`` stores it."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    producer = produced.get(digest(text.strip()))
+    if producer is None:
+        return None
+    try:
+        item = producer.claim(text.strip(), store_id, write)
+    except Exception:
+        internal_error("produced.claim")
+        return None
+    if isinstance(item, Variable):
+        return item.ref, item.traceparent
+    return (item, None) if isinstance(item, str) else None
+
+
+def forget_outputs() -> None:
+    """Forget every remembered output (``uninstrument()``; tests)."""
+    produced.clear()
+
+
+# ---------------------------------------------------------------------------------------------
 # Versions of records the libraries do not version themselves
 # ---------------------------------------------------------------------------------------------
 
@@ -1284,6 +1333,7 @@ __all__ = [
     "content_id",
     "declare_prompt",
     "enter_memory_system",
+    "forget_outputs",
     "forget_prompts",
     "forget_retrievals",
     "inside_memory_system",
@@ -1293,7 +1343,9 @@ __all__ = [
     "memory_system_call",
     "message_ref",
     "normalise",
+    "produced_by",
     "prompt_for",
+    "remember_output",
     "remember_retrieval",
     "retrieval_memory",
     "retrievals_in_context",

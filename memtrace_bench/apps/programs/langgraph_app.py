@@ -15,12 +15,13 @@ job runner would.
 import json
 import os
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import openai
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.store.base import BaseStore
+from langgraph.store.base import BaseStore, IndexConfig
 from langgraph.store.memory import InMemoryStore
 from opentelemetry import trace
 
@@ -33,13 +34,13 @@ client = openai.OpenAI(base_url=os.environ["APP_OPENAI_BASE_URL"], api_key="sk-t
 tracer = trace.get_tracer("notebook-assistant")
 
 
-def embed(texts: list[str]) -> list[list[float]]:
+def embed(texts: Sequence[str]) -> list[list[float]]:
     reply = client.embeddings.create(model="text-embedding-3-small", input=list(texts))
     return [item.embedding for item in reply.data]
 
 
 store = InMemoryStore(
-    index={"dims": int(os.environ["APP_EMBEDDING_DIMS"]), "embed": embed, "fields": ["text"]}
+    index=IndexConfig(dims=int(os.environ["APP_EMBEDDING_DIMS"]), embed=embed, fields=["text"])
 )
 
 NOTE_TAKER = (
@@ -62,13 +63,17 @@ def route(state: State) -> str:
     return "respond" if state["intent"] == "ask" else "remember"
 
 
+def turn_of(state: MessagesState) -> str:
+    return str(state["messages"][-1].content)
+
+
 def remember(state: State, config: RunnableConfig, *, store: BaseStore) -> dict[str, Any]:
     """Extract the lasting facts of the user's turn into the store."""
     reply = client.chat.completions.create(
         model=MODEL,
         messages=[
             {"role": "system", "content": NOTE_TAKER},
-            {"role": "user", "content": state["messages"][-1].content},
+            {"role": "user", "content": turn_of(state)},
         ],
     )
     try:
@@ -83,7 +88,7 @@ def remember(state: State, config: RunnableConfig, *, store: BaseStore) -> dict[
 
 def respond(state: State, config: RunnableConfig, *, store: BaseStore) -> dict[str, Any]:
     """Answer from the notes the question brings up."""
-    question = state["messages"][-1].content
+    question = turn_of(state)
     hits = store.search(namespace(config), query=question, limit=TOP_K)
     notes = "\n".join(f"- {hit.value['text']}" for hit in hits)
     reply = client.chat.completions.create(
@@ -162,19 +167,15 @@ def config_of(user_id: str) -> RunnableConfig:
 def tell(user_id: str, message: str) -> None:
     """POST /notes: the user tells the assistant something."""
     with tracer.start_as_current_span("POST /notes", kind=trace.SpanKind.SERVER):
-        assistant.invoke(
-            {"messages": [{"role": "user", "content": message}], "intent": "tell"},
-            config_of(user_id),
-        )
+        turn: Any = {"messages": [{"role": "user", "content": message}], "intent": "tell"}
+        assistant.invoke(turn, config_of(user_id))
 
 
 def ask(user_id: str, question: str) -> dict[str, Any]:
     """POST /chat: the user asks; the reply carries what the feedback button needs."""
     with tracer.start_as_current_span("POST /chat", kind=trace.SpanKind.SERVER):
-        state = assistant.invoke(
-            {"messages": [{"role": "user", "content": question}], "intent": "ask"},
-            config_of(user_id),
-        )
+        turn: Any = {"messages": [{"role": "user", "content": question}], "intent": "ask"}
+        state = assistant.invoke(turn, config_of(user_id))
     ref = last_answer()
     return {
         "answer": state["messages"][-1].content,
@@ -194,7 +195,8 @@ def cleanup(user_id: str) -> None:
     """The nightly tidy-up job."""
     with tracer.start_as_current_span("notebook-tidy") as span:
         span.set_attribute("app.user", user_id)
-        tidy_job.invoke({"messages": []}, config_of(user_id))
+        empty: Any = {"messages": []}
+        tidy_job.invoke(empty, config_of(user_id))
 
 
 def records(user_id: str) -> list[dict[str, str]]:

@@ -5,7 +5,8 @@
 earlier in the same trace (or, without a parent span, in the same execution context) and whose
 text appears in the prompt; the prompt template is the one the application declared
 (:func:`memtrace_otel.instrumentors.declare_prompt`) if its fixed text is in the prompt. The
-output is the answer, ``prediction:<span id>@1``. The op takes the store and case of the
+output is the answer, ``prediction:<span id>@1`` (its digest remembered, so that a memory write of
+the same text links to this op). The op takes the store and case of the
 retrieval it used, unless the ``memtrace.case.id`` baggage entry names the case.
 
 Calls made by an instrumented memory system for its own work (Mem0's extraction) are not
@@ -222,6 +223,7 @@ class _GenerateCall(Call):
         self.content: str | None = None
         self.facts: dict[str, Variable] = {}
         self.writes: set[str] = set()
+        self.prediction: Variable | None = None
         self.lock = threading.RLock()
 
     def start(self) -> None:
@@ -319,7 +321,12 @@ class _GenerateCall(Call):
             self._record_response(op, model, usage)
         if isinstance(content, str):
             self.content = content
-            op.output(Variable(f"prediction:{span_hex(op)}", 1, content, Category.PREDICTION))
+            self.prediction = op.output(
+                Variable(f"prediction:{span_hex(op)}", 1, content, Category.PREDICTION)
+            )
+            # An app that writes this completion into memory links the write to this op: the
+            # digests of its texts are remembered, not the texts.
+            produced.add(_content_texts(content), self)
 
     # -- the call's role -------------------------------------------------------------------------
     def _answer(self, op: Op) -> None:
@@ -370,7 +377,7 @@ class _GenerateCall(Call):
             return None
         with self.lock:
             if self.role == _ANSWER:
-                return f"prediction:{span_hex(op)}@1"
+                return self.prediction
             if self.role == _PENDING:
                 self.role = _EXTRACTION
                 op.reclassify(OpKind.EXTRACT, EXTRACTION_OP_NAME)
