@@ -337,7 +337,9 @@ class _GenerateCall(Call):
             self.role = _ANSWER
         set_case_id(op, self.case_id, answer=True)
         if self.content is not None:
-            op.output(Variable(f"prediction:{span_hex(op)}", 1, self.content, Category.PREDICTION))
+            self.prediction = op.output(
+                Variable(f"prediction:{span_hex(op)}", 1, self.content, Category.PREDICTION)
+            )
 
     def _decided(self, op: Op, tool_calls: Any) -> None:
         """Tool calls (or an empty reply to a request that offered tools): the call decided
