@@ -5,8 +5,9 @@ the background (``ReflectionExecutor``); before answering, the assistant searche
 
 No tracing code here but what a user of memtrace-otel writes: the app runs under
 ``opentelemetry-instrument``, and the thumbs-down button needs the answer's traceparent
-(``last_answer()``). Its endpoints open their own spans, as a web framework would. Users with an
-even index are served in the hot path, the others in the background.
+(``last_answer()``). Its endpoints open their own spans, as a web framework would. A user's
+sessions alternate between the hot path and the background (the first session of users with an
+even index in the hot path), so every run has both.
 
     APP_PLAN=plan.json APP_LOG=log.json APP_OPENAI_BASE_URL=... APP_EMBEDDING_DIMS=... \\
         opentelemetry-instrument python langmem_app.py
@@ -44,7 +45,8 @@ store = InMemoryStore(
         "fields": ["content.content"],
     }
 )
-manager = create_memory_store_manager(llm, namespace=NAMESPACE, enable_deletes=True)
+# query_limit 8: two windows of the turn (its last message, and the last two), 8 memories each.
+manager = create_memory_store_manager(llm, namespace=NAMESPACE, enable_deletes=True, query_limit=8)
 background = ReflectionExecutor(manager, store=store)
 tracer = trace.get_tracer("langmem-assistant")
 
@@ -122,9 +124,9 @@ with open(os.environ["APP_PLAN"], encoding="utf-8") as source:
 log: dict[str, Any] = {"users": {}}
 for index, entry in enumerate(plan["users"]):
     user, hot = entry["user"], index % 2 == 0
-    for session in entry["sessions"]:
+    for number, session in enumerate(entry["sessions"]):
         for message in session:
-            chat(user, message, hot)
+            chat(user, message, hot == (number % 2 == 0))
     for edit in entry["edits"]:  # the settings page writes the corrected memory as given
         target = next((r for r in records(user) if r["memory"] == edit["find"]), None)
         if target is not None:
