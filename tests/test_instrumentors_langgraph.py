@@ -398,3 +398,79 @@ def test_tool_call_decisions_are_an_extract_op_the_writes_carry_out(
     assert remove in delete["inputs"]
     [answer] = got["openai.chat.completions"]
     assert answer["kind"] == "generate" and asked is not None and asked.case_id == answer["case"]
+
+
+def test_a_reply_neither_stored_nor_handed_on_is_an_extraction_that_kept_nothing(
+    instrumented: None, memtrace_exporter: InMemorySpanExporter
+) -> None:
+    """The note taker extracted nothing (``[]``): no put claims the reply and the node hands it
+    to nothing, so it is an extract op reading the user's turn, not an answer."""
+    turn = "Heads up: my cousin Ilse cannot stand coriander."
+    with ScriptedOpenAI(_agent_script({"coriander": []}, {})) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        graph = _agent(client, InMemoryStore())
+        graph.invoke(
+            {"messages": [{"role": "user", "content": turn}]}, {"configurable": {"user_id": "dana"}}
+        )
+    got = by_op(memtrace_exporter.get_finished_spans())
+    [kept_nothing] = [o for o in got["openai.chat.extraction"] if not o["outputs"]]
+    assert kept_nothing["kind"] == "extract" and kept_nothing["case"] is None
+    assert kept_nothing["inputs"] == [message_ref(turn, role="user")]
+    assert "langgraph.store.put" not in got
+    [answer] = got["openai.chat.completions"]  # the answer node's reply, handed on
+    assert answer["kind"] == "generate" and answer["case"]
+
+
+def test_a_reply_an_update_stores_is_an_update_decision(
+    instrumented: None, memtrace_exporter: InMemorySpanExporter
+) -> None:
+    """A node asks the model to merge two records and writes the reply over the older one:
+    the call's only write is an update, so it is an ``update`` op reading both records."""
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    store = InMemoryStore()
+    store.put(NS, "a", {"text": "Ana lives in Porto"})
+    store.put(NS, "b", {"text": "Ana moved to Lisbon in May"})
+    merged = "Ana lives in Lisbon since May"
+    with ScriptedOpenAI(lambda kind, body: merged) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+
+        def tidy(state: MessagesState, *, store: BaseStore) -> dict[str, Any]:
+            notes = {item.key: item.value["text"] for item in store.search(NS)}
+            reply = client.chat.completions.create(
+                model="m",
+                messages=[{"role": "user", "content": f"Merge: {notes['a']} / {notes['b']}"}],
+            )
+            store.put(NS, "a", {"text": reply.choices[0].message.content})
+            store.delete(NS, "b")
+            return {}
+
+        builder = StateGraph(MessagesState)
+        builder.add_node("tidy", tidy)
+        builder.add_edge(START, "tidy")
+        builder.compile(store=store).invoke({"messages": []})
+    got = by_op(memtrace_exporter.get_finished_spans())
+    [decision] = got["openai.chat.update_decision"]
+    assert decision["kind"] == "update" and decision["case"] is None
+    assert decision["name"] == "memtrace.update openai.chat.update_decision"
+    rid = "langgraph:memories/dana"
+    assert sorted(decision["inputs"]) == [f"{rid}/a@1", f"{rid}/b@1"]  # no user turn here
+    [fact] = decision["outputs"]
+    [update] = [o for o in got["langgraph.store.put"] if o["kind"] == "update"]
+    assert update["inputs"] == [f"{rid}/a@1", fact]
+
+
+def test_raw_responses_are_read(
+    instrumented: None, memtrace_exporter: InMemorySpanExporter
+) -> None:
+    """``with_raw_response`` (how langchain-openai calls the API): the completion is parsed
+    once, and the caller's own ``parse()`` gets the same object."""
+    with ScriptedOpenAI(lambda kind, body: "Porto, since spring.") as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": "Where does Ana live?"}]
+        )
+        assert raw.parse().choices[0].message.content == "Porto, since spring."
+    [answer] = by_op(memtrace_exporter.get_finished_spans())["openai.chat.completions"]
+    [prediction] = answer["outputs"]
+    assert prediction.startswith("prediction:") and answer["case"]
