@@ -60,7 +60,7 @@ from memtrace_otel.instrumentors._common import (
     turn_texts,
     wrapper_for,
 )
-from memtrace_otel.semconv import Category
+from memtrace_otel.semconv import Category, Stage
 from memtrace_otel.semconv import attributes as A
 
 SYSTEM = "langgraph"
@@ -403,6 +403,7 @@ class _Step:
         self.version = 0
         self.case_id: str | None = None
         self.sources: list[str] = []
+        self.construction = False
 
     def open(self) -> None:
         request, mt = self.request, self.mt
@@ -437,12 +438,19 @@ class _Step:
                         content_id("query", store, request.query), 1, request.query, Category.QUERY
                     )
                 )
-            op = mt.retrieve(f"langgraph.store.{request.kind}", inputs=inputs, store_id=store)
+            scope = current_llm_scope()
+            # A memory manager's searches read the existing memories for its decisions (memory
+            # construction, as mem0's search_existing): they do not serve the user's question.
+            self.construction = scope is not None and scope.unit == MANAGER_UNIT
+            op = mt.retrieve(
+                f"langgraph.store.{request.kind}",
+                inputs=inputs,
+                store_id=store,
+                stage=Stage.CONSTRUCTION if self.construction else None,
+            )
         self.op = op
         op.__enter__()
-        scope = current_llm_scope()
-        if request.kind != "put" and (scope is None or scope.unit != MANAGER_UNIT):
-            # A memory manager's searches serve its decisions, not the user's question.
+        if request.kind != "put" and not self.construction:
             self.case_id = set_case_id(op)
 
     def finish(self, result: Any) -> list[Retrieved] | None:
