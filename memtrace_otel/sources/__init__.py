@@ -61,10 +61,6 @@ from memtrace_otel.sources._memtracebench import (
     decode_memtracebench,
     load_memtracebench,
 )
-from memtrace_otel.sources._memtracebench_export import (
-    ExportSummary,
-    export_memtracebench,
-)
 from memtrace_otel.sources._otlp_proto import decode_otlp_proto
 from memtrace_otel.sources._outcomes import (
     DEFAULT_RULE,
@@ -157,7 +153,6 @@ __all__ = [
     "OTHER_KIND",
     "BenchGraph",
     "ExportResult",
-    "ExportSummary",
     "FileSource",
     "HttpOptions",
     "JaegerSource",
@@ -178,7 +173,6 @@ __all__ = [
     "decode_otlp_json",
     "decode_otlp_proto",
     "expand_paths",
-    "export_memtracebench",
     "export_source",
     "iter_records",
     "latest_outcomes",
