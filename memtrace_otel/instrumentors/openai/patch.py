@@ -346,7 +346,9 @@ class _GenerateCall(Call):
         operations, its outputs; it did not answer."""
         self.role = _DECISION
         op.reclassify(OpKind.EXTRACT, TOOL_CALLS_OP_NAME)
-        op.add_inputs(self._messages(None))
+        messages = self._messages(None)
+        op.add_inputs(messages)
+        sources = {"source_refs": [m.ref for m in messages]}
         base = span_hex(op)
         removals: list[Removal] = []
         for i, call in enumerate(tool_calls, 1):
@@ -358,7 +360,9 @@ class _GenerateCall(Call):
             except ValueError:
                 arguments = raw
             value = {"name": name, "arguments": arguments}
-            variable = op.output(Variable(f"decision:{base}:{i}", 1, value, Category.OTHER))
+            variable = op.output(
+                Variable(f"decision:{base}:{i}", 1, value, Category.OTHER, sources)
+            )
             texts = matchable_texts(arguments)
             output = _DecisionOutput(self, variable)
             produced.add(texts, output)
