@@ -4,7 +4,8 @@
 #
 #   scripts/mem0_legacy_env.sh [PROJECT_PYTHON]     (default: .venv/bin/python)
 #
-#   MEMTRACE_MEM0_LEGACY_PIN   mem0ai version (default 1.0.0, the oldest 1.x; classic pipeline)
+#   MEMTRACE_MEM0_LEGACY_PIN   mem0ai version (default 1.0.0, the oldest 1.x; classic pipeline;
+#                              the app suite uses 1.0.11, the last 1.x)
 #   MEMTRACE_MEM0_LEGACY_VENV  where (default ~/.cache/memtrace-otel/venv-mem0-<pin>)
 #
 # Only mem0ai itself is installed there (--no-deps); every other package, this one included (it

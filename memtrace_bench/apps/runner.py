@@ -30,6 +30,12 @@ from memtrace_bench.apps.langmodel import LangFaultModel
 from memtrace_bench.apps.model import FaultModel
 from memtrace_bench.apps.openai_server import ScriptedOpenAI
 from memtrace_bench.apps.scenario import DECLINE, World, make_world
+from memtrace_otel.semconv.env import (
+    ENV_CAPTURE_MESSAGE_CONTENT,
+    ENV_MEMTRACE_CAPTURE_CONTENT,
+    ENV_MEMTRACE_CONTENT_URL,
+    ENV_MEMTRACE_TRACES_FILE,
+)
 
 __all__ = [
     "APPS",
@@ -51,8 +57,8 @@ TIMEOUT = 900
 
 MODES: dict[str, dict[str, str]] = {
     "off": {},
-    "PRODUCTION": {"MEMTRACE_CAPTURE_CONTENT": "PRODUCTION"},
-    "SPAN_AND_EVENT": {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_AND_EVENT"},
+    "PRODUCTION": {ENV_MEMTRACE_CAPTURE_CONTENT: "PRODUCTION"},
+    "SPAN_AND_EVENT": {ENV_CAPTURE_MESSAGE_CONTENT: "SPAN_AND_EVENT"},
 }
 """The capture modes, as the environment an app runs with (``REFERENCE`` joins once it exists:
 :func:`available_modes`)."""
@@ -231,15 +237,15 @@ def _env(spec: AppSpec, mode: str, folder: Path) -> dict[str, str]:
             "OTEL_TRACES_EXPORTER": "memtrace_file",
             "OTEL_METRICS_EXPORTER": "none",
             "OTEL_LOGS_EXPORTER": "none",
-            "MEMTRACE_TRACES_FILE": str(folder / "traces.jsonl"),
+            ENV_MEMTRACE_TRACES_FILE: str(folder / "traces.jsonl"),
             "MEM0_TELEMETRY": "false",
         }
     )
     env.update(spec.env)
     env.update(MODES.get(mode, {}))
     if mode == "REFERENCE":
-        env["MEMTRACE_CAPTURE_CONTENT"] = "REFERENCE"
-        env["MEMTRACE_CONTENT_URL"] = (folder / "content").as_uri()
+        env[ENV_MEMTRACE_CAPTURE_CONTENT] = "REFERENCE"
+        env[ENV_MEMTRACE_CONTENT_URL] = (folder / "content").as_uri()
     return env
 
 

@@ -114,12 +114,19 @@ def chat(mt: MemTracer, user: str, question: str, case_id: str) -> dict[str, Any
     with tracer.start_as_current_span("POST /chat", kind=trace.SpanKind.SERVER):
         mine = [n for n in notes.values() if n["user"] == user]
         query = mt.variable(f"query:{case_id}", question, category="query")
-        with mt.retrieve("notes.search", inputs=[query, *(n["var"] for n in mine)]) as op:
+        with mt.retrieve("notes.search", inputs=[query], case_id=case_id) as op:
             vector = embed(question)
             scored = sorted(((cosine(vector, n["vector"]), n) for n in mine), key=lambda s: -s[0])
             hits = [n["var"] for score, n in scored[:TOP_K] if score >= THRESHOLD]
+            # The hits, each linked to the op that wrote it (README: "A read that returns many
+            # records"), and the candidates they make, best first.
+            op.add_records([(h.ref, h.value, h.traceparent) for h in hits])
             found = op.output(
-                mt.variable(f"cands:{case_id}", [h.value for h in hits], category="candidates")
+                mt.variable(
+                    f"cands:{case_id}",
+                    [{"ref": h.ref, "text": h.value} for h in hits],
+                    category="candidates",
+                )
             )
         with mt.generate("notes.answer", inputs=[found, query], case_id=case_id) as op:
             context = "\n".join(f"- {h.value}" for h in hits)
