@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test demo install lint typecheck pytest bench clean browser backends mem0-legacy smartcomment
+.PHONY: test demo install lint typecheck pytest bench clean browser backends mem0-legacy langmem smartcomment
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,11 +41,16 @@ mem0-legacy: install
 	bash scripts/mem0_legacy_env.sh $(PY)
 	MEMTRACE_MEM0_LEGACY_PIN=1.0.11 bash scripts/mem0_legacy_env.sh $(PY)
 
+# LangMem 0.0.30 and its LangChain packages (langchain-openai, trustcall, ...) layered over the
+# project's environment, for the LangMem app of the suite (docs/apps.md), in ~/.cache/memtrace-otel.
+langmem: install
+	bash scripts/langmem_env.sh $(PY)
+
 # zjunlp's smartcomment recorder (Python 3.12) that writes MemTraceBench files, in ~/.cache/memtrace-otel.
 smartcomment:
 	bash scripts/smartcomment_env.sh
 
-pytest: install browser backends mem0-legacy smartcomment
+pytest: install browser backends mem0-legacy langmem smartcomment
 	$(VENV)/bin/pytest
 
 test: lint typecheck pytest

@@ -3,25 +3,33 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
 import wrapt
-from langgraph.store.base import GetOp, PutOp, SearchOp
+from langchain_core.runnables import RunnableConfig
+from langgraph.store.base import BaseStore, GetOp, PutOp, SearchOp
 from langgraph.store.memory import InMemoryStore
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from memtrace_otel.instrumentation import CaptureConfig, WriterRegistry, suppress_tracing
+from memtrace_otel.instrumentation import (
+    CaptureConfig,
+    WriterRegistry,
+    last_answer,
+    suppress_tracing,
+)
 from memtrace_otel.instrumentors import message_ref
 from memtrace_otel.instrumentors._common import forget_prompts, forget_retrievals
 from memtrace_otel.instrumentors.langgraph import LangGraphInstrumentor
 from memtrace_otel.instrumentors.openai import OpenAIInstrumentor
 from memtrace_otel.semconv import attributes as A
 from tests._instrumentor_helpers import LLMScript, attribute, by_op, ops, write_spans
-from tests._openai_server import ScriptedOpenAI
+from tests._openai_server import Reply, ScriptedOpenAI, chat_completion
 
 NS = ("memories", "dana")
 STORE = "memories/dana"
@@ -188,3 +196,281 @@ def test_uninstrument(
     assert not isinstance(InMemoryStore.__dict__["abatch"], wrapt.FunctionWrapper)
     InMemoryStore().put(NS, "k", {"text": "v"})
     assert memtrace_exporter.get_finished_spans() == ()
+
+
+# -- A memory agent as LangGraph's memory docs write one -----------------------------------------
+
+EXTRACT_SYSTEM = "Extract the lasting facts about the user from their message as a JSON list."
+
+
+def _agent(client: openai.OpenAI, store: InMemoryStore) -> Any:
+    """An extraction node that puts what the model extracted, and an answer node that searches
+    the store first: no tracing code."""
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    def extract(
+        state: MessagesState, config: RunnableConfig, *, store: BaseStore
+    ) -> dict[str, Any]:
+        turn = state["messages"][-1].content
+        reply = client.chat.completions.create(
+            model="gpt-4.1-mini",
+            messages=[
+                {"role": "system", "content": EXTRACT_SYSTEM},
+                {"role": "user", "content": turn},
+            ],
+        )
+        namespace = ("memories", config["configurable"]["user_id"])
+        for i, fact in enumerate(json.loads(reply.choices[0].message.content or "[]")):
+            store.put(namespace, f"fact-{len(turn)}-{i}", {"text": fact})
+        return {}
+
+    def answer(state: MessagesState, config: RunnableConfig, *, store: BaseStore) -> dict[str, Any]:
+        question = state["messages"][-1].content
+        namespace = ("memories", config["configurable"]["user_id"])
+        hits = store.search(namespace, query=question, limit=3)
+        known = "\n".join(f"- {h.value['text']}" for h in hits)
+        reply = client.chat.completions.create(
+            model="gpt-4.1-mini",
+            messages=[
+                {"role": "system", "content": f"What you know about the user:\n{known}"},
+                {"role": "user", "content": question},
+            ],
+        )
+        return {"messages": [{"role": "assistant", "content": reply.choices[0].message.content}]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("extract", extract)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "extract")
+    builder.add_edge("extract", "answer")
+    return builder.compile(store=store)
+
+
+def _agent_script(facts: dict[str, list[str]], answers: dict[str, str]) -> Any:
+    def respond(kind: str, body: dict[str, Any]) -> str:
+        system = body["messages"][0]["content"]
+        user = body["messages"][-1]["content"]
+        if system == EXTRACT_SYSTEM:
+            return json.dumps(next((f for k, f in facts.items() if k in user), []))
+        return next((a for k, a in answers.items() if k in user), "I don't know")
+
+    return respond
+
+
+def test_extraction_node_is_an_extract_op_and_puts_link_to_it(
+    instrumented: None, memtrace_exporter: InMemorySpanExporter
+) -> None:
+    turn = "My sister Ana moved to Porto last spring."
+    script = _agent_script({"moved": ["User's sister Ana lives in Porto"]}, {"Ana": "In Porto."})
+    with ScriptedOpenAI(script) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        graph = _agent(client, InMemoryStore())
+        config = {"configurable": {"user_id": "dana"}}
+        graph.invoke({"messages": [{"role": "user", "content": turn}]}, config)
+        noted = last_answer()  # outside the nodes, after the run
+        graph.invoke({"messages": [{"role": "user", "content": "Where does Ana live?"}]}, config)
+        asked = last_answer()
+    spans = memtrace_exporter.get_finished_spans()
+    got = by_op(spans)
+    [extraction] = [o for o in got["openai.chat.extraction"] if o["outputs"]]
+    assert extraction["kind"] == "extract" and extraction["case"] is None
+    assert extraction["name"] == "memtrace.extract openai.chat.extraction"
+    turn_ref = message_ref(turn, store_id=STORE, role="user")
+    assert turn_ref in extraction["inputs"]
+    [fact_ref] = [
+        r
+        for r in extraction["outputs"]
+        if r.startswith("fact:")
+        and any(e.get(A.MEMTRACE_VARIABLE_REF) == r for e in extraction["events"])
+    ][:1]
+    [put] = [o for o in got["langgraph.store.put"] if o["outputs"][0].endswith("@1")][:1]
+    assert put["inputs"] == [fact_ref]
+    assert {A.MEMTRACE_VARIABLE_REF: fact_ref} in put["links"]
+    # The answers are generate ops with a case id; last_answer() names the run's answer.
+    answers = got["openai.chat.completions"]
+    assert all(o["kind"] == "generate" and o["case"] for o in answers)
+    assert asked is not None and noted is not None and asked.case_id != noted.case_id
+    last = answers[-1]
+    assert asked.case_id == last["case"] and f"{last['span_id']:016x}" in asked.traceparent
+
+
+def test_distorted_extraction_is_an_extraction_error(
+    instrumented: None, memtrace_exporter: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    turn = "My sister Ana moved to Porto last spring."
+    script = _agent_script(
+        {"Ana moved": ["User's sister Ana lives in Lisbon"]}, {"Ana": "She lives in Lisbon."}
+    )
+    with ScriptedOpenAI(script) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        graph = _agent(client, InMemoryStore())
+        config = {"configurable": {"user_id": "dana"}}
+        graph.invoke({"messages": [{"role": "user", "content": turn}]}, config)
+        graph.invoke({"messages": [{"role": "user", "content": "Where does Ana live?"}]}, config)
+        asked = last_answer()
+    assert asked is not None
+    spans = memtrace_exporter.get_finished_spans()
+    traces = write_spans(spans, tmp_path / "traces.jsonl")
+    case = {
+        "case_id": asked.case_id,
+        "question": "Where does Ana live?",
+        "gold_answers": ["Porto"],
+    }
+    verdict = attribute(traces, [case])[asked.case_id]
+    [extraction] = [o for o in by_op(spans)["openai.chat.extraction"] if o["outputs"]]
+    assert (verdict.error_type, verdict.op_name) == ("ExtractionError", "openai.chat.extraction")
+    assert verdict.op_id == f"{extraction['span_id']:016x}"
+
+
+def _tool_reply(*calls: tuple[str, dict[str, Any]]) -> Reply:
+    body = chat_completion("")
+    body["choices"][0]["message"] = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": f"call_{i}",
+                "type": "function",
+                "function": {"name": n, "arguments": json.dumps(a)},
+            }
+            for i, (n, a) in enumerate(calls)
+        ],
+    }
+    body["choices"][0]["finish_reason"] = "tool_calls"
+    return Reply(200, body)
+
+
+def test_tool_call_decisions_are_an_extract_op_the_writes_carry_out(
+    instrumented: None, memtrace_exporter: InMemorySpanExporter
+) -> None:
+    """A trustcall-style manager: the model decides insert/remove through tool calls, the app
+    writes what it decided; the decision is never taken for the answer."""
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    store = InMemoryStore()
+    with suppress_tracing():
+        store.put(NS, "old", {"kind": "Memory", "content": {"content": "User works at a bakery"}})
+    with ScriptedOpenAI() as server:
+        server.script(
+            Reply(200, "Congratulations on the new job!"),
+            _tool_reply(
+                ("Memory", {"content": "User now works as a nurse"}),
+                ("RemoveDoc", {"json_doc_id": "old"}),
+            ),
+        )
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+
+        def chat(state: MessagesState, *, store: BaseStore) -> dict[str, Any]:
+            turn = state["messages"][-1].content
+            reply = client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": turn}]
+            )
+            decided = client.chat.completions.create(
+                model="m",
+                messages=[{"role": "user", "content": f"Manage memories for: {turn}"}],
+                tools=[{"type": "function", "function": {"name": "Memory", "parameters": {}}}],
+            )
+            for call in decided.choices[0].message.tool_calls or []:
+                args = json.loads(call.function.arguments)
+                if call.function.name == "RemoveDoc":
+                    store.delete(NS, args["json_doc_id"])
+                else:
+                    store.put(NS, "new", {"kind": "Memory", "content": args})
+            return {
+                "messages": [{"role": "assistant", "content": reply.choices[0].message.content}]
+            }
+
+        builder = StateGraph(MessagesState)
+        builder.add_node("chat", chat)
+        builder.add_edge(START, "chat")
+        graph = builder.compile(store=store)
+        turn = "I quit the bakery and started as a nurse."
+        graph.invoke({"messages": [{"role": "user", "content": turn}]})
+        asked = last_answer()
+    got = by_op(memtrace_exporter.get_finished_spans())
+    [decision] = got["openai.chat.tool_calls"]
+    assert decision["kind"] == "extract" and decision["case"] is None
+    assert message_ref(turn, role="user") in decision["inputs"]
+    insert, remove = decision["outputs"]
+    [put] = got["langgraph.store.put"]
+    assert insert in put["inputs"] and {A.MEMTRACE_VARIABLE_REF: insert} in put["links"]
+    [delete] = got["langgraph.store.delete"]
+    assert remove in delete["inputs"]
+    [answer] = got["openai.chat.completions"]
+    assert answer["kind"] == "generate" and asked is not None and asked.case_id == answer["case"]
+
+
+def test_a_reply_neither_stored_nor_handed_on_is_an_extraction_that_kept_nothing(
+    instrumented: None, memtrace_exporter: InMemorySpanExporter
+) -> None:
+    """The note taker extracted nothing (``[]``): no put claims the reply and the node hands it
+    to nothing, so it is an extract op reading the user's turn, not an answer."""
+    turn = "Heads up: my cousin Ilse cannot stand coriander."
+    with ScriptedOpenAI(_agent_script({"coriander": []}, {})) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        graph = _agent(client, InMemoryStore())
+        graph.invoke(
+            {"messages": [{"role": "user", "content": turn}]}, {"configurable": {"user_id": "dana"}}
+        )
+    got = by_op(memtrace_exporter.get_finished_spans())
+    [kept_nothing] = [o for o in got["openai.chat.extraction"] if not o["outputs"]]
+    assert kept_nothing["kind"] == "extract" and kept_nothing["case"] is None
+    assert kept_nothing["inputs"] == [message_ref(turn, role="user")]
+    assert "langgraph.store.put" not in got
+    [answer] = got["openai.chat.completions"]  # the answer node's reply, handed on
+    assert answer["kind"] == "generate" and answer["case"]
+
+
+def test_a_reply_an_update_stores_is_an_update_decision(
+    instrumented: None, memtrace_exporter: InMemorySpanExporter
+) -> None:
+    """A node asks the model to merge two records and writes the reply over the older one:
+    the call's only write is an update, so it is an ``update`` op reading both records."""
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    store = InMemoryStore()
+    store.put(NS, "a", {"text": "Ana lives in Porto"})
+    store.put(NS, "b", {"text": "Ana moved to Lisbon in May"})
+    merged = "Ana lives in Lisbon since May"
+    with ScriptedOpenAI(lambda kind, body: merged) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+
+        def tidy(state: MessagesState, *, store: BaseStore) -> dict[str, Any]:
+            notes = {item.key: item.value["text"] for item in store.search(NS)}
+            reply = client.chat.completions.create(
+                model="m",
+                messages=[{"role": "user", "content": f"Merge: {notes['a']} / {notes['b']}"}],
+            )
+            store.put(NS, "a", {"text": reply.choices[0].message.content})
+            store.delete(NS, "b")
+            return {}
+
+        builder = StateGraph(MessagesState)
+        builder.add_node("tidy", tidy)
+        builder.add_edge(START, "tidy")
+        builder.compile(store=store).invoke({"messages": []})
+    got = by_op(memtrace_exporter.get_finished_spans())
+    [decision] = got["openai.chat.update_decision"]
+    assert decision["kind"] == "update" and decision["case"] is None
+    assert decision["name"] == "memtrace.update openai.chat.update_decision"
+    rid = "langgraph:memories/dana"
+    assert sorted(decision["inputs"]) == [f"{rid}/a@1", f"{rid}/b@1"]  # no user turn here
+    [fact] = decision["outputs"]
+    [update] = [o for o in got["langgraph.store.put"] if o["kind"] == "update"]
+    assert update["inputs"] == [f"{rid}/a@1", fact]
+
+
+def test_raw_responses_are_read(
+    instrumented: None, memtrace_exporter: InMemorySpanExporter
+) -> None:
+    """``with_raw_response`` (how langchain-openai calls the API): the completion is parsed
+    once, and the caller's own ``parse()`` gets the same object."""
+    with ScriptedOpenAI(lambda kind, body: "Porto, since spring.") as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": "Where does Ana live?"}]
+        )
+        assert raw.parse().choices[0].message.content == "Porto, since spring."
+    [answer] = by_op(memtrace_exporter.get_finished_spans())["openai.chat.completions"]
+    [prediction] = answer["outputs"]
+    assert prediction.startswith("prediction:") and answer["case"]

@@ -21,6 +21,8 @@ from memtrace_bench.apps.runner import (
     AppSpec,
     available_modes,
     classic_app,
+    langmem_app,
+    langmem_python,
     run_app,
     score,
     summary_rows,
@@ -67,7 +69,8 @@ def register(bench: Any) -> None:
         "apps",
         help="run the suite of real apps and score the verdicts",
         description=(
-            "Run every app of the suite (mem0 2.x, mem0 1.x classic, a manual-API RAG app) under "
+            "Run every app of the suite (mem0 2.x, mem0 1.x classic, a manual-API RAG app, a "
+            "LangGraph memory agent, LangMem's memory manager) under "
             "opentelemetry-instrument against the scripted model server, in each capture mode; "
             "flag the wrong answers with memtrace feedback (about half with --expected), run "
             "memtrace attribute with no cases file, and print per app and mode: error type and "
@@ -76,7 +79,11 @@ def register(bench: Any) -> None:
         ),
     )
     p.add_argument("--out", default="bench-apps", help="working directory (default: bench-apps)")
-    p.add_argument("--apps", default="all", help="comma-separated: mem0, mem0-classic, rag (all)")
+    p.add_argument(
+        "--apps",
+        default="all",
+        help="comma-separated: mem0, mem0-classic, rag, langgraph, langmem (all)",
+    )
     p.add_argument(
         "--modes",
         default="all",
@@ -90,7 +97,8 @@ def register(bench: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     modes = available_modes() if args.modes == "all" else args.modes.split(",")
-    wanted = ["mem0", "mem0-classic", "rag"] if args.apps == "all" else args.apps.split(",")
+    every = ["mem0", "mem0-classic", "rag", "langgraph", "langmem"]
+    wanted = every if args.apps == "all" else args.apps.split(",")
     apps: list[AppSpec] = []
     for name in wanted:
         if name == "mem0-classic":
@@ -99,6 +107,12 @@ def main(args: argparse.Namespace) -> int:
                 print("memtrace: skipping mem0-classic: no mem0 1.x environment", file=sys.stderr)
                 continue
             apps.append(classic_app(python))
+        elif name == "langmem":
+            python = langmem_python(required=os.environ.get("CI") == "true")
+            if python is None:
+                print("memtrace: skipping langmem: no LangMem environment", file=sys.stderr)
+                continue
+            apps.append(langmem_app(python))
         elif name in APPS:
             apps.append(APPS[name])
         else:

@@ -21,11 +21,12 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memtrace_bench.apps.langmodel import LangFaultModel
 from memtrace_bench.apps.model import FaultModel
 from memtrace_bench.apps.openai_server import ScriptedOpenAI
 from memtrace_bench.apps.scenario import DECLINE, World, make_world
@@ -44,6 +45,8 @@ __all__ = [
     "Case",
     "Score",
     "check_labels",
+    "langmem_app",
+    "langmem_python",
     "run_app",
     "score",
 ]
@@ -76,6 +79,7 @@ class AppSpec:
     ops: Mapping[str, str]
     python: str = sys.executable
     classic: bool = False  # mem0 1.x: its world plants merges through mem0's own decisions
+    model: Callable[[World], FaultModel] = FaultModel  # the scripted model that reads its prompts
     env: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -94,6 +98,24 @@ MEM0_CLASSIC_OPS = {
     "ResponseError": "openai.chat.completions",
 }
 
+LANGGRAPH_OPS = {
+    "ExtractionError": "openai.chat.extraction",
+    "UpdateError": "openai.chat.update_decision",
+    "DeletionError": "langgraph.store.delete",
+    "RetrievalError": "langgraph.store.search",
+    "ResponseError": "openai.chat.completions",
+}
+"""The LangGraph app: its note taker's and its tidy-up merge's chat calls, the store's ops."""
+LANGMEM_OPS = {
+    "ExtractionError": "openai.chat.tool_calls",
+    "UpdateError": "langgraph.store.put",
+    "DeletionError": "langgraph.store.delete",
+    "RetrievalError": "langgraph.store.search",
+    "ResponseError": "openai.chat.completions",
+}
+"""The LangMem app: the manager's tool-call decisions, the store's writes and search, the
+agent's answer."""
+
 RAG_OPS = {
     "ExtractionError": "notes.extract",
     "UpdateError": "notes.merge",
@@ -104,6 +126,7 @@ RAG_OPS = {
 
 APPS: dict[str, AppSpec] = {
     "mem0": AppSpec("mem0", "mem0_app.py", MEM0_OPS),
+    "langgraph": AppSpec("langgraph", "langgraph_app.py", LANGGRAPH_OPS, model=LangFaultModel),
     # The manual-API app traces its own LLM calls: the OpenAI instrumentor is off for it.
     "rag": AppSpec(
         "rag",
@@ -113,6 +136,28 @@ APPS: dict[str, AppSpec] = {
     ),
 }
 """The apps of this environment; :func:`classic_app` adds mem0 1.x when its environment exists."""
+
+
+def langmem_python(required: bool = False) -> str | None:
+    """The interpreter of the LangMem environment, created once by ``scripts/langmem_env.sh``
+    (``make langmem``); ``None`` when it cannot be made (``RuntimeError`` if ``required``)."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "langmem_env.sh"
+    done = subprocess.run(
+        ["bash", str(script), sys.executable], capture_output=True, text=True, timeout=600
+    )
+    if done.returncode != 0:
+        if required:
+            raise RuntimeError(f"could not create the LangMem environment:\n{done.stderr[-2000:]}")
+        return None
+    return done.stdout.strip().splitlines()[-1]
+
+
+def langmem_app(python: str) -> AppSpec:
+    """The LangMem app in its environment (``make langmem``)."""
+    # LangMem decides updates and deletions itself, as mem0 1.x does: the same world.
+    return AppSpec(
+        "langmem", "langmem_app.py", LANGMEM_OPS, python=python, classic=True, model=LangFaultModel
+    )
 
 
 def classic_app(python: str) -> AppSpec:
@@ -207,7 +252,7 @@ def run_app(
         shutil.rmtree(folder)  # a run starts empty: its store, traces and verdicts are its own
     folder.mkdir(parents=True)
     (folder / "plan.json").write_text(json.dumps(world.plan()), encoding="utf-8")
-    model = FaultModel(world)
+    model = spec.model(world)
     env = _env(spec, mode, folder)
     with ScriptedOpenAI(model, embedder=model.embed) as server:
         env.update(
@@ -216,6 +261,7 @@ def run_app(
                 "APP_LOG": str(folder / "log.json"),
                 "APP_OPENAI_BASE_URL": server.base_url,
                 "APP_MEM0_CONFIG": json.dumps(mem0_config(server.base_url, folder, world.dims)),
+                "APP_EMBEDDING_DIMS": str(world.dims),
             }
         )
         instrument = Path(spec.python).parent / "opentelemetry-instrument"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
 from types import TracebackType
@@ -112,6 +113,7 @@ class Op:
         "_attributes",
         "_case_id",
         "_ctx_token",
+        "_end_time",
         "_ended",
         "_gen_ai_operation",
         "_inputs",
@@ -162,6 +164,7 @@ class Op:
         self._outputs: list[str] = []
         self._inputs_changed = False
         self._ended = False
+        self._end_time: int | None = None
         self._traceparent: str | None = None
         self._ctx_token: object | None = None
         self._op_token: Token[Op | None] | None = None
@@ -191,7 +194,7 @@ class Op:
             self._ended = True
             if span is not None and self._adopted is None:
                 try:
-                    span.end()
+                    span.end(end_time=self._end_time)
                 except Exception:
                     internal_error("op.end")
             self._detach()
@@ -336,6 +339,61 @@ class Op:
                 span.end()
             except Exception:
                 internal_error("op.start")
+
+    def hold(self) -> None:
+        """End the op's block now but not its span: leave its context (the caller's later spans
+        are not its children) and take this moment as its end time. The span stays open, its
+        kind, outputs and attributes can still change, until ``__exit__`` ends it at that time.
+
+        For a step whose role shows only after it returned (an LLM call whose output a memory
+        write then stores is an extraction, not an answer). Not for adopted spans (their owner
+        ends them): then it does nothing.
+        """
+        if self._span is None or self._ended or self._adopted is not None:
+            return
+        try:
+            self._end_time = time.time_ns()
+            self._detach()
+        except Exception:
+            internal_error("op.hold")
+
+    def reclassify(self, kind: OpKind, name: str | None = None) -> None:
+        """Record the op as one of another kind (and name), before it ends: its span name,
+        ``memtrace.op.kind``, ``memtrace.op.name`` and default stage follow."""
+        span = self._span
+        if span is None or self._ended:
+            return
+        try:
+            self._kind = kind
+            if name:
+                self._name = name
+            mt = self._mt
+            span_name, static = mt._static_attributes(
+                kind,
+                self._name,
+                self._stage,
+                self._system or mt.system,
+                self._store_id or mt.store_id,
+                self._gen_ai_operation,
+            )
+            span.set_attributes(
+                {
+                    key: static[key]
+                    for key in (A.MEMTRACE_OP_KIND, A.MEMTRACE_OP_NAME, A.MEMTRACE_STAGE)
+                }
+            )
+            if self._adopted is None:
+                if self._attributes and A.GEN_AI_OPERATION_NAME in self._attributes:
+                    # A GenAI call (``chat``): not named after a store operation.
+                    span_name = f"{A.OP_SPAN_NAME_PREFIX}{kind.value} {self._name}"
+                span.update_name(span_name)
+        except Exception:
+            internal_error("op.reclassify")
+
+    @property
+    def kind(self) -> OpKind:
+        """The op's kind (as recorded so far)."""
+        return self._kind
 
     # -- recording -------------------------------------------------------------------------
     @property

@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import wrapt
 from opentelemetry import baggage, trace
@@ -48,6 +48,7 @@ from memtrace_otel.instrumentation import (
     Op,
     Variable,
     canonical_value,
+    digest,
     is_tracing_suppressed,
     note_answer,
 )
@@ -537,6 +538,27 @@ def message_ref(content: Any, *, store_id: str | None = None, role: str = "user"
 
 
 _SPACES = re.compile(r"\s+")
+_FENCE = re.compile(r"```(?:[a-zA-Z0-9]*)\s*(.*?)\s*```", re.DOTALL)
+
+
+def parse_json_reply(text: Any) -> Any:
+    """Parse an LLM reply as mem0 does: code fences stripped, else the outermost ``{...}``.
+
+    >>> parse_json_reply('```json\\n{"facts": ["a"]}\\n```')
+    {'facts': ['a']}
+    >>> parse_json_reply("no json") is None
+    True
+    """
+    if not isinstance(text, str) or not text.strip():
+        return None
+    match = _FENCE.search(text)
+    candidate = match.group(1) if match else text.strip()
+    for attempt in (candidate, candidate[candidate.find("{") : candidate.rfind("}") + 1]):
+        try:
+            return json.loads(attempt, strict=False)
+        except ValueError:
+            continue
+    return None
 
 
 def normalise(text: str) -> str:
@@ -579,15 +601,327 @@ def baggage_case_id() -> str | None:
     return str(value) if value else None
 
 
-def set_case_id(op: Op, case_id: str | None = None) -> str | None:
-    """Give a question-serving op its case id: ``case_id``, else the baggage entry, else its trace id."""
+def set_case_id(op: Op, case_id: str | None = None, *, answer: bool = False) -> str | None:
+    """Give a question-serving op its case id: ``case_id``, else the baggage entry, else its trace id.
+
+    ``answer``: the op produced the answer itself (an LLM call), not a step serving the question
+    (a search): inside an application run (:class:`AppRun`) the answer wins over the steps.
+    """
     if not op.is_traced:
         return None
     ctx = op.span.get_span_context()
     chosen = case_id or baggage_case_id() or f"{ctx.trace_id:032x}"
     op.set_attribute(A.MEMTRACE_CASE_ID, chosen)
     note_answer(chosen, ctx)  # the last one of a request is its answer: for last_answer()
+    run = _app_run.get()
+    if run is not None:
+        run.note(chosen, ctx, answer=answer)
     return chosen
+
+
+# ---------------------------------------------------------------------------------------------
+# One run of an application (a LangGraph graph invocation): its user turns, its answer
+# ---------------------------------------------------------------------------------------------
+
+
+class AppRun:
+    """One run of an application's entry point (e.g. a LangGraph graph's ``invoke``).
+
+    The framework runs each step in a copied context, so what the steps learn is kept here, in
+    one mutable object every copy shares: the user turns the run was given (their texts become
+    ``message`` variables of the LLM calls whose prompt holds them) and the answer (the last
+    answering LLM call, else the last question-serving op), which the instrumentor notes in the
+    caller's context when the run returns, for :func:`last_answer`.
+    """
+
+    __slots__ = ("_lock", "answer", "question", "turns")
+
+    def __init__(self, turns: Sequence[str] = ()) -> None:
+        self.turns = [t for t in turns if isinstance(t, str) and t.strip()]
+        self.answer: tuple[str, Any] | None = None
+        self.question: tuple[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def note(self, case_id: str, span_context: Any, *, answer: bool) -> None:
+        """Remember an answer (``answer``) or a question-serving op."""
+        with self._lock:
+            if answer:
+                self.answer = (case_id, span_context)
+            else:
+                self.question = (case_id, span_context)
+
+    def noted(self) -> tuple[str, Any] | None:
+        """The run's answer, else its last question-serving op."""
+        with self._lock:
+            return self.answer or self.question
+
+
+_app_run: ContextVar[AppRun | None] = ContextVar("memtrace_app_run", default=None)
+
+
+def current_app_run() -> AppRun | None:
+    """The application run in progress in this context, if any."""
+    return _app_run.get()
+
+
+def enter_app_run(run: AppRun) -> object:
+    """Start ``run`` in this context (returns the token :func:`leave_app_run` takes)."""
+    return _app_run.set(run)
+
+
+def leave_app_run(token: object, run: AppRun) -> None:
+    """End the run: the caller's context is back, and its answer is noted there."""
+    try:  # noqa: SIM105
+        _app_run.reset(token)  # type: ignore[arg-type]
+    except ValueError:
+        pass  # ended in another context: nothing to restore
+    noted = run.noted()
+    if noted is not None:
+        note_answer(*noted)
+        outer = _app_run.get()
+        if outer is not None:  # a nested run (a subgraph): its parent sees the answer too
+            outer.note(*noted, answer=run.answer is not None)
+
+
+def turn_texts(value: Any) -> list[str]:
+    """The user turns in a run's input: a string, or the user/human messages of a message list
+    or of a ``{"messages": [...]}`` state (dicts, ``(role, text)`` pairs, or message objects
+    with ``type == "human"``).
+
+    >>> turn_texts({"messages": [{"role": "user", "content": "hi"}, ("ai", "hello")]})
+    ['hi']
+    """
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        value = value.get("messages")
+    if not isinstance(value, list | tuple):
+        return []
+    texts: list[str] = []
+    for message in value:
+        if isinstance(message, dict):
+            role, content = message.get("role") or message.get("type"), message.get("content")
+        elif isinstance(message, tuple) and len(message) == 2:
+            role, content = message
+        else:
+            role, content = getattr(message, "type", None), getattr(message, "content", None)
+        if role in ("user", "human") and isinstance(content, str) and content.strip():
+            texts.append(content)
+    return texts
+
+
+# ---------------------------------------------------------------------------------------------
+# What LLM calls wrote, for the memory writes that store it
+# ---------------------------------------------------------------------------------------------
+
+MIN_PRODUCED_TEXT = 12
+"""Shortest text (characters, with a space in it) a memory write is matched on: shorter
+leaves ("Memory", "yes", an id) would tie unrelated values together."""
+
+
+class Producer(Protocol):
+    """An LLM call whose output a memory write may store (see :func:`producers_of`)."""
+
+    def claim(self, text: str, store_id: str | None, write: str) -> Variable | str | None:
+        """The output variable (or its ref) that holds ``text``; the call learns that a memory
+        write (``write``: ``create``, ``update`` or ``delete``) stores it (an answering call
+        becomes an extraction, a decision takes the kind of the writes that carry it out)."""
+
+
+def matchable_texts(value: Any) -> list[str]:
+    """The string leaves of a value worth matching: stripped, ``MIN_PRODUCED_TEXT`` characters
+    or more, with a space in them; each once, in order.
+
+    >>> matchable_texts({"kind": "Memory", "content": {"content": "Ana moved to Porto"}})
+    ['Ana moved to Porto']
+    """
+    parts: list[str] = []
+    _collect(value, parts)
+    seen: dict[str, None] = {}
+    for part in parts:
+        text = part.strip()
+        if len(text) >= MIN_PRODUCED_TEXT and " " in text:
+            seen.setdefault(text, None)
+    return list(seen)
+
+
+class ProducedIndex(BoundedCache[str, Producer]):
+    """Digest of an LLM output's text -> the call that produced it (latest first, bounded)."""
+
+    def add(self, texts: Iterable[str], producer: Producer) -> None:
+        """Remember that ``producer`` wrote each of ``texts``."""
+        for text in texts:
+            self.set(digest(text), producer)
+
+
+produced = ProducedIndex()
+"""The process's index of LLM outputs (the OpenAI instrumentor writes, memory stores read)."""
+
+
+def producers_of(value: Any, store_id: str | None, write: str) -> list[Variable | str]:
+    """The LLM outputs a value to be stored holds, matched by digest of its text leaves: each a
+    variable (or ref) of the call that wrote it, which learns it is a memory write's source."""
+    found: list[Variable | str] = []
+    refs: set[str] = set()
+    for text in matchable_texts(value):
+        producer = produced.get(digest(text))
+        if producer is None:
+            continue
+        try:
+            item = producer.claim(text, store_id, write)
+        except Exception:
+            internal_error("produced.claim")
+            continue
+        ref = item.ref if isinstance(item, Variable) else item
+        if item is not None and ref not in refs:
+            refs.add(ref)  # type: ignore[arg-type]
+            found.append(item)
+    return found
+
+
+@dataclass(eq=False)
+class Removal:
+    """A decided operation of an LLM call that names a record and no content (a deletion)."""
+
+    producer: Producer
+    texts: tuple[str, ...]
+    claimed: bool = False
+
+
+_removals: BoundedCache[int, list[Removal]] = BoundedCache(4096)
+_removals_lock = threading.Lock()
+
+
+def remember_removals(trace_id: int, removals: Iterable[Removal]) -> None:
+    """Keep the removal-like decisions of an LLM call for the deletes that follow: those of the
+    same unit of work (:class:`LlmScope`; root ops have a trace each) or of the same trace."""
+    removals = list(removals)
+    scope = _llm_scope.get()
+    with _removals_lock:
+        if scope is not None:
+            scope.removals = [*scope.removals, *removals][-_MAX_PER_TRACE:]
+        items = _removals.get(trace_id) or []
+        _removals.set(trace_id, [*items, *removals][-_MAX_PER_TRACE:])
+
+
+def claim_removal(trace_id: int, key: str, store_id: str | None) -> Variable | str | None:
+    """The decision a delete of ``key`` carries out (unit of work first, then trace): the latest
+    unclaimed one that names ``key``, else the first unclaimed one."""
+    scope = _llm_scope.get()
+    found: Removal | None = None
+    with _removals_lock:
+        pools = [scope.removals] if scope is not None else []
+        pools.append(_removals.get(trace_id) or [] if trace_id else [])
+        named = (r for items in pools for r in reversed(items) if key in r.texts)
+        anyone = (r for items in pools for r in items)
+        for removal in (*named, *anyone):
+            if not removal.claimed:
+                removal.claimed = True
+                found = removal
+                break
+    if found is None:
+        return None
+    try:
+        return found.producer.claim(key, store_id, "delete")
+    except Exception:
+        internal_error("produced.claim")
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# A unit of application work whose LLM calls are classified when it ends
+# ---------------------------------------------------------------------------------------------
+
+
+class Deferred(Protocol):
+    """An LLM call whose role shows only after it returned: answer, or extraction."""
+
+    def resolve(self, written: Sequence[str] | None) -> None:
+        """The unit ended. ``written``: the texts the unit handed on (a node's writes to the
+        graph state), ``None`` when the unit does not say; an output no memory write stored is
+        the answer if it is among them (or nothing is known), else an extraction that kept
+        nothing."""
+
+
+class LlmScope:
+    """One unit of application work (a LangGraph node run, a memory manager call). An LLM call
+    made in it stays open (its block left, its end time taken) until the unit ends: by then the
+    memory writes that store its output have claimed it (an extraction, or a decision they
+    carry out), or the unit handed its output on (the answer)."""
+
+    __slots__ = ("_lock", "pending", "removals", "turns", "unit")
+
+    def __init__(self, unit: str = "", turns: Sequence[str] = ()) -> None:
+        self.unit = unit
+        self.turns = [t for t in turns if isinstance(t, str) and t.strip()]
+        self.pending: list[Deferred] = []
+        self.removals: list[Removal] = []
+        self._lock = threading.Lock()
+
+    def add(self, call: Deferred) -> None:
+        with self._lock:
+            self.pending.append(call)
+
+    def close(self, written: Sequence[str] | None = None) -> None:
+        with self._lock:
+            pending, self.pending = self.pending, []
+        for call in pending:
+            try:
+                call.resolve(written)
+            except Exception:
+                internal_error("llm_scope.close")
+
+
+_llm_scope: ContextVar[LlmScope | None] = ContextVar("memtrace_llm_scope", default=None)
+
+
+def current_llm_scope() -> LlmScope | None:
+    """The unit of work in progress in this context, if any."""
+    return _llm_scope.get()
+
+
+def enter_llm_scope(unit: str = "", turns: Sequence[str] = ()) -> tuple[object, LlmScope]:
+    """Open a unit of work in this context: ``unit`` names its kind, ``turns`` are the user
+    turns it was given (the texts its LLM calls read as ``message`` variables)."""
+    scope = LlmScope(unit, turns)
+    return _llm_scope.set(scope), scope
+
+
+def leave_llm_scope(token: object, scope: LlmScope, written: Sequence[str] | None = None) -> None:
+    """Close the unit (``written``: see :meth:`Deferred.resolve`)."""
+    try:  # noqa: SIM105
+        _llm_scope.reset(token)  # type: ignore[arg-type]
+    except ValueError:
+        pass
+    scope.close(written)
+
+
+def string_leaves(value: Any) -> list[str]:
+    """Every string in a value: dict values, list items, and the ``content`` of message objects.
+
+    >>> string_leaves([{"role": "ai", "content": "hi"}, ("x", 2)])
+    ['ai', 'hi', 'x']
+    """
+    parts: list[str] = []
+    _collect_any(value, parts, 0)
+    return parts
+
+
+def _collect_any(value: Any, parts: list[str], depth: int) -> None:
+    if depth > 8:
+        return
+    if isinstance(value, str):
+        parts.append(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _collect_any(item, parts, depth + 1)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            _collect_any(item, parts, depth + 1)
+    else:
+        content = getattr(value, "content", None)
+        if isinstance(content, str | list):
+            _collect_any(content, parts, depth + 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -911,32 +1245,49 @@ def forget_prompts() -> None:
 # Values traced ops produced, by digest: where a text a caller later writes came from
 # ---------------------------------------------------------------------------------------------
 
-_produced: BoundedCache[str, tuple[str, str | None]] = BoundedCache(max_entries=10_000)
 
+class _Output:
+    """A producer of one fixed output (:func:`remember_output`)."""
 
-def _produced_key(text: str) -> str:
-    return content_id("produced", text.strip())
+    __slots__ = ("ref", "traceparent")
+
+    def __init__(self, ref: str, traceparent: str | None) -> None:
+        self.ref, self.traceparent = ref, traceparent
+
+    def claim(self, text: str, store_id: str | None, write: str) -> Variable | str | None:
+        return Variable.from_ref(self.ref, text, traceparent=self.traceparent)
 
 
 def remember_output(text: Any, ref: str, traceparent: str | None) -> None:
-    """Remember that the traced op with ``traceparent`` produced ``text`` as ``ref`` (an LLM
-    completion), so a later write of exactly that text links to it. Only the digest of the text
-    is kept."""
+    """Remember that the traced op with ``traceparent`` produced ``text`` as ``ref``, so a later
+    write of exactly that text links to it (:data:`produced`; only the digest is kept)."""
     if isinstance(text, str) and text.strip():
-        _produced.set(_produced_key(text), (ref, traceparent))
+        produced.add([text.strip()], _Output(ref, traceparent))
 
 
-def produced_by(text: Any) -> tuple[str, str | None] | None:
+def produced_by(
+    text: Any, store_id: str | None = None, write: str = "update"
+) -> tuple[str, str | None] | None:
     """``(ref, traceparent)`` of the traced output equal to ``text`` (whitespace at the ends
-    aside), if this process saw one."""
+    aside), if this process saw one; its producer learns that a ``write`` stores it."""
     if not isinstance(text, str) or not text.strip():
         return None
-    return _produced.get(_produced_key(text))
+    producer = produced.get(digest(text.strip()))
+    if producer is None:
+        return None
+    try:
+        item = producer.claim(text.strip(), store_id, write)
+    except Exception:
+        internal_error("produced.claim")
+        return None
+    if isinstance(item, Variable):
+        return item.ref, item.traceparent
+    return (item, None) if isinstance(item, str) else None
 
 
 def forget_outputs() -> None:
     """Forget every remembered output (``uninstrument()``; tests)."""
-    _produced.clear()
+    produced.clear()
 
 
 # ---------------------------------------------------------------------------------------------

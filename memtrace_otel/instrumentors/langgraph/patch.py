@@ -28,31 +28,50 @@ from collections.abc import Callable, Sequence
 from contextvars import ContextVar, Token
 from typing import Any
 
+from opentelemetry import trace
+
 from memtrace_otel.instrumentation import MemTracer, Op, Variable, suppress_tracing
 from memtrace_otel.instrumentors._common import (
+    AppRun,
     Call,
+    LlmScope,
     Retrieved,
     Target,
     VersionCache,
     bind,
     candidate_json,
     candidates_json,
+    claim_removal,
     close_op,
     content_id,
+    current_app_run,
+    current_llm_scope,
+    enter_app_run,
+    enter_llm_scope,
     leaf_text,
+    leave_app_run,
+    leave_llm_scope,
     message_ref,
+    producers_of,
     remember_retrieval,
     set_case_id,
     span_hex,
+    string_leaves,
+    turn_texts,
     wrapper_for,
 )
-from memtrace_otel.semconv import Category
+from memtrace_otel.semconv import Category, Stage
 from memtrace_otel.semconv import attributes as A
 
 SYSTEM = "langgraph"
 BASE = "langgraph.store.base"
 BATCHED = "langgraph.store.base.batch"
 MEMORY = "langgraph.store.memory"
+RUNNER = "langgraph.pregel._runner"
+PREGEL = "langgraph.pregel.main"
+LANGMEM = "langmem.knowledge.extraction"
+MANAGER_UNIT = "langmem.manager"
+"""The unit of work of one LangMem memory manager call."""
 
 TARGETS: tuple[Target, ...] = (
     *(Target(BASE, f"BaseStore.{m}", m) for m in ("put", "get", "search", "delete")),
@@ -63,6 +82,18 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(MEMORY, "InMemoryStore.batch", "batch"),
     Target(MEMORY, "InMemoryStore.abatch", "batch", True),
+    # A node run (one task attempt loop): the unit whose LLM calls are classified at its end.
+    Target(RUNNER, "run_with_retry", "node"),
+    Target(RUNNER, "arun_with_retry", "node", True),
+    # LangMem's memory managers: a unit of work of their own (they run in the background too).
+    *(
+        Target(LANGMEM, f"{c}.{m}", "manager", m == "ainvoke")
+        for c in ("MemoryStoreManager", "MemoryManager")
+        for m in ("invoke", "ainvoke")
+    ),
+    # A graph run: its user turns, and its answer noted in the caller's context.
+    Target(PREGEL, "Pregel.invoke", "run"),
+    Target(PREGEL, "Pregel.ainvoke", "run", True),
 )
 """Every patched method: ``(module, Class.method, handler, is_async)``."""
 
@@ -105,6 +136,12 @@ class LangGraphTelemetry:
         """The ``wrapt`` wrapper of one table entry."""
         if target.handler == "batch":
             return wrapper_for(target, self._batch_factory(target.is_async))
+        if target.handler == "node":
+            return wrapper_for(target, self._node_factory)
+        if target.handler == "manager":
+            return wrapper_for(target, self._manager_factory)
+        if target.handler == "run":
+            return wrapper_for(target, self._run_factory)
         return wrapper_for(target, self._public_factory(target.handler, target.is_async))
 
     def close(self) -> None:
@@ -135,6 +172,28 @@ class LangGraphTelemetry:
 
         return factory
 
+    def _node_factory(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
+        if not self.active:
+            return None
+        task = args[0] if args else kwargs.get("task")
+        return _NodeCall(
+            args, kwargs, "langgraph.node", turn_texts(getattr(task, "input", None)), task
+        )
+
+    def _manager_factory(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
+        scope = current_llm_scope()
+        if not self.active or (scope is not None and scope.unit == MANAGER_UNIT):
+            return None  # the store manager's own memory manager: one unit
+        bound = bind(wrapped, args, kwargs)
+        given = bound.arguments.get("input") if bound else None
+        return _NodeCall(args, kwargs, MANAGER_UNIT, turn_texts(given))
+
+    def _run_factory(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
+        if not self.active or current_app_run() is not None:
+            return None  # a subgraph: the outer run holds the turns and the answer
+        bound = bind(wrapped, args, kwargs)
+        return _RunCall(args, kwargs, bound.arguments.get("input") if bound else None)
+
     def _batch_factory(self, is_async: bool) -> Callable[..., Call | None]:
         def factory(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
             if not self.active or _in_store_call.get():
@@ -150,6 +209,50 @@ class LangGraphTelemetry:
             )
 
         return factory
+
+
+class _NodeCall(Call):
+    """One node run, or one memory manager call: LLM calls made in it are classified when it
+    ends (``LlmScope``)."""
+
+    _token: object = None
+    _scope: LlmScope | None = None
+
+    def __init__(
+        self, args: Any, kwargs: Any, unit: str, turns: list[str], task: Any = None
+    ) -> None:
+        super().__init__(args, kwargs)
+        self.unit = unit
+        self.turns = turns
+        self.task = task  # a node's task: what it wrote to the graph state is handed on
+
+    def start(self) -> None:
+        self._token, self._scope = enter_llm_scope(self.unit, self.turns)
+
+    def end(self, exc: BaseException | None) -> None:
+        if self._scope is None:
+            return
+        written: list[str] | None = []  # a memory manager hands nothing to the user
+        if self.task is not None:
+            writes = getattr(self.task, "writes", None)
+            written = string_leaves([v for _, v in writes]) if writes is not None else None
+        leave_llm_scope(self._token, self._scope, written)
+
+
+class _RunCall(Call):
+    """One graph run (``invoke``/``ainvoke``): an :class:`AppRun` its nodes share."""
+
+    def __init__(self, args: Any, kwargs: Any, graph_input: Any) -> None:
+        super().__init__(args, kwargs)
+        self.run = AppRun(turn_texts(graph_input))
+        self._token: object = None
+
+    def start(self) -> None:
+        self._token = enter_app_run(self.run)
+
+    def end(self, exc: BaseException | None) -> None:
+        if self._token is not None:
+            leave_app_run(self._token, self.run)
 
 
 class _Request:
@@ -299,6 +402,8 @@ class _Step:
         self.op: Op | None = None
         self.version = 0
         self.case_id: str | None = None
+        self.sources: list[str] = []
+        self.construction = False
 
     def open(self) -> None:
         request, mt = self.request, self.mt
@@ -310,10 +415,19 @@ class _Step:
             if self.version:
                 inputs.append(f"{rid}@{self.version}")
             if request.value is None:
+                trace_id = trace.get_current_span().get_span_context().trace_id
+                decision = claim_removal(trace_id, request.key or "", store)
+                if decision is not None:
+                    inputs.append(decision)
                 op = mt.delete("langgraph.store.delete", inputs=inputs, store_id=store)
             else:
-                ref = message_ref(request.value, store_id=store, role="put")
-                inputs.append(Variable.from_ref(ref, request.value, category=Category.MESSAGE))
+                # The LLM outputs the value holds (by digest), else the caller gave it.
+                sources = producers_of(request.value, store, "update" if self.version else "create")
+                if not sources:
+                    ref = message_ref(request.value, store_id=store, role="put")
+                    sources = [Variable.from_ref(ref, request.value, category=Category.MESSAGE)]
+                self.sources = [s.ref if isinstance(s, Variable) else s for s in sources]
+                inputs.extend(sources)
                 factory = mt.update if self.version else mt.create
                 op = factory("langgraph.store.put", inputs=inputs, store_id=store)
         else:
@@ -324,10 +438,19 @@ class _Step:
                         content_id("query", store, request.query), 1, request.query, Category.QUERY
                     )
                 )
-            op = mt.retrieve(f"langgraph.store.{request.kind}", inputs=inputs, store_id=store)
+            scope = current_llm_scope()
+            # A memory manager's searches read the existing memories for its decisions (memory
+            # construction, as mem0's search_existing): they do not serve the user's question.
+            self.construction = scope is not None and scope.unit == MANAGER_UNIT
+            op = mt.retrieve(
+                f"langgraph.store.{request.kind}",
+                inputs=inputs,
+                store_id=store,
+                stage=Stage.CONSTRUCTION if self.construction else None,
+            )
         self.op = op
         op.__enter__()
-        if request.kind != "put":
+        if request.kind != "put" and not self.construction:
             self.case_id = set_case_id(op)
 
     def finish(self, result: Any) -> list[Retrieved] | None:
@@ -342,11 +465,7 @@ class _Step:
                     op.output(Variable(rid, self.version, None, Category.MEMORY).tombstone())
                     self.versions.set(rid, self.version + 1)
                 return None
-            meta = {
-                "source_refs": [
-                    message_ref(request.value, store_id=store_id_of(request.namespace), role="put")
-                ]
-            }
+            meta = {"source_refs": self.sources}
             op.output(Variable(rid, self.version + 1, request.value, Category.MEMORY, meta))
             self.versions.set(rid, self.version + 1)
             return None
@@ -364,7 +483,10 @@ class _Step:
                 version = 1
                 self.versions.set(rid, 1)
             value = getattr(item, "value", None)
-            ref, text = f"{rid}@{version}", leaf_text(value)
+            leaves = string_leaves(value)
+            # One field per line when there are several (the prompt may show only one of them).
+            text = leaf_text(value) if len(leaves) < 2 else "\n".join(leaves)
+            ref = f"{rid}@{version}"
             records.append((ref, value, None))
             entries.append(candidate_json(ref, text, getattr(item, "score", None)))
             retrieved.append(Retrieved(ref, text))

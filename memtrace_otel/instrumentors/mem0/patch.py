@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextvars
-import json
-import re
 import threading
 import types
 import weakref
@@ -57,6 +55,7 @@ from memtrace_otel.instrumentors._common import (
     enter_memory_system,
     leave_memory_system,
     message_ref,
+    parse_json_reply,
     produced_by,
     remember_retrieval,
     run_sync,
@@ -121,29 +120,6 @@ def _store_of(*mappings: Any) -> str | None:
         for mapping in mappings:
             if isinstance(mapping, dict) and mapping.get(key):
                 return str(mapping[key])
-    return None
-
-
-_FENCE = re.compile(r"```(?:[a-zA-Z0-9]*)\s*(.*?)\s*```", re.DOTALL)
-
-
-def parse_json_reply(text: Any) -> Any:
-    """Parse an LLM reply as mem0 does: code fences stripped, else the outermost ``{...}``.
-
-    >>> parse_json_reply('```json\\n{"facts": ["a"]}\\n```')
-    {'facts': ['a']}
-    >>> parse_json_reply("no json") is None
-    True
-    """
-    if not isinstance(text, str) or not text.strip():
-        return None
-    match = _FENCE.search(text)
-    candidate = match.group(1) if match else text.strip()
-    for attempt in (candidate, candidate[candidate.find("{") : candidate.rfind("}") + 1]):
-        try:
-            return json.loads(attempt, strict=False)
-        except ValueError:
-            continue
     return None
 
 

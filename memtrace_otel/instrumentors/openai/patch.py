@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import re
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import wrapt
@@ -37,26 +39,45 @@ from opentelemetry.trace import Span, SpanKind
 from memtrace_otel._internal import internal_error
 from memtrace_otel.instrumentation import MemTracer, Op, Variable
 from memtrace_otel.instrumentors._common import (
+    MIN_PRODUCED_TEXT,
+    AppRun,
     Call,
+    LlmScope,
+    Removal,
     Retrieval,
     Retrieved,
     Target,
     baggage_case_id,
     close_op,
+    current_app_run,
+    current_llm_scope,
     inside_memory_system,
+    matchable_texts,
+    message_ref,
     normalise,
+    parse_json_reply,
+    produced,
     prompt_for,
-    remember_output,
+    remember_removals,
     retrievals_in_context,
     set_case_id,
     span_hex,
     wrapper_for,
 )
-from memtrace_otel.semconv import Category
+from memtrace_otel.semconv import Category, OpKind
 from memtrace_otel.semconv import attributes as A
 
 MODULE = "openai.resources.chat.completions"
 OP_NAME = "openai.chat.completions"
+EXTRACTION_OP_NAME = "openai.chat.extraction"
+"""A chat call whose output memory writes stored: an ``extract`` op."""
+TOOL_CALLS_OP_NAME = "openai.chat.tool_calls"
+"""A chat call that answered with tool calls (decided operations): an ``extract`` op."""
+DECISION_OP_NAMES = {
+    OpKind.UPDATE: "openai.chat.update_decision",
+    OpKind.DELETE: "openai.chat.delete_decision",
+}
+"""A chat call whose outputs memory writes carried out, all updates or all deletions."""
 GEN_AI_CHAT = "chat"
 """Upstream ``gen_ai.operation.name`` of a chat completion."""
 GEN_AI_PROVIDER_OPENAI = "openai"
@@ -101,7 +122,8 @@ def used_records(
     that supplied one (else the latest retrieval).
 
     A record matches when its normalised text is a substring of the prompt, or, for texts of four
-    words or more, when 90% of its words are in the prompt (the app may reformat a little).
+    words or more, when 90% of its words are in the prompt (the app may reformat a little), or,
+    for a record of several fields (one per line), when one field's text is in the prompt.
     """
     words = set(_WORD.findall(prompt))
     used: dict[str, Retrieved] = {}
@@ -111,12 +133,24 @@ def used_records(
             text = normalise(raw)
             if not text or ref in used:
                 continue
-            if text in prompt or _mostly_in(text, words):
+            if text in prompt or _mostly_in(text, words) or _a_line_in(raw, prompt):
                 used[ref] = Retrieved(ref, raw, traceparent)
                 source = retrieval
     if source is None and retrievals:
         source = retrievals[-1]
     return list(used.values()), source
+
+
+def _a_line_in(raw: str, prompt: str) -> bool:
+    """A record of several fields (one per line, e.g. a store item's ``kind`` and ``content``)
+    is used when the text of one of them (``MIN_PRODUCED_TEXT``+ characters) is in the prompt."""
+    if "\n" not in raw:
+        return False
+    for line in raw.split("\n"):
+        text = normalise(line)
+        if len(text) >= MIN_PRODUCED_TEXT and " " in text and text in prompt:
+            return True
+    return False
 
 
 def _mostly_in(text: str, words: set[str]) -> bool:
@@ -176,16 +210,35 @@ class _GenerateCall(Call):
         self.is_async = is_async
         self.op: Op | None = None
         self.upstream: Span | None = None  # the upstream chat span this call enriches
+        self.beside: Span | None = None  # the upstream chat span this call's op is beneath
         self.stream = kwargs.get("stream") is True
         # A stream outlives the call: its op is entered in a context of its own, so that
         # ending it later, wherever the stream is consumed, leaves the caller's context alone.
         self.ctx: contextvars.Context | None = contextvars.copy_context() if self.stream else None
+        self.prompt = ""
+        self.case_id: str | None = None
+        self.scope: LlmScope | None = None
+        self.run: AppRun | None = None
+        self.role = _PENDING
+        self.content: str | None = None
+        self.facts: dict[str, Variable] = {}
+        self.writes: set[str] = set()
+        self.prediction: Variable | None = None
+        self.lock = threading.RLock()
 
     def start(self) -> None:
         kwargs = self.kwargs
-        prompt = normalise(prompt_of(kwargs.get("messages")))
+        prompt = self.prompt = normalise(prompt_of(kwargs.get("messages")))
         records, retrieval = used_records(prompt, retrievals_in_context())
         self.upstream = upstream_chat_span()
+        self.run = current_app_run()
+        if self.ctx is None:
+            # Inside a unit of work (a LangGraph node) the role shows when it ends.
+            self.scope = current_llm_scope()
+        if self.scope is not None and self.upstream is not None:
+            # The upstream span ends when the call returns, before the role shows: the op is
+            # a span of its own beneath it (the upstream span keeps the tokens).
+            self.beside, self.upstream = self.upstream, None
         attributes: dict[str, Any] = {A.GEN_AI_OPERATION_NAME: GEN_AI_CHAT}
         if self.upstream is None:  # else they are the upstream span's, already set
             attributes[A.GEN_AI_PROVIDER_NAME] = GEN_AI_PROVIDER_OPENAI
@@ -203,11 +256,13 @@ class _GenerateCall(Call):
         self.op = op
         if self.ctx is not None:
             self.ctx.run(op.__enter__)
-            case_id = self.ctx.run(_case_id, retrieval)
+            self.case_id = self.ctx.run(_case_id, retrieval)
+            # A stream is an answer: named at once, for last_answer() while it streams.
+            self.role = _ANSWER
+            self.ctx.run(set_case_id, op, self.case_id, answer=True)
         else:
             op.__enter__()
-            case_id = _case_id(retrieval)
-        set_case_id(op, case_id)
+            self.case_id = _case_id(retrieval)
 
     def invoke(self, wrapped: Callable[..., Any]) -> Any:
         if self.ctx is None:
@@ -228,28 +283,176 @@ class _GenerateCall(Call):
             if self.is_async:
                 return _AsyncStream(result, self)
             return _Stream(result, self)
-        choices = getattr(result, "choices", None)
+        completion = result
+        if getattr(result, "choices", None) is None and callable(getattr(result, "parse", None)):
+            # ``with_raw_response`` (langchain-openai calls it so): the parsed completion, which
+            # the response caches, so the caller's own ``parse()`` gets the same object.
+            try:
+                completion = result.parse()
+            except Exception:
+                return result  # not a completion: returned as is, nothing recorded
+        choices = getattr(completion, "choices", None)
         if not choices:
-            return result  # e.g. a raw response: returned as is, nothing recorded
+            return result
         message = getattr(choices[0], "message", None)
-        self.record(
-            getattr(message, "content", None),
-            getattr(result, "model", None),
-            getattr(result, "usage", None),
-        )
+        if self.upstream is None and self.beside is None:  # else the upstream span has them
+            self._record_response(
+                op, getattr(completion, "model", None), getattr(completion, "usage", None)
+            )
+        tool_calls = getattr(message, "tool_calls", None)
+        content = getattr(message, "content", None)
+        text = content if isinstance(content, str) else None
+        if tool_calls or (self.kwargs.get("tools") and not (text or "").strip()):
+            self._decided(op, tool_calls or ())
+            return result
+        self.content = text
+        if self.content is not None:
+            produced.add(_content_texts(self.content), self)
+        if self.scope is None:
+            self._answer(op)
         return result
 
     def record(self, content: Any, model: Any, usage: Any) -> None:
+        """A stream's result: the answer."""
         op = self.op
         if op is None or not op.is_traced:
             return
         if self.upstream is None:  # else the upstream span records them: usage counted once
             self._record_response(op, model, usage)
         if isinstance(content, str):
-            out = op.output(Variable(f"prediction:{span_hex(op)}", 1, content, Category.PREDICTION))
-            # An app that writes this completion into memory (a merge its job asked for) links
-            # the write to this op: the digest is remembered, not the text.
-            remember_output(content, out.ref, out.traceparent)
+            self.content = content
+            self.prediction = op.output(
+                Variable(f"prediction:{span_hex(op)}", 1, content, Category.PREDICTION)
+            )
+            # An app that writes this completion into memory links the write to this op: the
+            # digests of its texts are remembered, not the texts.
+            produced.add(_content_texts(content), self)
+
+    # -- the call's role -------------------------------------------------------------------------
+    def _answer(self, op: Op) -> None:
+        """No memory write stored the output: the call answered (case id, prediction)."""
+        with self.lock:
+            if self.role != _PENDING:
+                return
+            self.role = _ANSWER
+        set_case_id(op, self.case_id, answer=True)
+        if self.content is not None:
+            self.prediction = op.output(
+                Variable(f"prediction:{span_hex(op)}", 1, self.content, Category.PREDICTION)
+            )
+
+    def _decided(self, op: Op, tool_calls: Any) -> None:
+        """Tool calls (or an empty reply to a request that offered tools): the call decided
+        operations, its outputs; it did not answer."""
+        self.role = _DECISION
+        op.reclassify(OpKind.EXTRACT, TOOL_CALLS_OP_NAME)
+        messages = self._messages(None)
+        op.add_inputs(messages)
+        sources = {"source_refs": [m.ref for m in messages]}
+        base = span_hex(op)
+        removals: list[Removal] = []
+        for i, call in enumerate(tool_calls, 1):
+            function = getattr(call, "function", None)
+            name = getattr(function, "name", None)
+            raw = getattr(function, "arguments", None)
+            try:
+                arguments = json.loads(raw) if isinstance(raw, str) else raw
+            except ValueError:
+                arguments = raw
+            value = {"name": name, "arguments": arguments}
+            variable = op.output(
+                Variable(f"decision:{base}:{i}", 1, value, Category.OTHER, sources)
+            )
+            texts = matchable_texts(arguments)
+            output = _DecisionOutput(self, variable)
+            produced.add(texts, output)
+            if not texts:  # names records and no content: a removal, carried out by a delete
+                removals.append(Removal(output, tuple(_all_leaves(arguments))))
+        if removals:
+            remember_removals(op.span.get_span_context().trace_id, removals)
+
+    def note_write(self, write: str) -> None:
+        """A memory write carries out one of this call's outputs."""
+        with self.lock:
+            self.writes.add(write)
+
+    def claim(self, text: str, store_id: str | None, write: str) -> Variable | str | None:
+        """A memory write stores ``text``, which this call wrote (see ``Producer``)."""
+        op = self.op
+        if op is None or self.content is None:
+            return None
+        with self.lock:
+            if self.role == _ANSWER:
+                return self.prediction
+            if self.role == _PENDING:
+                self.role = _EXTRACTION
+                op.reclassify(OpKind.EXTRACT, EXTRACTION_OP_NAME)
+                if store_id:
+                    op.set_attribute(A.GEN_AI_MEMORY_STORE_ID, store_id)
+                messages = self._messages(store_id)
+                op.add_inputs(messages)
+                sources = [m.ref for m in messages]
+                base = span_hex(op)
+                self.facts = {
+                    t: op.output(
+                        Variable(
+                            f"fact:{base}:{i}", 1, t, Category.MEMORY, {"source_refs": sources}
+                        )
+                    )
+                    for i, t in enumerate(_content_texts(self.content), 1)
+                }
+            if self.role != _EXTRACTION:
+                return None
+            self.writes.add(write)
+            return self.facts.get(text)
+
+    def _messages(self, store_id: str | None) -> list[Variable]:
+        """The user turns this call read, as ``message`` variables: the turns of its unit of
+        work or run that its prompt holds, else the user messages of the request."""
+        texts: list[str] = []
+        for turns in (
+            self.scope.turns if self.scope is not None else [],
+            self.run.turns if self.run is not None else [],
+        ):
+            texts = [t for t in turns if normalise(t) in self.prompt]
+            if texts:
+                break
+        if not texts and self.scope is None and self.run is None:
+            # Outside any unit of work or run nothing names the turns: the user messages.
+            texts = _user_texts(self.kwargs.get("messages"))
+        return [
+            Variable.from_ref(
+                message_ref(t, store_id=store_id, role="user"),
+                t,
+                category=Category.MESSAGE,
+                meta={"role": "user"},
+            )
+            for t in dict.fromkeys(texts)
+        ]
+
+    def resolve(self, written: Sequence[str] | None) -> None:
+        """The unit of work ended (see ``Deferred``): a reply no memory write claimed is the
+        answer if the unit handed it on (or says nothing), else an extraction that kept
+        nothing; one whose outputs writes carried out takes their kind (all updates:
+        ``update``, all deletes: ``delete``, else ``extract``)."""
+        op = self.op
+        if op is None:
+            return
+        with self.lock:
+            if self.role == _PENDING and (written is None or self._handed_on(written)):
+                self._answer(op)
+            elif self.role == _PENDING:
+                self.role = _EXTRACTION
+                op.reclassify(OpKind.EXTRACT, EXTRACTION_OP_NAME)
+                op.add_inputs(self._messages(None))
+            elif len(self.writes) == 1 and self.writes <= {"update", "delete"}:
+                kind = OpKind.UPDATE if "update" in self.writes else OpKind.DELETE
+                op.reclassify(kind, DECISION_OP_NAMES[kind])
+            close_op(op, None)
+
+    def _handed_on(self, written: Sequence[str]) -> bool:
+        mine = normalise(self.content or "")
+        return bool(mine) and any(mine in normalise(text) for text in written)
 
     @staticmethod
     def _record_response(op: Op, model: Any, usage: Any) -> None:
@@ -267,8 +470,70 @@ class _GenerateCall(Call):
     def end(self, exc: BaseException | None) -> None:
         if self.ctx is not None:
             self.ctx.run(close_op, self.op, exc)
-        else:
-            close_op(self.op, exc)
+            return
+        op, scope = self.op, self.scope
+        if exc is None and scope is not None and op is not None and self.role != _ANSWER:
+            op.hold()  # classified when the unit of work ends or memory writes store its output
+            scope.add(self)
+            return
+        close_op(op, exc)
+
+
+_PENDING, _ANSWER, _EXTRACTION, _DECISION = "pending", "answer", "extraction", "decision"
+
+
+class _DecisionOutput:
+    """A decided operation: memory writes that store its arguments' texts carry it out."""
+
+    __slots__ = ("call", "variable")
+
+    def __init__(self, call: _GenerateCall, variable: Variable) -> None:
+        self.call = call
+        self.variable = variable
+
+    def claim(self, text: str, store_id: str | None, write: str) -> Variable | str | None:
+        self.call.note_write(write)
+        return self.variable
+
+
+def _content_texts(content: str) -> list[str]:
+    """The texts a reply holds, each of which a memory write may store: the string leaves of
+    its JSON, else its non-empty lines (list markers stripped), and the whole reply."""
+    parsed = parse_json_reply(content)
+    texts: list[str] = []
+    if isinstance(parsed, dict | list):
+        texts = _all_leaves(parsed)
+    else:
+        texts = [_MARKER.sub("", line).strip() for line in content.splitlines()]
+    texts.append(content.strip())
+    return [t for t in dict.fromkeys(texts) if t]
+
+
+_MARKER = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+")
+
+
+def _all_leaves(value: Any) -> list[str]:
+    out: list[str] = []
+    if isinstance(value, str):
+        out.append(value.strip())
+    elif isinstance(value, dict):
+        for item in value.values():
+            out.extend(_all_leaves(item))
+    elif isinstance(value, list | tuple):
+        for item in value:
+            out.extend(_all_leaves(item))
+    return [t for t in out if t]
+
+
+def _user_texts(messages: Any) -> list[str]:
+    texts: list[str] = []
+    if isinstance(messages, list | tuple):
+        for message in messages:
+            if isinstance(message, dict) and message.get("role") == "user":
+                text = prompt_of([message])
+                if text.strip():
+                    texts.append(text)
+    return texts
 
 
 def _case_id(retrieval: Retrieval | None) -> str | None:
@@ -394,8 +659,10 @@ class _AsyncStream(wrapt.ObjectProxy[Any]):
 
 
 __all__ = [
+    "EXTRACTION_OP_NAME",
     "OP_NAME",
     "TARGETS",
+    "TOOL_CALLS_OP_NAME",
     "OpenAITelemetry",
     "prompt_of",
     "upstream_chat_span",
