@@ -202,7 +202,8 @@ def test_write_back_sends_verdict_spans_linked_to_the_culprit(
         assert attrs["gen_ai.evaluation.explanation"].string_value == verdict.reason
         [link] = span.links
         assert link.span_id.hex() == verdict.op_id and link.trace_id.hex() == verdict.trace_id
-        assert span.trace_id.hex() != verdict.trace_id  # a trace of its own
+        assert span.trace_id.hex() == verdict.trace_id  # in the culprit's trace, as its child
+        assert span.parent_span_id.hex() == verdict.op_id
 
 
 def test_incomplete_traces_name_the_missing_trace_and_lower_confidence(

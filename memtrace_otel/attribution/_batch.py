@@ -51,6 +51,7 @@ from memtrace_otel.sources import (
     SourceStats,
     adapt_upstream,
     expand_paths,
+    is_verdict_span,
     open_source,
     outcomes_of,
 )
@@ -238,6 +239,8 @@ def load_store_graphs(
     for spec in sources:
         source = open_source(spec, strict=strict, **(options or {} if is_backend(spec) else {}))
         for record in load_with_progress(source, spec, progress):
+            if is_verdict_span(record):
+                continue  # a verdict written back earlier, maybe in the culprit's trace: no op
             if outcomes is None or take_outcomes(record, outcomes):
                 records.append(record)
         if outcomes is not None:
@@ -265,7 +268,10 @@ def load_store_graphs(
 
 def take_outcomes(record: SpanRecord, outcomes: list[Outcome]) -> bool:
     """Add the evaluations ``record`` carries to ``outcomes``; return whether the record joins
-    the graphs (a ``memtrace.feedback`` span carrying evaluations does not: it is no op)."""
+    the graphs (a ``memtrace.feedback`` span carrying evaluations does not: it is no op; nor
+    does a written-back verdict span, :func:`~memtrace_otel.sources.is_verdict_span`)."""
+    if is_verdict_span(record):
+        return False
     if record.events:
         found = outcomes_of(record)
         if found:

@@ -23,7 +23,12 @@ from memtrace_otel.attribution import (
 )
 from memtrace_otel.attribution._executors import parse_executor, parse_size
 from memtrace_otel.attribution._verdict_log import VerdictLog
-from memtrace_otel.attribution._writeback import otlp_target, protocol_hint, send_verdicts
+from memtrace_otel.attribution._writeback import (
+    VERDICT_TRACES,
+    otlp_target,
+    protocol_hint,
+    send_verdicts,
+)
 from memtrace_otel.cli import EXIT_NOTHING_TO_ATTRIBUTE
 from memtrace_otel.cli._backend import add_backend_options, http_options
 from memtrace_otel.export._configure import ENDPOINT_VARS, resolve_exporter
@@ -141,6 +146,14 @@ def register(subparsers: Any) -> None:
         "OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT over OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL (default "
         "http/protobuf); spans not accepted are counted (exit status 1) and, with --out, resent "
         "by the next run",
+    )
+    parser.add_argument(
+        "--verdict-trace",
+        choices=VERDICT_TRACES,
+        default="culprit",
+        help="with --write-back: put each verdict span in the culprit's trace as a child of the "
+        "culprit op span (culprit, the default: Jaeger and Tempo show it in that trace), or in a "
+        "trace of its own (new); either way it links to the culprit",
     )
     parser.add_argument(
         "--strict",
@@ -274,7 +287,7 @@ def _run(
         loaded=loading,
     )
     if exporter is not None:
-        _write_back(exporter, verdicts, log, summary)
+        _write_back(exporter, verdicts, log, summary, trace=args.verdict_trace)
     summary.seconds = round(time.perf_counter() - started, 3)
     usage = getattr(method, "usage", None)
     if isinstance(usage, dict):
@@ -362,12 +375,14 @@ def _write_back(
     verdicts: list[Verdict],
     log: VerdictLog | None,
     summary: BatchSummary,
+    *,
+    trace: str = "culprit",
 ) -> None:
     """Send the verdict spans not sent yet (with --out: also those earlier runs failed to send;
     pending verdicts wait for their final version) and count what the endpoint refused."""
     entries = log.unsent() if log is not None else []
     todo = [entry.verdict for entry in entries] if log is not None else verdicts
-    result = send_verdicts(todo, exporter)
+    result = send_verdicts(todo, exporter, trace=trace)
     if log is not None:
         log.mark_sent(entries[i] for i in result.sent)
     summary.written_back = len(result.sent)

@@ -282,6 +282,18 @@ def _outcome(
     )
 
 
+def is_verdict_span(record: SpanRecord) -> bool:
+    """Whether ``record`` is a verdict written back by the batch job (``memtrace.attribution``).
+
+    Verdict spans may sit inside the culprit's trace, as children of the culprit op span; they
+    are read as verdicts, never as activity of the memory store: no op, no case, no lineage.
+
+    >>> is_verdict_span(SpanRecord("a" * 32, "f" * 16, A.MEMTRACE_ATTRIBUTION_SPAN))
+    True
+    """
+    return record.name == A.MEMTRACE_ATTRIBUTION_SPAN
+
+
 def outcomes_of(record: SpanRecord, rule: OutcomeRule = DEFAULT_RULE) -> list[Outcome]:
     """The evaluations one span carries (none for most spans)."""
     events = [e for e in record.events if e.name == A.GEN_AI_EVALUATION_RESULT_EVENT]
