@@ -25,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _util import verdict
 
+from memtrace_bench.cli.bench_evaluate import _production_cases
+from memtrace_bench.systems import generate_benchmark, generate_hard_benchmark, generate_workload
 from memtrace_otel.attribution import (
     BatchSummary,
     failed_cases,
@@ -33,15 +35,13 @@ from memtrace_otel.attribution import (
     load_store_graphs,
 )
 from memtrace_otel.attribution._scoring import production_view
-from memtrace_otel.cli.bench_evaluate import _production_cases
-from memtrace_otel.systems import generate_benchmark, generate_hard_benchmark, generate_workload
 
 
 def _cold() -> None:
     """Empty the attribution caches (per-store corpora, token caches, sentence vectors), as at a
     run's start."""
+    from memtrace_bench.systems import _text as systems_text
     from memtrace_otel.attribution import _index, _semantic, _text
-    from memtrace_otel.systems import _text as systems_text
 
     for index in list(_index._cache.values()):
         index.memo.clear()

@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _util import verdict
 
+from memtrace_bench.systems import generate_hard_benchmark
+from memtrace_bench.systems.metrics import Score, evaluate, load_jsonl
 from memtrace_otel.attribution import get_method, run_batch
-from memtrace_otel.systems import generate_hard_benchmark
-from memtrace_otel.systems.metrics import Score, evaluate, load_jsonl
 from tests._hard_judge import literal_judge
 from tests._openai_server import ScriptedOpenAI
 

@@ -24,9 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _util import verdict
 
-from memtrace_otel.attribution import compare_recordings, get_method
+from memtrace_bench.memtracebench import export_memtracebench
+from memtrace_bench.methods import compare_recordings
+from memtrace_otel.attribution import get_method
 from memtrace_otel.cli import main as memtrace
-from memtrace_otel.sources import export_memtracebench
 
 
 def main() -> None:

@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
+from memtrace_bench.systems import default_locomo_path
 from memtrace_otel.attribution._semantic import SentenceEncoder, model_dir
 from memtrace_otel.attribution._text import SEMANTIC_FLOOR, Corpus
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.systems import default_locomo_path
 
 # (question, the message that answers it in other words): written for this benchmark.
 PAIRS = [

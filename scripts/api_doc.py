@@ -24,14 +24,16 @@ PACKAGES = [
     "memtrace_otel.export",
     "memtrace_otel.instrumentation",
     "memtrace_otel.instrumentors",
-    "memtrace_otel.systems",
     "memtrace_otel.graph",
     "memtrace_otel.processing",
     "memtrace_otel.sources",
     "memtrace_otel.attribution",
-    "memtrace_otel.optimize",
     "memtrace_otel.reporting",
     "memtrace_otel.testing",
+    "memtrace_bench.systems",
+    "memtrace_bench.optimize",
+    "memtrace_bench.methods",
+    "memtrace_bench.memtracebench",
 ]
 
 

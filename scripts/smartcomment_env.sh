@@ -10,7 +10,7 @@
 #                               else the newest pyenv 3.12 install)
 #
 # Only smartcomment and its two dependencies (pydantic, loguru) go there: the recorder script
-# (memtrace_otel/sources/_smartcomment_recorder.py) imports nothing from this project, so the
+# (memtrace_bench/memtracebench/_smartcomment_recorder.py) imports nothing from this project, so the
 # project itself stays on its own interpreter. Rebuilt when the pin or the base python changes.
 set -euo pipefail
 

@@ -566,12 +566,12 @@ def test_a_construction_filter_carries_what_it_kept(pipe: Pipe) -> None:
 # --- the generated benchmarks, at a small size (full size: benchmarks/bench_attribution.py) ------
 @pytest.mark.parametrize("difficulty", ["easy", "hard"])
 def test_evidence_on_the_generated_benchmarks(tmp_path: Path, difficulty: str) -> None:
-    from memtrace_otel.cli import main
-    from memtrace_otel.systems import (
+    from memtrace_bench.systems import (
         generate_benchmark,
         generate_hard_benchmark,
         generate_workload,
     )
+    from memtrace_otel.cli import main
 
     if difficulty == "hard":
         generate_hard_benchmark(tmp_path, stores=20, seed=3)

@@ -15,8 +15,8 @@ import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from memtrace_bench.systems import generate_benchmark, generate_workload
 from memtrace_otel.cli import main
-from memtrace_otel.systems import generate_benchmark, generate_workload
 from tests._backends import CollectorServer, JaegerServer, http_get, wait_until
 
 

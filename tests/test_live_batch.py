@@ -19,9 +19,9 @@ import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from memtrace_bench.systems import generate_benchmark, generate_workload
 from memtrace_otel.cli import main
 from memtrace_otel.sources import JaegerSource, open_source
-from memtrace_otel.systems import generate_benchmark, generate_workload
 from tests._backends import JaegerServer, free_ports, http_get, wait_until
 
 USERS = 13  # about 550 traces: more than five default pages

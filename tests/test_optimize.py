@@ -10,9 +10,7 @@ from typing import Any
 
 import pytest
 
-from memtrace_otel.attribution import OpenAIChatModel
-from memtrace_otel.cli import main
-from memtrace_otel.optimize import (
+from memtrace_bench.optimize import (
     PARAM_SPACES,
     ReferenceSystem,
     candidate_values,
@@ -20,8 +18,10 @@ from memtrace_otel.optimize import (
     ranked_params,
     split_workload,
 )
+from memtrace_bench.systems import generate_workload
+from memtrace_otel.attribution import OpenAIChatModel
+from memtrace_otel.cli import main
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.systems import generate_workload
 from tests._openai_server import ScriptedOpenAI
 
 # Four users, split two/two: long_context fails on train by its trim (UpdateError) and once by

@@ -12,9 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
-from memtrace_otel.semconv import attributes as A
-from memtrace_otel.systems import (
+from memtrace_bench.systems import (
     Conversation,
     EngineReplyError,
     EngineUnavailableError,
@@ -28,7 +26,9 @@ from memtrace_otel.systems import (
     make_engine,
     run_conversation,
 )
-from memtrace_otel.systems._facts import ABSTAIN, answer_question
+from memtrace_bench.systems._facts import ABSTAIN, answer_question
+from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
+from memtrace_otel.semconv import attributes as A
 from tests._openai_server import Reply, ScriptedOpenAI, closed_port
 
 OFFLINE = OfflineEngine()
@@ -242,7 +242,7 @@ def test_mem0_on_the_openai_engine_degrades_on_malformed_replies() -> None:
 
 
 def test_llm_judge_is_a_judge_op_with_its_prompt(tmp_path: Any) -> None:
-    from memtrace_otel.systems import generate_benchmark, generate_workload
+    from memtrace_bench.systems import generate_benchmark, generate_workload
 
     def responder(kind: str, body: dict[str, Any]) -> str:
         prompt = body["messages"][-1]["content"]

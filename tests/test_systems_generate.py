@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from memtrace_bench.systems import run_demo
+from memtrace_bench.systems.metrics import evaluate, format_report, load_jsonl
 from memtrace_otel.cli import main
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.systems import run_demo
-from memtrace_otel.systems.metrics import evaluate, format_report, load_jsonl
 from tests._openai_server import closed_port
 
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from memtrace_bench.systems import load_locomo
+from memtrace_bench.systems._hard import Mode, judged
+from memtrace_bench.systems._hard_replay import label_hard_case
+from memtrace_bench.systems._hard_scenarios import RECIPES, build_scenario
+from memtrace_bench.systems._hard_systems import execute
+from memtrace_bench.systems.metrics import load_jsonl
 from memtrace_otel.cli import main
-from memtrace_otel.systems import load_locomo
-from memtrace_otel.systems._hard import Mode, judged
-from memtrace_otel.systems._hard_replay import label_hard_case
-from memtrace_otel.systems._hard_scenarios import RECIPES, build_scenario
-from memtrace_otel.systems._hard_systems import execute
-from memtrace_otel.systems.metrics import load_jsonl
 from tests.conftest import shared_path
 
 STORES = 8
@@ -285,8 +285,8 @@ def _two_statements() -> tuple[Any, Any, Any]:
     """rag: a pet stated in session 1 and restated in session 2 (two chunks, two documents)."""
     import random
 
-    from memtrace_otel.systems._hard import HSession, HTurn
-    from memtrace_otel.systems._hard_facts import make_fact
+    from memtrace_bench.systems._hard import HSession, HTurn
+    from memtrace_bench.systems._hard_facts import make_fact
 
     rng = random.Random(0)
     first = make_fact(rng, "pet", "Ana", "1 May 2023", value="Biscuit", extra="puppy")
@@ -303,7 +303,7 @@ def test_parallel_losses_are_left_out_as_ambiguous() -> None:
     """The chunker drops the first statement, a retention job deletes the second document: the
     content survived the chunker (contract: the delete is the culprit), yet correcting the chunker
     alone also rescues the answer (the delete then takes the other document). Left out."""
-    from memtrace_otel.systems._hard import Fault, HCase, Scenario
+    from memtrace_bench.systems._hard import Fault, HCase, Scenario
 
     _, again, sessions = _two_statements()
     case = HCase("q1", "What is the name of Ana's puppy?", ("ana.pet",), "value", "Biscuit",
@@ -324,8 +324,8 @@ def test_parallel_losses_are_left_out_as_ambiguous() -> None:
 
 
 def test_a_question_its_evidence_cannot_answer_is_left_out() -> None:
-    from memtrace_otel.systems._hard import HCase, Scenario
-    from memtrace_otel.systems._hard_facts import Claim
+    from memtrace_bench.systems._hard import HCase, Scenario
+    from memtrace_bench.systems._hard_facts import Claim
 
     _, _, sessions = _two_statements()
     case = HCase("q1", "Where does Ana live now?", ("ana.city",), "value", "Porto",

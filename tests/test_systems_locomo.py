@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from memtrace_bench.systems import load_locomo
+from memtrace_bench.systems.metrics import load_jsonl
 from memtrace_otel.cli import main
 from memtrace_otel.errors import DecodeError
-from memtrace_otel.systems import load_locomo
-from memtrace_otel.systems.metrics import load_jsonl
 from tests.conftest import shared_path
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from memtrace_bench.systems.metrics import evaluate, format_report, load_jsonl
 from memtrace_otel.errors import DecodeError
-from memtrace_otel.systems.metrics import evaluate, format_report, load_jsonl
 
 LABELS = [
     {"case_id": "rag:u1:q1", "error_type": "RetrievalError", "op_id": "a", "system": "rag"},

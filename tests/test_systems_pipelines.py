@@ -11,11 +11,11 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from memtrace_bench.systems import SYSTEMS, generate_workload, run_conversation
+from memtrace_bench.systems._base import turn_ref
 from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
 from memtrace_otel.semconv import Category, OpKind, Stage, parse_ref
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.systems import SYSTEMS, generate_workload, run_conversation
-from memtrace_otel.systems._base import turn_ref
 
 KINDS = {
     "long_context": {"ingest", "create", "update", "retrieve", "assemble", "generate", "judge"},

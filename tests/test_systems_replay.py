@@ -9,9 +9,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
-from memtrace_otel.semconv import attributes as A
-from memtrace_otel.systems import (
+from memtrace_bench.systems import (
     NO_SINGLE_FIX,
     Conversation,
     Evidence,
@@ -25,6 +23,8 @@ from memtrace_otel.systems import (
     replay_case,
     run_conversation,
 )
+from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
+from memtrace_otel.semconv import attributes as A
 
 
 def conversation(

@@ -23,18 +23,15 @@ from memtrace_otel.attribution._batch import (
 )
 from memtrace_otel.attribution._evidence import EvidenceMethod
 from memtrace_otel.attribution._feedback import FeedbackStats, feedback_cases
-from memtrace_otel.attribution._fidelity import FidelityReport, compare_recordings
 from memtrace_otel.attribution._index import GraphIndex, graph_index
 from memtrace_otel.attribution._literature import AllAtOnce, BinarySearch, StepByStep
 from memtrace_otel.attribution._llm import LLMMethod, ModelMethod
 from memtrace_otel.attribution._model import Case, Verdict, load_cases, parse_case
 from memtrace_otel.attribution._model_client import ChatModel, ModelSession, OpenAIChatModel
-from memtrace_otel.attribution._replay import ReplayMethod
 from memtrace_otel.attribution._run import run_batch
 
 _FACTORIES: dict[str, Callable[..., Method]] = {
     "evidence": EvidenceMethod,
-    "replay": ReplayMethod,
     "blame-generate": BlameGenerate,
     "blame-retrieve": BlameRetrieve,
     "llm": LLMMethod,
@@ -50,7 +47,8 @@ def method_names() -> list[str]:
 
 
 def register_method(name: str, factory: Callable[..., Method]) -> None:
-    """Make a method available to :func:`get_method` and ``--method``."""
+    """Make a method available to :func:`get_method` and ``--method`` (the bench wing's
+    ``replay`` comes this way, from :mod:`memtrace_bench.methods`)."""
     _FACTORIES[name] = factory
 
 
@@ -79,18 +77,15 @@ __all__ = [
     "ChatModel",
     "EvidenceMethod",
     "FeedbackStats",
-    "FidelityReport",
     "GraphIndex",
     "LLMMethod",
     "Method",
     "ModelMethod",
     "ModelSession",
     "OpenAIChatModel",
-    "ReplayMethod",
     "StepByStep",
     "Verdict",
     "blame",
-    "compare_recordings",
     "completed_case_ids",
     "failed_cases",
     "feedback_cases",

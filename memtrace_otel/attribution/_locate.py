@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from memtrace_otel.attribution._text import asks_for_time, content_tokens, entity_tokens
-from memtrace_otel.systems._text import STOPWORDS, stem
+from memtrace_otel.attribution._tokens import STOPWORDS, stem
 
 __all__ = [
     "NAME",

@@ -2,8 +2,8 @@
 
 Deliberately deterministic and offline: attribution must give the same verdict twice with no
 network. Tokens, stop words and stemming are the package's one tokenizer
-(:mod:`memtrace_otel.systems._text`), so ``lives``/``living``/``lived`` meet; ranking is
-``rank_bm25`` (through :class:`memtrace_otel.systems.Bm25Index`, the package's one BM25).
+(:mod:`memtrace_otel.attribution._tokens`), so ``lives``/``living``/``lived`` meet; ranking is
+``rank_bm25`` (through :class:`memtrace_otel.attribution._tokens.Bm25Index`, the package's one BM25).
 
 Words alone miss paraphrase ("What car does Elena drive?" against "I bought a Tesla Model 3
 today!"): :meth:`Corpus.similarity` scores the texts by meaning with the package's sentence encoder
@@ -25,8 +25,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from memtrace_otel.attribution._semantic import Vectors, default_encoder
-from memtrace_otel.systems import Bm25Index
-from memtrace_otel.systems._text import STOPWORDS, content_tokens, stem
+from memtrace_otel.attribution._tokens import STOPWORDS, Bm25Index, content_tokens, stem
 
 __all__ = [
     "SEMANTIC_FLOOR",

@@ -61,10 +61,6 @@ from memtrace_otel.sources._memtracebench import (
     decode_memtracebench,
     load_memtracebench,
 )
-from memtrace_otel.sources._memtracebench_export import (
-    ExportSummary,
-    export_memtracebench,
-)
 from memtrace_otel.sources._otlp_proto import decode_otlp_proto
 from memtrace_otel.sources._outcomes import (
     DEFAULT_RULE,
@@ -158,7 +154,6 @@ __all__ = [
     "OTHER_KIND",
     "BenchGraph",
     "ExportResult",
-    "ExportSummary",
     "FileSource",
     "HttpOptions",
     "JaegerSource",
@@ -179,7 +174,6 @@ __all__ = [
     "decode_otlp_json",
     "decode_otlp_proto",
     "expand_paths",
-    "export_memtracebench",
     "export_source",
     "is_verdict_span",
     "iter_records",
