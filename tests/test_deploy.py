@@ -365,3 +365,20 @@ def test_k8s_batch_job_runs_attribution_over_the_collector_files(
     env = {e["name"]: e.get("value", "") for e in _containers(collector)[0]["env"]}
     assert env["MEMTRACE_TRACES_PATH"].startswith("/data/traces/")
     assert env["MEMTRACE_TRACES_PATH"].endswith(".jsonl")
+
+
+def test_jaeger_binds_loopback_unless_told(compose: dict[str, Any]) -> None:
+    text = (DEPLOY / "jaeger.yaml").read_text()
+    assert "0.0.0.0" not in text.split("\n", 3)[-1]  # below the header comment
+    jaeger = _load(DEPLOY / "jaeger.yaml")
+    endpoints = [
+        jaeger["extensions"]["jaeger_query"]["http"]["endpoint"],
+        jaeger["extensions"]["jaeger_query"]["grpc"]["endpoint"],
+        jaeger["extensions"]["healthcheckv2"]["http"]["endpoint"],
+        jaeger["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"],
+        jaeger["receivers"]["otlp"]["protocols"]["http"]["endpoint"],
+    ]
+    for endpoint in endpoints:
+        assert endpoint.startswith("${env:JAEGER_LISTEN_HOST:-127.0.0.1}:"), endpoint
+    # In compose, the Collector and Grafana reach Jaeger over the network: all interfaces there.
+    assert compose["services"]["jaeger"]["environment"]["JAEGER_LISTEN_HOST"] == "0.0.0.0"
