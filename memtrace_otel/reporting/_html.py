@@ -28,7 +28,13 @@ import networkx as nx
 from memtrace_otel.attribution import BatchSummary, Case, Verdict, write_summary
 from memtrace_otel.reporting._labels import Label, load_labels
 from memtrace_otel.reporting._links import check_base_url
-from memtrace_otel.reporting._view import case_row, case_view, summary_data
+from memtrace_otel.reporting._view import (
+    answer_times,
+    case_row,
+    case_view,
+    store_timeline,
+    summary_data,
+)
 
 __all__ = ["case_html", "json_for_html", "write_report"]
 
@@ -174,11 +180,27 @@ def write_report(
             if re.fullmatch(r"[0-9]+\.js", stale.name):
                 stale.unlink()
     cases_dir.mkdir(exist_ok=True)
+    timelines_dir = folder / "timelines"
+    if timelines_dir.is_dir():
+        for stale in timelines_dir.glob("*.js"):
+            if re.fullmatch(r"[0-9]+\.js", stale.name):
+                stale.unlink()
+    timelines_dir.mkdir(exist_ok=True)
     _copy_assets(folder / "assets")
 
-    chosen = _unique(verdicts)
-    width = _key_width(len(chosen))
     empty = nx.MultiDiGraph()
+    # The list opens in answer order (then case id), and a case's key (#case=NNNN) is its place
+    # in that order.
+    times: dict[str, dict[str, int]] = {}
+    for verdict in _unique(verdicts):
+        store = verdict.store_id or ""
+        if store not in times:
+            times[store] = answer_times(graphs.get(store, empty))
+    chosen = sorted(
+        _unique(verdicts),
+        key=lambda v: (times[v.store_id or ""].get(v.case_id, 1 << 62), v.case_id),
+    )
+    width = _key_width(len(chosen))
     rows = []
     for number, verdict in enumerate(chosen):
         key = f"{number:0{width}d}"
@@ -198,7 +220,37 @@ def write_report(
         (cases_dir / f"{key}.js").write_text(
             f"window.__memtraceCase({json_for_html(view)});\n", encoding="utf-8"
         )
-        rows.append(case_row(key, verdict, label, len(view["nodes"]) or None))
+        rows.append(
+            case_row(
+                key,
+                verdict,
+                label,
+                len(view["nodes"]) or None,
+                view=view,
+                answered=times[verdict.store_id or ""].get(verdict.case_id),
+            )
+        )
+
+    # One timeline per store with a failed case: its writes, reads and answers in time order.
+    stores: dict[str, dict[str, str]] = {}
+    for row, verdict in zip(rows, chosen, strict=True):
+        stores.setdefault(verdict.store_id or "", {})[verdict.case_id] = row["key"]
+    timeline_index = []
+    for number, (store, failed) in enumerate(sorted(stores.items())):
+        tkey = f"{number:0{_key_width(len(stores))}d}"
+        timeline = store_timeline(graphs.get(store, empty), failed)
+        timeline.update(key=tkey, store=store)
+        (timelines_dir / f"{tkey}.js").write_text(
+            f"window.__memtraceTimeline({json_for_html(timeline)});\n", encoding="utf-8"
+        )
+        timeline_index.append(
+            {
+                "key": tkey,
+                "store": store,
+                "failed": len(failed),
+                "events": len(timeline["events"]) + timeline["omitted"],
+            }
+        )
 
     data = {
         "title": title,
@@ -207,6 +259,7 @@ def write_report(
         "single": False,
         "summary": summary_data(summary, chosen, label_map),
         "cases": rows,
+        "timelines": timeline_index,
     }
     page = _page(
         csp=_CSP_FILES,
@@ -270,7 +323,9 @@ def case_html(
     if verdict is not None:
         summary.cases = 1
         summary.add(verdict)
-    row = case_row(key, verdict, None, len(view.get("nodes", ())) or None, case_id=case_id)
+    row = case_row(
+        key, verdict, None, len(view.get("nodes", ())) or None, case_id=case_id, view=view
+    )
     page_title = title or f"memtrace case {case_id}"
     data = {
         "title": page_title,
@@ -279,6 +334,7 @@ def case_html(
         "single": True,
         "summary": summary_data(summary, [verdict] if verdict else [], None),
         "cases": [row],
+        "timelines": [],
     }
     scripts = [
         _inline_script(_asset(name).decode("utf-8")) for name in (*_VENDOR_SCRIPTS, "report.js")
