@@ -470,7 +470,7 @@ def store_timeline(
     it failed (``failed``: case id -> report key), grouped by trace (a session or request).
 
     Returns ``{"events": [...], "omitted": n}``: the newest ``limit`` events, each ``time``,
-    ``kind``, ``role`` (``write``/``read``/``answer``/``other``), ``name``, ``case``, ``key``
+    ``kind``, ``role`` (``write``/``read``/``answer``/``judge``), ``name``, ``case``, ``key``
     (the failed case's report key, else ``None``), ``trace`` (short), ``what`` (an excerpt of
     what the op wrote, when captured).
     """
@@ -486,9 +486,11 @@ def store_timeline(
             if kind in _READ_KINDS
             else "answer"
             if kind == "generate"
-            else "other"
+            else "judge"
+            if kind == "judge"
+            else ""
         )
-        if role == "other" and kind != "judge":
+        if not role:
             continue
         outputs = [r for r in succ_of(G)[node] if WRITE in succ_of(G)[node][r]]
         what = next(

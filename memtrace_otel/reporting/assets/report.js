@@ -377,7 +377,7 @@
         t.events.forEach(function (e) {
           var failed = e.key !== null && e.key !== undefined && e.role === 'answer';
           var tr = el('tr', {className: 'role-' + e.role + (failed ? ' failed' : ''), 'data-role': failed ? 'failed' : e.role},
-            el('td', {className: 'mono', text: e.time ? e.time.replace('T', ' ').replace(/\.\d+Z$/, 'Z') : ''}),
+            el('td', {className: 'mono', text: e.time ? e.time.replace('T', ' ').replace(/(\.\d{3})\d*Z$/, '$1Z') : ''}),
             el('td', {className: 'mono muted', text: e.trace}),
             el('td', {}, el('span', {className: 'role', text: failed ? 'failed answer' : e.role})),
             el('td', {className: 'mono', text: e.name + ' (' + e.kind + ')'}),
