@@ -656,18 +656,19 @@ def summary_table(summary: BatchSummary) -> str:
         )
     errors = sorted(summary.by_error_type)
     if errors:
-        width = max(len(s) for s in summary.by_system_error) if summary.by_system_error else 6
+        # Every column as wide as its header or its widest cell; counts right-aligned.
+        width = max([len("system"), *(len(s) for s in summary.by_system_error)])
         lines.append("")
         lines.append(
-            "system".ljust(width) + "  " + "  ".join(e.ljust(15) for e in errors) + "  total"
+            "system".ljust(width) + "  " + "  ".join(e.rjust(len(e)) for e in errors) + "  total"
         )
         for system in sorted(summary.by_system_error):
             row = summary.by_system_error[system]
             lines.append(
                 system.ljust(width)
                 + "  "
-                + "  ".join(str(row.get(e, 0)).ljust(15) for e in errors)
-                + f"  {sum(row.values())}"
+                + "  ".join(str(row.get(e, 0)).rjust(len(e)) for e in errors)
+                + f"  {sum(row.values()):>5}"
             )
         lines.append("")
         lines.append("culprit op name".ljust(40) + "  count")
