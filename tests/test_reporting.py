@@ -428,13 +428,8 @@ def _batch_report(tmp_path: Path, capture: str) -> tuple[Path, list[Verdict]]:
     traces, cases = write_workload(tmp_path, capture=capture)
     out = tmp_path / "verdicts.jsonl"
     report = tmp_path / "report"
-    assert (
-        main(
-            ["attribute", str(traces), "--cases", str(cases), "--out", str(out)]
-            + ["--report", str(report), "--quiet"]
-        )
-        == 0
-    )
+    args = ["attribute", str(traces), "--cases", str(cases), "--out", str(out)]
+    assert main([*args, "--report", str(report), "--quiet"]) == 0
     return report, list(read_verdicts(out))
 
 
