@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from memtrace_otel.semconv import ERROR_TYPE_BY_KIND, ErrorType, OpKind, Ref, attributes, parse_ref
+from memtrace_otel.semconv import (
+    ERROR_TYPE_BY_KIND,
+    ErrorType,
+    OpKind,
+    Ref,
+    attributes,
+    env,
+    parse_ref,
+)
 from tests.conftest import REPO, shared_path
 
 
@@ -93,38 +101,121 @@ def _imports(path: Path) -> set[str]:
 
 STAGES = [
     "semconv",
-    "export",
     "instrumentation",
     "instrumentors",
-    "systems",
+    "export",
     "graph",
     "processing",
     "sources",
     "attribution",
-    "optimize",
     "reporting",
     "cli",
 ]
-# ``export`` (the SDK side: span_to_record, the JSON Lines exporter, configure) knows only the
-# contract, so it comes first; the manual API does not import it (a test checks that importing
-# the API loads no SDK module). Instrumentors are built on the manual API; the reference memory
-# systems are instrumented applications, so they come right after the instrumentation they use.
+"""The product's stages in the order data travels; each imports only from earlier ones.
+
+The manual API does not import ``export`` (a test checks that importing the API loads no SDK
+module); instrumentors are built on the manual API. ``graph`` (the one builder: span records in,
+networkx out) comes before ``processing`` because the live processor folds with that builder;
+``sources`` (wire formats in, span records out) is independent of both. The bench wing
+(``memtrace_bench``) sits on top of all of them.
+"""
 RANK = {name: i for i, name in enumerate(STAGES)}
+FOUNDATION = {"_internal", "_settings", "_shim", "_version", "_openai", "_progress", "errors"}
+"""Top-level modules every stage may use (logging policy, the settings resolver, SDK shims, typed
+errors); they import no stage but ``semconv``."""
+TOOLS = {"testing"}
+"""The pytest plugin: built on the product, imported by nothing in it."""
+BENCH = "memtrace_bench"
+
+
+def _package_modules(path: Path) -> set[str]:
+    """Every ``memtrace_otel``/``memtrace_bench`` module the file imports, statically or lazily."""
+    return {m for m in _imports(path) if m.split(".")[0] in ("memtrace_otel", BENCH)}
+
+
+def _stage_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "memtrace_otel" and len(parts) > 1 else None
+
+
+def test_every_product_module_belongs_to_a_stage_or_the_foundation() -> None:
+    root = REPO / "memtrace_otel"
+    known = set(STAGES) | FOUNDATION | TOOLS | {"__init__", "py"}
+    strays = sorted(
+        p.name for p in root.iterdir() if p.stem not in known and (p.is_dir() or p.suffix == ".py")
+    )
+    assert strays in ([], ["__pycache__"])
 
 
 def test_each_stage_imports_only_from_earlier_ones() -> None:
     violations = []
     for stage in STAGES:
         for path in (REPO / "memtrace_otel" / stage).rglob("*.py"):
-            for module in _imports(path):
-                parts = module.split(".")
-                if parts[0] != "memtrace_otel" or len(parts) < 2 or parts[1] not in RANK:
+            for module in _package_modules(path):
+                target = _stage_of(module)
+                if target not in RANK:
                     continue
-                if RANK[parts[1]] > RANK[stage] or (
-                    parts[1] != stage and RANK[parts[1]] == RANK[stage]
-                ):
+                if RANK[target] > RANK[stage]:
                     violations.append(f"{path.relative_to(REPO)} imports {module}")
     assert violations == []
+
+
+def test_the_foundation_imports_no_stage_but_the_contract() -> None:
+    violations = [
+        f"{path.name} imports {module}"
+        for path in (REPO / "memtrace_otel").glob("*.py")
+        if path.stem in FOUNDATION
+        for module in _package_modules(path)
+        if _stage_of(module) not in (None, "semconv", *FOUNDATION)
+    ]
+    assert violations == []
+
+
+def test_no_product_module_imports_the_bench_wing() -> None:
+    """Never: the product stands alone; the bench wing reaches the CLI only by entry point."""
+    offenders = [
+        f"{path.relative_to(REPO)} imports {module}"
+        for path in (REPO / "memtrace_otel").rglob("*.py")
+        for module in _package_modules(path)
+        if module.split(".")[0] == BENCH
+    ]
+    spelled = [
+        f"{path.relative_to(REPO)}:{node.lineno}"
+        for path in (REPO / "memtrace_otel").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and any(
+            isinstance(a, ast.Constant) and isinstance(a.value, str) and BENCH in a.value
+            for a in node.args
+        )
+    ]
+    assert offenders == [] and spelled == []
+
+
+def test_no_module_imports_the_pytest_plugin() -> None:
+    offenders = [
+        f"{path.relative_to(REPO)} imports {module}"
+        for root in ("memtrace_otel", BENCH)
+        for path in (REPO / root).rglob("*.py")
+        if "testing" not in path.parts
+        for module in _package_modules(path)
+        if _stage_of(module) in TOOLS
+    ]
+    assert offenders == []
+
+
+def test_the_bench_wing_reaches_the_cli_through_an_entry_point() -> None:
+    from importlib.metadata import entry_points
+
+    from memtrace_otel.cli import EXTENSION_GROUP, build_parser
+
+    points = {p.name: p.value for p in entry_points(group=EXTENSION_GROUP)}
+    assert points.get("bench") == "memtrace_bench.cli"
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert {"demo", "bench", "optimize", "attribute"} <= set(commands)
+    from memtrace_otel.attribution import method_names
+
+    assert "replay" in method_names()
 
 
 def test_all_attribute_names_collects_every_constant_of_the_module() -> None:
@@ -140,11 +231,33 @@ def test_all_attribute_names_collects_every_constant_of_the_module() -> None:
     expected = {
         value
         for key, value in defined.items()
-        if not key.startswith(("ENV_", "METRIC_"))
+        if not key.startswith("METRIC_")
         and value not in attributes.SPAN_AND_EVENT_NAMES
         and key not in ("OP_SPAN_NAME_PREFIX", "METADATA_TRACEPARENT", "METADATA_VERSION")
     }
     assert expected == set(attributes.ALL_ATTRIBUTE_NAMES)
+
+
+def test_environment_variable_names_live_in_one_module_apart_from_the_wire_names() -> None:
+    wire = [key for key in vars(attributes) if key.startswith("ENV_")]
+    names = {key: value for key, value in vars(env).items() if key.startswith("ENV_")}
+    assert wire == []
+    assert names and all(isinstance(value, str) and value.isupper() for value in names.values())
+    assert len(set(names.values())) == len(names)  # no variable spelled twice
+    assert not set(names.values()) & set(attributes.ALL_ATTRIBUTE_NAMES)
+    # No other module of the package spells an ENV_ constant of its own.
+    for path in (REPO / "memtrace_otel").rglob("*.py"):
+        if path.name == "env.py" and path.parent.name == "semconv":
+            continue
+        tree = ast.parse(path.read_text())
+        own = [
+            target.id
+            for node in tree.body
+            if isinstance(node, ast.Assign | ast.AnnAssign)
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(target, ast.Name) and target.id.lstrip("_").startswith("ENV_")
+        ]
+        assert own == [], (path, own)
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,6 @@ import inspect
 import json
 import logging
 import math
-import os
 import re
 import sys
 import threading
@@ -43,6 +42,7 @@ from memtrace_otel._internal import (
     on_fork_in_child,
     reinit_after_fork,
 )
+from memtrace_otel._settings import non_negative_int, resolve
 from memtrace_otel.instrumentation import (
     MemTracer,
     Op,
@@ -53,7 +53,7 @@ from memtrace_otel.instrumentation import (
 )
 from memtrace_otel.semconv import Category
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.semconv.attributes import ENV_MEMTRACE_RETRIEVAL_MEMORY_BYTES
+from memtrace_otel.semconv.env import ENV_MEMTRACE_RETRIEVAL_MEMORY_BYTES
 
 logger = logging.getLogger("memtrace_otel.instrumentors")
 
@@ -647,27 +647,6 @@ _MAX_PER_TRACE = 32
 _RECORD_OVERHEAD = 200  # bytes of a record tuple and its slot besides the two strings
 
 
-def _retrieval_budget() -> int:
-    raw = os.environ.get(ENV_MEMTRACE_RETRIEVAL_MEMORY_BYTES)
-    if not raw:
-        return DEFAULT_RETRIEVAL_MEMORY_BYTES
-    try:
-        budget = int(raw)
-    except ValueError:
-        budget = 0
-    if budget < 0:
-        budget = 0
-    if budget == 0 and raw.strip() != "0":
-        logger.warning(
-            "invalid %s %r: expected a number of bytes; using %d",
-            ENV_MEMTRACE_RETRIEVAL_MEMORY_BYTES,
-            raw,
-            DEFAULT_RETRIEVAL_MEMORY_BYTES,
-        )
-        return DEFAULT_RETRIEVAL_MEMORY_BYTES
-    return budget
-
-
 class RetrievalMemory:
     """What retrieve ops returned, by trace, bounded by bytes (oldest traces evicted first).
 
@@ -679,7 +658,13 @@ class RetrievalMemory:
     """
 
     def __init__(self, max_bytes: int | None = None) -> None:
-        self.max_bytes = _retrieval_budget() if max_bytes is None else max_bytes
+        self.max_bytes = resolve(
+            "max_bytes",
+            max_bytes,
+            ENV_MEMTRACE_RETRIEVAL_MEMORY_BYTES,
+            DEFAULT_RETRIEVAL_MEMORY_BYTES,
+            non_negative_int,
+        )
         self.evicted = 0
         self._bytes = 0
         self._by_trace: OrderedDict[int, list[Retrieval]] = OrderedDict()
