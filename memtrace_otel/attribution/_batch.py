@@ -29,6 +29,7 @@ from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._feedback import StoreCases, decide_failed
 from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case, Verdict, load_cases
+from memtrace_otel.attribution._reviews import review_of, review_precision, verdict_span_index
 from memtrace_otel.attribution._verdict_log import (
     PENDING_CAPPED,
     PENDING_NOT_IN_TRACES,
@@ -112,6 +113,9 @@ class BatchSummary:
     """What feedback said (:class:`~memtrace_otel.attribution.FeedbackStats` as data)."""
     cases_by_source: dict[str, int] = field(default_factory=dict)
     """Failed cases by where they were found: ``cases-file``, ``judge``, ``feedback``."""
+    review_precision: dict[str, Any] | None = None
+    """People's reviews of verdict spans read with the traces (``review_precision``), or
+    ``None`` when the sources held no review."""
 
     @property
     def ok(self) -> bool:
@@ -164,6 +168,8 @@ class BatchSummary:
         for kind, count in loaded.skipped_by_kind.items():
             self.skipped_by_kind[kind] = self.skipped_by_kind.get(kind, 0) + count
         self.source_errors[:0] = loaded.source_errors
+        if loaded.review_precision is not None:
+            self.review_precision = loaded.review_precision
 
     def add_source_stats(self, stats: SourceStats) -> None:
         """Count what a source read, skipped and cut (keeping the first 20 messages)."""
@@ -217,6 +223,7 @@ def load_store_graphs(
     outcomes: list[Outcome] | None = None,
     progress: TextIO | None = None,
     options: Mapping[str, Any] | None = None,
+    reviews_out: list[SpanRecord] | None = None,
 ) -> dict[str, nx.MultiDiGraph]:
     """Read every source and build one evolution graph per memory store.
 
@@ -234,19 +241,29 @@ def load_store_graphs(
             then stay out of the graphs.
         progress: where to show the loading progress (see :class:`~memtrace_otel.sources.Progress`).
         options: backend source options (``max_traces``, ``limit``), ignored for files.
+        reviews_out: when given, collects the verdict spans and review spans read (they join no
+            graph); with ``summary``, their reviews also set ``summary.review_precision``.
     """
     records: list[SpanRecord] = []
+    verdict_spans = reviews_out if reviews_out is not None else []
     for spec in sources:
         source = open_source(spec, strict=strict, **(options or {} if is_backend(spec) else {}))
         for record in load_with_progress(source, spec, progress):
             if is_verdict_span(record):
-                continue  # a verdict written back earlier, maybe in the culprit's trace: no op
+                # A verdict written back earlier (maybe in the culprit's trace), or a review of
+                # one: no op. Reviews measure the verdicts' precision.
+                verdict_spans.append(record)
+                continue
             if outcomes is None or take_outcomes(record, outcomes):
                 records.append(record)
         if outcomes is not None:
             outcomes.extend(source.outcomes)
         if summary is not None:
             summary.add_source_stats(source.stats)
+    if summary is not None:
+        reviews = [r for r in map(review_of, verdict_spans) if r is not None]
+        if reviews:
+            summary.review_precision = review_precision(verdict_span_index(verdict_spans), reviews)
     by_store: dict[str, list[SpanRecord]] = defaultdict(list)
     case_stores: set[str] = set()
     for record in adapt_upstream(records):
@@ -625,6 +642,26 @@ def stale_cases(
     return stale
 
 
+def precision_line(precision: Mapping[str, Any]) -> str:
+    """The measured precision of verdicts as one line: overall, then by error type."""
+
+    def share(item: Mapping[str, Any]) -> str:
+        if not item["reviews"]:
+            return "no reviews"
+        stated = item.get("mean_confidence")
+        return (
+            f"{item['confirmed']}/{item['reviews']} confirmed = {100 * item['precision']:.1f}% "
+            f"({item['rejected']} rejected, {item['other_op']} other op"
+            + (f"; mean stated confidence {stated:.2f}" if stated is not None else "")
+            + ")"
+        )
+
+    by_type = "; ".join(f"{t} {share(i)}" for t, i in precision["by_error_type"].items())
+    return f"verdict precision from people's reviews: {share(precision)}" + (
+        f"; by error type: {by_type}" if by_type else ""
+    )
+
+
 def summary_table(summary: BatchSummary) -> str:
     """The summary as a plain-text table (per system, error type and op name)."""
     verdicts = (
@@ -648,6 +685,8 @@ def summary_table(summary: BatchSummary) -> str:
         lines.append(f"INCOMPLETE (exit status 1): {capped}")
     if summary.redone:
         lines.append(f"redone (newer ops than the verdict, --redo-stale): {summary.redone}")
+    if summary.review_precision:
+        lines.append(precision_line(summary.review_precision))
     if summary.written_back or summary.write_back_failed:
         lines.append(
             f"write-back: {summary.written_back} verdict spans sent, "

@@ -32,6 +32,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "attribute",
     "graph",
     "export",
+    "serve",
 )
 
 EXTENSION_GROUP = "memtrace_otel.extensions"

@@ -139,6 +139,7 @@ def write_report(
     sources: Sequence[str] = (),
     title: str = "memtrace attribution report",
     cases: Mapping[str, Case] | None = None,
+    serve: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the static HTML report of a batch run into ``out_dir``.
 
@@ -161,6 +162,8 @@ def write_report(
         title: the page title.
         cases: the failed cases by id (question, expected answer, feedback), shown first on
             each case's page; without them, what the traces captured.
+        serve: set by ``memtrace serve``: the page may then call its own server (reviews,
+            reload); ``reviewable`` maps case ids to whether their verdict span was found.
 
     Returns:
         The path of ``index.html``.
@@ -260,9 +263,11 @@ def write_report(
         "summary": summary_data(summary, chosen, label_map),
         "cases": rows,
         "timelines": timeline_index,
+        "serve": dict(serve) if serve is not None else None,
     }
     page = _page(
-        csp=_CSP_FILES,
+        # Served by `memtrace serve`, the page talks to its own origin (reviews); never elsewhere.
+        csp=_CSP_FILES.replace("connect-src 'none'", "connect-src 'self'") if serve else _CSP_FILES,
         title=title,
         data_blocks=[("memtrace-report", data)],
         script_files=[*_VENDOR_SCRIPTS, "report.js"],
@@ -335,6 +340,7 @@ def case_html(
         "summary": summary_data(summary, [verdict] if verdict else [], None),
         "cases": [row],
         "timelines": [],
+        "serve": None,
     }
     scripts = [
         _inline_script(_asset(name).decode("utf-8")) for name in (*_VENDOR_SCRIPTS, "report.js")

@@ -108,6 +108,12 @@
       ['skipped_records', 'records skipped', s.skipped_records, s.skipped_records > 0],
       ['listed', 'verdicts listed', report.cases.length]
     ];
+    var rp = s.review_precision;
+    if (rp && rp.reviews) {
+      stats.push(['review_precision', 'verdict precision (' + rp.reviews + ' reviews' +
+        (typeof rp.mean_confidence === 'number' ? '; stated confidence ' + rp.mean_confidence.toFixed(2) : '') + ')',
+        pct(rp.precision)]);
+    }
     if (s.accuracy && s.accuracy.error_type_accuracy !== null) {
       stats.push(['error_type_accuracy', 'error type accuracy', pct(s.accuracy.error_type_accuracy)]);
     }
@@ -530,6 +536,7 @@
     if (v.store_id) small += ' · store ' + v.store_id;
     if ((v.evidence_refs || []).length) small += ' · evidence ' + v.evidence_refs.join(', ');
     box.appendChild(el('div', {className: 'small', text: small}));
+    if (report.serve) box.appendChild(reviewBox(view));
     if ((v.unchecked || []).length) box.appendChild(el('div', {className: 'small', text: 'not checked: ' + v.unchecked.join('; ')}));
     if ((v.missing_traces || []).length) box.appendChild(el('div', {className: 'small', text: 'linked traces not loaded: ' + v.missing_traces.join(', ')}));
     if (view.label) {
@@ -541,6 +548,60 @@
         l.op_id ? el('span', {className: 'match ' + (l.op_id === v.op_id ? 'yes' : 'no'), text: l.op_id === v.op_id ? ' ✓ op matches' : ' ✗ op differs'}) : null,
         l.source ? ' · from ' + l.source : ''));
     }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // reviews (memtrace serve only): confirm, reject, or name the right op
+
+  function token() {
+    if (report.serve.token) return report.serve.token;
+    var held = sessionStorage.getItem('memtrace-token');
+    if (!held) { held = window.prompt('token for writes (memtrace serve --write-token)') || ''; sessionStorage.setItem('memtrace-token', held); }
+    return held;
+  }
+
+  function post(path, body) {
+    return fetch(path, {method: 'POST', headers: {'Content-Type': 'application/json', 'X-Memtrace-Token': token()}, body: JSON.stringify(body)})
+      .then(function (r) { return r.json().then(function (j) { return {ok: r.ok, data: j}; }); });
+  }
+
+  function reviewBox(view) {
+    var box = el('div', {className: 'review'});
+    box.id = 'review';
+    var v = view.verdict;
+    var status = el('span', {className: 'muted'});
+    status.id = 'review-status';
+    if (!report.serve.reviews) { status.textContent = 'reviews are off: no OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT)'; box.appendChild(status); return box; }
+    if (!(report.serve.reviewable || {})[view.case_id]) {
+      status.textContent = 'no verdict span for this case in the sources: send it (memtrace attribute --write-back), then reload';
+      box.appendChild(status);
+      return box;
+    }
+    function send(label) {
+      var body = {case_id: view.case_id, label: label};
+      if (label === 'other_op') {
+        var chosen = state.current && state.current.selected;
+        var n = chosen && state.current.byId[chosen];
+        if (!n || n.type !== 'op' || chosen === v.op_id) { status.textContent = 'select the right op in the graph first'; return; }
+        body.op_id = chosen;
+      }
+      status.textContent = 'sending…';
+      post('api/review', body).then(function (r) {
+        status.textContent = r.ok ? 'review sent (' + label + '): reload to count it' : 'not sent: ' + r.data.error;
+        document.documentElement.setAttribute('data-review', r.ok ? 'sent' : 'failed');
+      }, function (e) { status.textContent = 'not sent: ' + e; });
+    }
+    box.appendChild(el('span', {className: 'muted', text: 'review this verdict: '}));
+    box.appendChild(el('button', {type: 'button', 'data-review': 'confirmed', text: '✓ confirm', onclick: function () { send('confirmed'); }}));
+    box.appendChild(el('button', {type: 'button', 'data-review': 'rejected', text: '✗ reject', onclick: function () { send('rejected'); }}));
+    box.appendChild(el('button', {type: 'button', 'data-review': 'other_op', text: 'the selected op is the culprit', onclick: function () { send('other_op'); }}));
+    box.appendChild(status);
+    return box;
+  }
+
+  function reload() {
+    $('reload').disabled = true;
+    post('api/reload', {}).then(function () { location.reload(); }, function () { $('reload').disabled = false; });
   }
 
   function renderStageToggles() {
@@ -954,6 +1015,7 @@
       if (state.current) { state.current.layout = this.value; draw(); }
     });
     $('find').addEventListener('keydown', function (e) { if (e.key === 'Enter') find(this.value); });
+    if (report.serve) { show($('reload'), true); $('reload').addEventListener('click', reload); }
     window.addEventListener('hashchange', route);
   }
 
