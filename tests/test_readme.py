@@ -292,6 +292,7 @@ def _check(argv: list[str]) -> None:
         ("## View in Jaeger/Tempo", 1),  # docker compose up
         ("## Run batch attribution in production", 0),
         ("## Run batch attribution in production", 1),  # compose run, kubectl
+        ("## Review verdicts", 0),  # memtrace serve (a browser session: tests/test_serve.py)
     ],
 )
 def test_blocks_that_need_other_machines_parse_and_name_real_commands(
