@@ -163,3 +163,45 @@ def test_verdict_spans_in_an_upstream_apps_culprit_traces_change_nothing(tmp_pat
     assert {s: sorted(G.nodes(data="case")) for s, G in alone.items()} == {
         s: sorted(G.nodes(data="case")) for s, G in both.items()
     }
+
+
+def test_reviews_in_files_give_precision_and_change_no_verdict(
+    workload: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from memtrace_otel.attribution._reviews import send_review, verdict_span_index
+    from memtrace_otel.sources import open_source
+
+    traces, cases = workload
+    first, _ = run_batch([str(traces)], EvidenceMethod(), cases_file=str(cases))
+    written = tmp_path / "verdict-spans.jsonl"
+    assert send_verdicts(first, OtlpJsonLinesExporter(written)).failed == 0
+    spans = verdict_span_index(open_source(str(written)).records())
+    by_case = {s["case_id"]: s for s in spans.values()}
+    reviews = tmp_path / "reviews.jsonl"
+    labels = {"case-retrieval": "confirmed", "case-update": "confirmed", "case-filter": "rejected"}
+    for case_id, label in labels.items():
+        span = by_case[case_id]
+        assert send_review(
+            OtlpJsonLinesExporter(reviews),
+            verdict_trace_id=span["trace_id"],
+            verdict_span_id=span["span_id"],
+            label=label,
+        )
+    with pytest.raises(ValueError, match="other_op"):
+        send_review(
+            OtlpJsonLinesExporter(tmp_path / "x.jsonl"),
+            verdict_trace_id="a" * 32,
+            verdict_span_id="b" * 16,
+            label="other_op",
+        )
+    again, summary = run_batch(
+        [str(traces), str(written), str(reviews)], EvidenceMethod(), cases_file=str(cases)
+    )
+    key = lambda v: (v.case_id, v.error_type, v.op_id, v.confidence)  # noqa: E731
+    assert sorted(map(key, again)) == sorted(map(key, first))  # reviews are no evidence
+    precision = summary.review_precision
+    assert precision is not None
+    assert (precision["reviews"], precision["confirmed"], precision["rejected"]) == (3, 2, 1)
+    assert precision["precision"] == pytest.approx(2 / 3)
+    assert precision["by_error_type"]["RetrievalError"]["reviews"] == 2  # search and rerank
+    assert precision["by_error_type"]["UpdateError"]["precision"] == 1.0
