@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -202,7 +203,8 @@ def test_write_back_sends_verdict_spans_linked_to_the_culprit(
         assert attrs["gen_ai.evaluation.explanation"].string_value == verdict.reason
         [link] = span.links
         assert link.span_id.hex() == verdict.op_id and link.trace_id.hex() == verdict.trace_id
-        assert span.trace_id.hex() != verdict.trace_id  # a trace of its own
+        assert span.trace_id.hex() == verdict.trace_id  # in the culprit's trace, as its child
+        assert span.parent_span_id.hex() == verdict.op_id
 
 
 def test_incomplete_traces_name_the_missing_trace_and_lower_confidence(
@@ -269,3 +271,23 @@ def test_cli_summary_reports_truncated_values(workload: tuple[Path, Path], tmp_p
     summary = json.loads((report / "summary.json").read_text())
     assert summary["truncated_values"] == 1
     assert code == 0  # reported, not lost: a cut value does not fail the run
+
+
+def test_summary_table_columns_line_up_with_their_headers() -> None:
+    from memtrace_otel.attribution import BatchSummary
+    from memtrace_otel.attribution._batch import summary_table
+
+    summary = BatchSummary()
+    summary.by_error_type = {"RetrievalError": 3, "UpdateError": 12}
+    summary.by_system_error = {
+        "rag": {"RetrievalError": 3, "UpdateError": 2},
+        "m": {"UpdateError": 10},
+    }
+    lines = summary_table(summary).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("system"))
+    header, *rows = lines[start : start + 3]
+
+    def right_edges(line: str) -> list[int]:
+        return [m.end() for m in re.finditer(r"\S+", line)][1:]
+
+    assert all(right_edges(row) == right_edges(header) for row in rows), lines

@@ -365,3 +365,44 @@ def test_k8s_batch_job_runs_attribution_over_the_collector_files(
     env = {e["name"]: e.get("value", "") for e in _containers(collector)[0]["env"]}
     assert env["MEMTRACE_TRACES_PATH"].startswith("/data/traces/")
     assert env["MEMTRACE_TRACES_PATH"].endswith(".jsonl")
+
+
+def test_jaeger_binds_loopback_unless_told(compose: dict[str, Any]) -> None:
+    text = (DEPLOY / "jaeger.yaml").read_text()
+    assert "0.0.0.0" not in text.split("\n", 3)[-1]  # below the header comment
+    jaeger = _load(DEPLOY / "jaeger.yaml")
+    endpoints = [
+        jaeger["extensions"]["jaeger_query"]["http"]["endpoint"],
+        jaeger["extensions"]["jaeger_query"]["grpc"]["endpoint"],
+        jaeger["extensions"]["healthcheckv2"]["http"]["endpoint"],
+        jaeger["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"],
+        jaeger["receivers"]["otlp"]["protocols"]["http"]["endpoint"],
+    ]
+    for endpoint in endpoints:
+        assert endpoint.startswith("${env:JAEGER_LISTEN_HOST:-127.0.0.1}:"), endpoint
+    # In compose, the Collector and Grafana reach Jaeger over the network: all interfaces there.
+    assert compose["services"]["jaeger"]["environment"]["JAEGER_LISTEN_HOST"] == "0.0.0.0"
+
+
+def test_failed_answers_panel_counts_feedback_flagged_failures_too() -> None:
+    dashboard = json.loads((DEPLOY / "grafana/dashboards/memtrace-failures.json").read_text())
+    [panel] = [p for p in dashboard["panels"] if p["title"].startswith("Failed answers")]
+    queries = [t["query"] for t in panel["targets"]]
+    feedback = f'{{ name = "{A.MEMTRACE_FEEDBACK_SPAN}" && '
+    assert any(
+        q.startswith(feedback)
+        and f'event.{A.GEN_AI_EVALUATION_SCORE_LABEL} = "incorrect"' in q
+        and f"event.{A.GEN_AI_EVALUATION_SCORE_VALUE} = 0" in q
+        and q.endswith("| count_over_time()")
+        for q in queries
+    ), queries
+    assert any(f'span.{A.MEMTRACE_JUDGE_VERDICT} = "incorrect"' in q for q in queries)
+    # Every event attribute a query names is a contract (or upstream GenAI) name, and the query's
+    # braces and quotes balance (TraceQL has no escape for either here).
+    all_queries = [t["query"] for p in dashboard["panels"] for t in p["targets"]]
+    named = {m for q in all_queries for m in re.findall(r"event\.([\w.]+)", q)}
+    assert named and named <= set(A.ALL_ATTRIBUTE_NAMES), named - set(A.ALL_ATTRIBUTE_NAMES)
+    for q in all_queries:
+        assert (
+            q.count("{") == q.count("}") and q.count("(") == q.count(")") and q.count('"') % 2 == 0
+        )

@@ -150,5 +150,61 @@ def test_files_and_jaeger_give_the_same_verdicts_and_write_back_reaches_jaeger(
     assert culprits <= linked
 
 
+def test_verdict_span_is_inside_the_culprits_trace_in_jaeger(
+    jaeger: JaegerServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--write-back (default --verdict-trace culprit): Jaeger shows each verdict span in the
+    culprit's trace, its parent the culprit op span, its link to the culprit kept."""
+    import urllib.request
+
+    from tests._pipeline import write_workload
+
+    traces, cases = write_workload(tmp_path)
+    for line in traces.read_text().splitlines():  # the app's spans, as the app sent them
+        request = urllib.request.Request(
+            f"{jaeger.otlp_http_url}/v1/traces",
+            data=line.encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", jaeger.otlp_http_url)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    out = tmp_path / "verdicts.jsonl"
+    args = ["attribute", str(traces), "--cases", str(cases), "--out", str(out)]
+    assert main([*args, "--write-back", "--quiet"]) == 0
+    verdicts = [json.loads(line) for line in out.read_text().splitlines()]
+    assert verdicts and all(v["op_id"] and v["trace_id"] for v in verdicts)
+
+    for verdict in verdicts:
+
+        def in_trace(v: dict[str, Any] = verdict) -> list[dict[str, Any]] | None:
+            doc = jaeger.get_trace_v3(v["trace_id"])
+            spans = [
+                span
+                for rs in (doc or {}).get("result", {}).get("resourceSpans", [])
+                for ss in rs["scopeSpans"]
+                for span in ss["spans"]
+            ]
+            names = {span["name"] for span in spans}
+            return spans if "memtrace.attribution" in names and len(names) > 1 else None
+
+        spans = wait_until(in_trace, timeout=30, interval=0.5, what="the verdict in its trace")
+        culprit = [s for s in spans if s["spanId"] == verdict["op_id"]]
+        assert culprit, "the culprit op span is in the trace"
+        [span] = [
+            s
+            for s in spans
+            if s["name"] == "memtrace.attribution"
+            and any(
+                a["key"] == "memtrace.attribution.case_id"
+                and a["value"].get("stringValue") == verdict["case_id"]
+                for a in s.get("attributes", [])
+            )
+        ]
+        assert span["parentSpanId"] == verdict["op_id"]
+        assert [link["spanId"] for link in span.get("links", [])] == [verdict["op_id"]]
+
+
 def _rfc3339(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))

@@ -408,3 +408,81 @@ def test_graph_command_unknown_case_is_a_one_line_error(
     err = capsys.readouterr().err
     assert err.strip().startswith("memtrace: error: no op belongs to case 'nope' in the sources")
     assert "nearest of the 8 case ids: " in err and len(err.strip().splitlines()) == 1
+
+
+# --- the list, the reasons and the timeline (issue 33) ------------------------------------------
+
+
+def _report_data(report: Path) -> dict[str, Any]:
+    match = re.search(
+        r'<script type="application/json" id="memtrace-report">(.*?)</script>',
+        (report / "index.html").read_text(),
+        re.S,
+    )
+    assert match
+    data: dict[str, Any] = json.loads(match.group(1))
+    return data
+
+
+def _batch_report(tmp_path: Path, capture: str) -> tuple[Path, list[Verdict]]:
+    traces, cases = write_workload(tmp_path, capture=capture)
+    out = tmp_path / "verdicts.jsonl"
+    report = tmp_path / "report"
+    args = ["attribute", str(traces), "--cases", str(cases), "--out", str(out)]
+    assert main([*args, "--report", str(report), "--quiet"]) == 0
+    return report, list(read_verdicts(out))
+
+
+def test_rows_carry_question_answers_and_reasons_naming_records_by_text(tmp_path: Path) -> None:
+    report, verdicts = _batch_report(tmp_path, "SPAN_AND_EVENT")
+    rows = {r["case_id"]: r for r in _report_data(report)["cases"]}
+    row = rows["case-retrieval"]
+    assert row["question"] == "Where does Ana live?"
+    assert row["expected"] and row["prediction"] is not None
+    # The report names the evidence message by its text; the verdict itself keeps the ref only.
+    assert "“My sister Ana moved to Porto last May.” (msg:case-retrieval:1@1)" in row["reason_text"]
+    by_case = {v.case_id: v for v in verdicts}
+    assert "msg:case-retrieval:1@1" in by_case["case-retrieval"].reason
+    assert "Porto" not in by_case["case-retrieval"].reason
+    assert row["reason"] == by_case["case-retrieval"].reason
+
+
+def test_without_captured_content_reasons_name_records_by_a_short_label(tmp_path: Path) -> None:
+    report, _ = _batch_report(tmp_path, "NO_CONTENT")
+    rows = _report_data(report)["cases"]
+    for row in rows:
+        assert "“" not in row["reason_text"], row  # no text that capture did not record
+    named = [r for r in rows if re.search(r"\S+@\d+", r["reason"])]
+    assert named
+    for row in named:
+        for ref in re.findall(r"[^\s,;()]+@\d+", row["reason"]):
+            assert ref.rstrip(".:") in row["reason_text"], (ref, row["reason_text"])
+
+
+def test_case_numbers_follow_answer_order_and_timelines_are_in_time_order(tmp_path: Path) -> None:
+    report, _ = _batch_report(tmp_path, "SPAN_AND_EVENT")
+    data = _report_data(report)
+    rows = data["cases"]
+    assert [r["key"] for r in rows] == sorted(r["key"] for r in rows)
+    answered = [r["answered"] for r in rows]
+    assert answered == sorted(answered) and all(answered)
+    keys = {r["case_id"]: r["key"] for r in rows}
+    assert len(data["timelines"]) == len({r["store"] for r in rows})
+    for entry in data["timelines"]:
+        text = (report / "timelines" / f"{entry['key']}.js").read_text()
+        timeline = json.loads(text[len("window.__memtraceTimeline(") : -3])
+        assert timeline["store"] == entry["store"]
+        times = [e["time"] for e in timeline["events"]]
+        assert times == sorted(times)
+        roles = {e["role"] for e in timeline["events"]}
+        assert {"write", "read", "answer"} <= roles
+        failed = [e for e in timeline["events"] if e["role"] == "answer" and e["key"]]
+        assert failed and all(keys[e["case"]] == e["key"] for e in failed)
+
+
+def test_short_ids_cut_long_hex_runs_only() -> None:
+    from memtrace_otel.reporting._view import short_id
+
+    assert short_id("0af7651916cd43dd8448eb211c80319c") == "0af76519…"
+    assert short_id("case-retrieval") == "case-retrieval"
+    assert short_id("q-17") == "q-17"

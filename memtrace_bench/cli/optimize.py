@@ -84,12 +84,16 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"{'system':<13} {'held-out before':>15} {'after':>7} {'gain':>7} {'rounds':>6} {'s':>6}")
+    # Accuracy as a share (0..1) before and after; the gain in percentage points.
+    print(
+        f"{'system':<13} {'held-out acc. before':>20} {'after':>7} {'gain (points)':>13} "
+        f"{'rounds':>6} {'s':>6}"
+    )
     for r in rows:
         held = r["heldout"]
         print(
-            f"{r['system']:<13} {held['before']:>15.3f} {held['after']:>7.3f} "
-            f"{held['gain_points']:>+7.2f} {r['rounds_run']:>6} {r['seconds']:>6.1f}"
+            f"{r['system']:<13} {held['before']:>20.3f} {held['after']:>7.3f} "
+            f"{held['gain_points']:>+13.2f} {r['rounds_run']:>6} {r['seconds']:>6.1f}"
         )
     summary = {r["system"]: r["heldout"] for r in rows}
     (Path(args.out) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -104,11 +104,12 @@ class BenchSummary:
         }
 
     def table(self) -> str:
-        """A small text table: accuracy, failures and their labels per system."""
-        rows = [f"{'system':<13} {'accuracy':>8} {'failures':>8}  labels"]
+        """A small text table: answer accuracy (the share of questions a system answered right:
+        not attribution's accuracy), failures and their labels per system."""
+        rows = [f"{'system':<13} {'answer accuracy':>15} {'failures':>8}  labels"]
         for name, s in self.systems.items():
             labels = ", ".join(f"{k}={v}" for k, v in sorted(s.labels.items())) or "-"
-            rows.append(f"{name:<13} {s.accuracy:>8.3f} {s.failures:>8}  {labels}")
+            rows.append(f"{name:<13} {s.accuracy:>15.3f} {s.failures:>8}  {labels}")
         rows.append(f"{self.spans} spans in {self.seconds:.1f}s -> {self.out_dir}")
         return "\n".join(rows)
 

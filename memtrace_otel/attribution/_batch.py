@@ -30,6 +30,7 @@ from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._feedback import StoreCases, decide_failed
 from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case, Verdict, load_cases
+from memtrace_otel.attribution._reviews import review_of, review_precision, verdict_span_index
 from memtrace_otel.attribution._verdict_log import (
     PENDING_CAPPED,
     PENDING_NOT_IN_TRACES,
@@ -53,6 +54,7 @@ from memtrace_otel.sources import (
     SourceStats,
     adapt_upstream,
     expand_paths,
+    is_verdict_span,
     open_source,
     outcomes_of,
 )
@@ -122,6 +124,10 @@ class BatchSummary:
         """Whether values were read from a content store (the report then contains content)."""
         return bool(self.content.get("resolved") or self.content.get("upstream"))
 
+    review_precision: dict[str, Any] | None = None
+    """People's reviews of verdict spans read with the traces (``review_precision``), or
+    ``None`` when the sources held no review."""
+
     @property
     def ok(self) -> bool:
         """No case failed to run, no record or cases-file line was skipped, no source was
@@ -176,6 +182,8 @@ class BatchSummary:
         self.source_errors[:0] = loaded.source_errors
         if loaded.content:
             self.content = dict(loaded.content)
+        if loaded.review_precision is not None:
+            self.review_precision = loaded.review_precision
 
     def add_source_stats(self, stats: SourceStats) -> None:
         """Count what a source read, skipped and cut (keeping the first 20 messages)."""
@@ -229,6 +237,7 @@ def load_store_graphs(
     outcomes: list[Outcome] | None = None,
     progress: TextIO | None = None,
     options: Mapping[str, Any] | None = None,
+    reviews_out: list[SpanRecord] | None = None,
 ) -> dict[str, nx.MultiDiGraph]:
     """Read every source and build one evolution graph per memory store.
 
@@ -248,6 +257,8 @@ def load_store_graphs(
         options: backend source options (``max_traces``, ``limit``), ignored for files, and
             ``content``: the content store URL references are read from (``--content``; else
             where each reference points).
+        reviews_out: when given, collects the verdict spans and review spans read (they join no
+            graph); with ``summary``, their reviews also set ``summary.review_precision``.
 
     Raises:
         ContentStoreError: a content store the references name cannot be read at all.
@@ -256,9 +267,15 @@ def load_store_graphs(
     resolver = ContentResolver(options.pop("content", None))
     records: list[SpanRecord] = []
     unresolved: dict[int, SpanRecord] = {}
+    verdict_spans = reviews_out if reviews_out is not None else []
     for spec in sources:
         source = open_source(spec, strict=strict, **(options if is_backend(spec) else {}))
         for original in load_with_progress(source, spec, progress):
+            if is_verdict_span(original):
+                # A verdict written back earlier (maybe in the culprit's trace), or a review of
+                # one: no op. Reviews measure the verdicts' precision.
+                verdict_spans.append(original)
+                continue
             record = resolver.resolve(original)
             if outcomes is None or take_outcomes(record, outcomes):
                 if record is not original:
@@ -276,6 +293,10 @@ def load_store_graphs(
         for index, original in unresolved.items():
             if store_of(original) in incomplete:
                 records[index] = original
+    if summary is not None:
+        reviews = [r for r in map(review_of, verdict_spans) if r is not None]
+        if reviews:
+            summary.review_precision = review_precision(verdict_span_index(verdict_spans), reviews)
     by_store: dict[str, list[SpanRecord]] = defaultdict(list)
     case_stores: set[str] = set()
     for record in adapt_upstream(records):
@@ -326,7 +347,10 @@ def erased_verdict(G: nx.MultiDiGraph, case: Case, store: str, method: str) -> V
 
 def take_outcomes(record: SpanRecord, outcomes: list[Outcome]) -> bool:
     """Add the evaluations ``record`` carries to ``outcomes``; return whether the record joins
-    the graphs (a ``memtrace.feedback`` span carrying evaluations does not: it is no op)."""
+    the graphs (a ``memtrace.feedback`` span carrying evaluations does not: it is no op; nor
+    does a written-back verdict span, :func:`~memtrace_otel.sources.is_verdict_span`)."""
+    if is_verdict_span(record):
+        return False
     if record.events:
         found = outcomes_of(record)
         if found:
@@ -718,6 +742,26 @@ def parse_summary_line(text: str) -> dict[str, int] | None:
     }
 
 
+def precision_line(precision: Mapping[str, Any]) -> str:
+    """The measured precision of verdicts as one line: overall, then by error type."""
+
+    def share(item: Mapping[str, Any]) -> str:
+        if not item["reviews"]:
+            return "no reviews"
+        stated = item.get("mean_confidence")
+        return (
+            f"{item['confirmed']}/{item['reviews']} confirmed = {100 * item['precision']:.1f}% "
+            f"({item['rejected']} rejected, {item['other_op']} other op"
+            + (f"; mean stated confidence {stated:.2f}" if stated is not None else "")
+            + ")"
+        )
+
+    by_type = "; ".join(f"{t} {share(i)}" for t, i in precision["by_error_type"].items())
+    return f"verdict precision from people's reviews: {share(precision)}" + (
+        f"; by error type: {by_type}" if by_type else ""
+    )
+
+
 def summary_table(summary: BatchSummary) -> str:
     """The summary as a plain-text table (per system, error type and op name)."""
     verdicts = (
@@ -741,6 +785,8 @@ def summary_table(summary: BatchSummary) -> str:
         lines.append(f"INCOMPLETE (exit status 1): {capped}")
     if summary.redone:
         lines.append(f"redone (newer ops than the verdict, --redo-stale): {summary.redone}")
+    if summary.review_precision:
+        lines.append(precision_line(summary.review_precision))
     if summary.written_back or summary.write_back_failed:
         lines.append(
             f"write-back: {summary.written_back} verdict spans sent, "
@@ -749,18 +795,19 @@ def summary_table(summary: BatchSummary) -> str:
         )
     errors = sorted(summary.by_error_type)
     if errors:
-        width = max(len(s) for s in summary.by_system_error) if summary.by_system_error else 6
+        # Every column as wide as its header or its widest cell; counts right-aligned.
+        width = max([len("system"), *(len(s) for s in summary.by_system_error)])
         lines.append("")
         lines.append(
-            "system".ljust(width) + "  " + "  ".join(e.ljust(15) for e in errors) + "  total"
+            "system".ljust(width) + "  " + "  ".join(e.rjust(len(e)) for e in errors) + "  total"
         )
         for system in sorted(summary.by_system_error):
             row = summary.by_system_error[system]
             lines.append(
                 system.ljust(width)
                 + "  "
-                + "  ".join(str(row.get(e, 0)).ljust(15) for e in errors)
-                + f"  {sum(row.values())}"
+                + "  ".join(str(row.get(e, 0)).rjust(len(e)) for e in errors)
+                + f"  {sum(row.values()):>5}"
             )
         lines.append("")
         lines.append("culprit op name".ljust(40) + "  count")

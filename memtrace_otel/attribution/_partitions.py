@@ -40,6 +40,7 @@ from memtrace_otel.sources import (
     RecordCapper,
     SourceStats,
     ValueLimits,
+    is_verdict_span,
     iter_records,
     line_stores,
     open_source,
@@ -690,6 +691,8 @@ class _Loader:
                 self.tally.stats.records += 1
             if record.name == A.MEMTRACE_FEEDBACK_SPAN and record.events and outcomes_of(record):
                 return  # feedback, read by the scan: no op, kept out of the graphs (as in one process)
+            if is_verdict_span(record):
+                return  # a verdict written back earlier: no op (as in one process)
             self.by_store[store].append(record)
         elif not counted:
             pass

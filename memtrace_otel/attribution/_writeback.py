@@ -3,8 +3,16 @@
 :func:`send_verdicts` exports them synchronously and says which the endpoint accepted, so the
 batch job can count failures and resend the rest on its next run.
 
-Each verdict span starts a new trace (the culprit's trace is finished and exported long ago) and
-links to the culprit op span, so Jaeger shows it as a FOLLOWS_FROM reference and Tempo as a link.
+By default (``trace="culprit"``) each verdict span is a child of the culprit op span: its parent
+is remote, in the culprit's trace, so Jaeger and Tempo show the verdict inside the trace where the
+fault happened, though that trace was exported long ago. It also links to the culprit (Jaeger shows
+a FOLLOWS_FROM reference, Tempo a link), so readers that follow links alone still find it. With
+``trace="new"`` each verdict span starts a trace of its own and only links to the culprit.
+
+A Collector with tail sampling decides on these late spans again: its policy must keep them (the
+project's ``collector_config/otelcol.yaml`` keeps every ``memtrace.attribution`` span). Later runs
+of the batch job read them as verdicts, never as activity of the memory store (no op, no case, no
+newer op for ``--redo-stale``).
 """
 
 from __future__ import annotations
@@ -19,7 +27,14 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Link, SpanContext, TraceFlags
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    TraceFlags,
+    set_span_in_context,
+)
 from opentelemetry.util.types import AttributeValue
 
 from memtrace_otel.attribution._model import Verdict
@@ -69,27 +84,61 @@ def textless_reason(verdict: Verdict) -> str:
     return f"{head}; evidence: {refs}" if refs else head
 
 
+VERDICT_TRACES = ("culprit", "new")
+"""Where a verdict span goes: into the culprit's trace, as its child (default), or a new trace."""
+
+
+def culprit_context(verdict: Verdict) -> SpanContext | None:
+    """The culprit op span's context (remote, sampled), when the verdict names a culprit by valid
+    trace and span ids (an imported file's op ids are no span ids: no parent, no link)."""
+    try:
+        trace_id = int(verdict.trace_id or "", 16)
+        span_id = int(verdict.op_id or "", 16)
+    except ValueError:
+        return None
+    if (
+        len(verdict.trace_id or "") != 32
+        or len(verdict.op_id or "") != 16
+        or not trace_id
+        or not span_id
+    ):
+        return None
+    return SpanContext(
+        trace_id, span_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)
+    )
+
+
 def verdict_span_writer(
-    provider: TracerProvider, *, textless: bool = False
+    provider: TracerProvider, *, trace: str = "culprit", textless: bool = False
 ) -> Callable[[Verdict], None]:
-    """A callback that emits one verdict span per verdict through ``provider``."""
+    """A callback that emits one verdict span per verdict through ``provider``.
+
+    Args:
+        provider: the tracer provider the spans go through.
+        trace: ``"culprit"``: the span is a child of the culprit op span (a remote parent in the
+            culprit's trace), linked to it as well; ``"new"``: a trace of its own, linked only.
+        textless: reasons become refs and labels only (see :func:`textless_reason`).
+
+    Raises:
+        ValueError: ``trace`` is neither ``"culprit"`` nor ``"new"``.
+    """
     from memtrace_otel import __version__
 
+    if trace not in VERDICT_TRACES:
+        raise ValueError(f"trace={trace!r}: expected one of {', '.join(VERDICT_TRACES)}")
     tracer = provider.get_tracer("memtrace_otel.attribution", __version__)
 
     def write(verdict: Verdict) -> None:
         links = []
-        if verdict.op_id and verdict.trace_id:
-            culprit = SpanContext(
-                int(verdict.trace_id, 16),
-                int(verdict.op_id, 16),
-                is_remote=True,
-                trace_flags=TraceFlags(TraceFlags.SAMPLED),
-            )
-            links.append(Link(culprit, {A.MEMTRACE_ATTRIBUTION_OP_ID: verdict.op_id}))
+        context = Context()  # never a child of whatever is current
+        culprit = culprit_context(verdict)
+        if culprit is not None:
+            links.append(Link(culprit, {A.MEMTRACE_ATTRIBUTION_OP_ID: verdict.op_id or ""}))
+            if trace == "culprit":
+                context = set_span_in_context(NonRecordingSpan(culprit), context)
         span = tracer.start_span(
             A.MEMTRACE_ATTRIBUTION_SPAN,
-            context=Context(),  # a new trace, not a child of whatever is current
+            context=context,
             links=links,
             attributes=verdict_attributes(verdict, textless=textless),
         )
@@ -145,10 +194,12 @@ def send_verdicts(
     *,
     service_name: str = "memtrace-attribution",
     batch: int = WRITE_BACK_BATCH,
+    trace: str = "culprit",
     textless: bool = False,
 ) -> WriteBackResult:
     """Export one verdict span per verdict through ``exporter``, synchronously, batch by batch,
     checking each batch's result (a background processor would drop failures silently).
+    ``trace`` says where the spans go (see :func:`verdict_span_writer`).
 
     After the first batch the endpoint refuses (down, wrong protocol), the rest are not tried:
     they count as failed, and the caller retries them on its next run. ``textless``: reasons
@@ -156,10 +207,12 @@ def send_verdicts(
     """
     result = WriteBackResult()
     collected = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({A.SERVICE_NAME: service_name}))
+    provider = TracerProvider(  # every verdict leaves, whatever OTEL_TRACES_SAMPLER says
+        resource=Resource.create({A.SERVICE_NAME: service_name}), sampler=ALWAYS_ON
+    )
     provider.add_span_processor(SimpleSpanProcessor(collected))
-    write = verdict_span_writer(provider, textless=textless)
     try:
+        write = verdict_span_writer(provider, trace=trace, textless=textless)
         for start in range(0, len(verdicts), batch):
             chunk = verdicts[start : start + batch]
             collected.clear()

@@ -35,6 +35,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "graph",
     "export",
     "content",
+    "serve",
 )
 
 EXTENSION_GROUP = "memtrace_otel.extensions"

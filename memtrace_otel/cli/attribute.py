@@ -25,7 +25,12 @@ from memtrace_otel.attribution._batch import QuietHeap
 from memtrace_otel.attribution._executors import default_executor, parse_executor, parse_size
 from memtrace_otel.attribution._semantic import default_encoder
 from memtrace_otel.attribution._verdict_log import VerdictLog
-from memtrace_otel.attribution._writeback import otlp_target, protocol_hint, send_verdicts
+from memtrace_otel.attribution._writeback import (
+    VERDICT_TRACES,
+    otlp_target,
+    protocol_hint,
+    send_verdicts,
+)
 from memtrace_otel.cli import EXIT_FAILURES, EXIT_NOTHING_TO_ATTRIBUTE, EXIT_OK, EXIT_USAGE
 from memtrace_otel.cli._backend import add_backend_options, http_options
 from memtrace_otel.export._configure import ENDPOINT_VARS, resolve_exporter
@@ -200,6 +205,14 @@ def register(subparsers: Any) -> None:
         "OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT over OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL (default "
         "http/protobuf); spans not accepted are counted (exit status 1) and, with --out, resent "
         "by the next run",
+    )
+    parser.add_argument(
+        "--verdict-trace",
+        choices=VERDICT_TRACES,
+        default="culprit",
+        help="with --write-back: put each verdict span in the culprit's trace as a child of the "
+        "culprit op span (culprit, the default: Jaeger and Tempo show it in that trace), or in a "
+        "trace of its own (new); either way it links to the culprit",
     )
     parser.add_argument(
         "--strict",
@@ -378,7 +391,7 @@ def _run(
             views=views,
         )
     if exporter is not None:
-        _write_back(exporter, verdicts, log, summary)
+        _write_back(exporter, verdicts, log, summary, trace=args.verdict_trace)
     summary.seconds = round(time.perf_counter() - started, 3)
     usage = getattr(method, "usage", None)
     if isinstance(usage, dict):
@@ -464,6 +477,8 @@ def _write_back(
     verdicts: list[Verdict],
     log: VerdictLog | None,
     summary: BatchSummary,
+    *,
+    trace: str = "culprit",
 ) -> None:
     """Send the verdict spans not sent yet (with --out: also those earlier runs failed to send;
     pending verdicts wait for their final version) and count what the endpoint refused."""
@@ -471,7 +486,10 @@ def _write_back(
     todo = [entry.verdict for entry in entries] if log is not None else verdicts
     # Verdicts made from resolved content: their reasons may quote it; the backend gets refs.
     result = send_verdicts(
-        todo, exporter, textless=summary.resolved_content or bool(summary.content)
+        todo,
+        exporter,
+        trace=trace,
+        textless=summary.resolved_content or bool(summary.content),
     )
     if log is not None:
         log.mark_sent(entries[i] for i in result.sent)

@@ -30,7 +30,14 @@ from memtrace_otel._internal import finite_json
 from memtrace_otel.attribution import CONTENT_NOTICE, BatchSummary, Case, Verdict, write_summary
 from memtrace_otel.reporting._labels import Label, load_labels
 from memtrace_otel.reporting._links import check_base_url
-from memtrace_otel.reporting._view import case_row, case_view, summary_data, verdict_data
+from memtrace_otel.reporting._view import (
+    answer_times,
+    case_row,
+    case_view,
+    store_timeline,
+    summary_data,
+    verdict_data,
+)
 
 __all__ = ["ReportViews", "case_html", "json_for_html", "write_report"]
 
@@ -127,7 +134,7 @@ class ReportViews:
     def __call__(
         self, G: nx.MultiDiGraph, case_id: str, verdict: Verdict | None, case: Case | None
     ) -> dict[str, Any]:
-        return case_view(
+        view = case_view(
             G,
             case_id,
             verdict,
@@ -136,6 +143,8 @@ class ReportViews:
             tempo_url=self.tempo_url,
             case=case,
         )
+        view["answered"] = answer_times(G).get(case_id)  # the list's order, without the graph
+        return view
 
 
 def _key_width(count: int) -> int:
@@ -171,6 +180,7 @@ def write_report(
     title: str = "memtrace attribution report",
     cases: Mapping[str, Case] | None = None,
     views: Mapping[str, dict[str, Any]] | None = None,
+    serve: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the static HTML report of a batch run into ``out_dir``.
 
@@ -195,6 +205,8 @@ def write_report(
             each case's page; without them, what the traces captured.
         views: case pages already drawn by the run (:class:`ReportViews`, while each store's
             graph was in memory), by case id; ``graphs`` then serves only the other cases.
+        serve: set by ``memtrace serve``: the page may then call its own server (reviews,
+            reload); ``reviewable`` maps case ids to whether their verdict span was found.
 
     Returns:
         The path of ``index.html``.
@@ -214,11 +226,34 @@ def write_report(
             if re.fullmatch(r"[0-9]+\.js", stale.name):
                 stale.unlink()
     cases_dir.mkdir(exist_ok=True)
+    timelines_dir = folder / "timelines"
+    if timelines_dir.is_dir():
+        for stale in timelines_dir.glob("*.js"):
+            if re.fullmatch(r"[0-9]+\.js", stale.name):
+                stale.unlink()
+    timelines_dir.mkdir(exist_ok=True)
     _copy_assets(folder / "assets")
 
-    chosen = _unique(verdicts)
-    width = _key_width(len(chosen))
     empty = nx.MultiDiGraph()
+    # The list opens in answer order (then case id), and a case's key (#case=NNNN) is its place
+    # in that order.
+    times: dict[str, dict[str, int]] = {}
+
+    def answered(verdict: Verdict) -> int | None:
+        drawn = views.get(verdict.case_id) if views is not None else None
+        if drawn is not None and "answered" in drawn:  # a streaming run drew it with its graph
+            return drawn["answered"]  # type: ignore[no-any-return]
+        store = verdict.store_id or ""
+        if store not in times:
+            times[store] = answer_times(graphs.get(store, empty))
+        return times[store].get(verdict.case_id)
+
+    answer_time = {v.case_id: answered(v) for v in _unique(verdicts)}
+    chosen = sorted(
+        _unique(verdicts),
+        key=lambda v: (answer_time[v.case_id] or 1 << 62, v.case_id),
+    )
+    width = _key_width(len(chosen))
     rows = []
     for number, verdict in enumerate(chosen):
         key = f"{number:0{width}d}"
@@ -242,7 +277,37 @@ def write_report(
         (cases_dir / f"{key}.js").write_text(
             f"window.__memtraceCase({json_for_html(view)});\n", encoding="utf-8"
         )
-        rows.append(case_row(key, verdict, label, len(view["nodes"]) or None))
+        rows.append(
+            case_row(
+                key,
+                verdict,
+                label,
+                len(view["nodes"]) or None,
+                view=view,
+                answered=answer_time[verdict.case_id],
+            )
+        )
+
+    # One timeline per store with a failed case: its writes, reads and answers in time order.
+    stores: dict[str, dict[str, str]] = {}
+    for row, verdict in zip(rows, chosen, strict=True):
+        stores.setdefault(verdict.store_id or "", {})[verdict.case_id] = row["key"]
+    timeline_index = []
+    for number, (store, failed) in enumerate(sorted(stores.items())):
+        tkey = f"{number:0{_key_width(len(stores))}d}"
+        timeline = store_timeline(graphs.get(store, empty), failed)
+        timeline.update(key=tkey, store=store)
+        (timelines_dir / f"{tkey}.js").write_text(
+            f"window.__memtraceTimeline({json_for_html(timeline)});\n", encoding="utf-8"
+        )
+        timeline_index.append(
+            {
+                "key": tkey,
+                "store": store,
+                "failed": len(failed),
+                "events": len(timeline["events"]) + timeline["omitted"],
+            }
+        )
 
     if _resolved_content(summary):
         title = f"{title}: CONTAINS CONTENT. {CONTENT_NOTICE}"
@@ -253,9 +318,12 @@ def write_report(
         "single": False,
         "summary": summary_data(summary, chosen, label_map),
         "cases": rows,
+        "timelines": timeline_index,
+        "serve": dict(serve) if serve is not None else None,
     }
     page = _page(
-        csp=_CSP_FILES,
+        # Served by `memtrace serve`, the page talks to its own origin (reviews); never elsewhere.
+        csp=_CSP_FILES.replace("connect-src 'none'", "connect-src 'self'") if serve else _CSP_FILES,
         title=title,
         data_blocks=[("memtrace-report", data)],
         script_files=[*_VENDOR_SCRIPTS, "report.js"],
@@ -323,7 +391,9 @@ def case_html(
     if verdict is not None:
         summary.cases = 1
         summary.add(verdict)
-    row = case_row(key, verdict, None, len(view.get("nodes", ())) or None, case_id=case_id)
+    row = case_row(
+        key, verdict, None, len(view.get("nodes", ())) or None, case_id=case_id, view=view
+    )
     page_title = title or f"memtrace case {case_id}"
     data = {
         "title": page_title,
@@ -332,6 +402,8 @@ def case_html(
         "single": True,
         "summary": summary_data(summary, [verdict] if verdict else [], None),
         "cases": [row],
+        "timelines": [],
+        "serve": None,
     }
     scripts = [
         _inline_script(_asset(name).decode("utf-8")) for name in (*_VENDOR_SCRIPTS, "report.js")

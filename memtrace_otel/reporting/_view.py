@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from typing import Any
@@ -27,10 +28,14 @@ __all__ = [
     "MAX_CASE_PAGE_BYTES",
     "MAX_FEEDBACK_LISTED",
     "STAGE_ORDER",
+    "answer_times",
     "case_row",
     "case_view",
     "evidence_path",
     "question_data",
+    "readable_reason",
+    "short_id",
+    "store_timeline",
     "summary_data",
     "verdict_data",
 ]
@@ -47,6 +52,9 @@ STAGE_ORDER: tuple[str, ...] = (
     OTHER_STAGE,
 )
 """Stages in the order a pipeline runs them; the graph view collapses nodes by these."""
+
+TIMELINE_MAX_EVENTS = 400
+"""The newest events per store the timeline shows (the rest are counted)."""
 
 MAX_VALUE_CHARS = 4000
 """Longer values are cut in the report (the full value stays in the traces)."""
@@ -78,17 +86,30 @@ def evidence_path(G: nx.MultiDiGraph, verdict: Verdict | None) -> list[str]:
     culprit = verdict.op_id
     if culprit is None or culprit not in G:
         return execution_order(G, sources)
-    # Walk forward from each evidence variable, but only through the culprit's ancestors: on a
-    # whole store graph the evidence's descendants can be far more than the trail we want.
+    # One shortest trail from each evidence variable to the culprit, walking forward only
+    # through the culprit's ancestors. Every node on any such path would be the evidence's whole
+    # downstream in a long-lived store (hundreds of nodes): a trail a person can follow is one
+    # chain per piece of evidence.
     allowed = nx.ancestors(G, culprit)
     allowed.add(culprit)
     keep: set[str] = set()
-    stack = [ref for ref in sources if ref in allowed]
-    while stack:
-        node = stack.pop()
-        if node not in keep:
-            keep.add(node)
-            stack.extend(n for n in succ_of(G)[node] if n in allowed and n not in keep)
+    for ref in sources:
+        if ref not in allowed:
+            continue
+        previous: dict[str, str | None] = {ref: None}
+        frontier = [ref]
+        while frontier and culprit not in previous:
+            following = []
+            for node in frontier:
+                for n in sorted(succ_of(G)[node]):
+                    if n in allowed and n not in previous:
+                        previous[n] = node
+                        following.append(n)
+            frontier = following
+        step: str | None = culprit if culprit in previous else None
+        while step is not None:
+            keep.add(step)
+            step = previous[step]
     if culprit not in keep:
         return execution_order(G, [*sources, culprit])
     return execution_order(G, keep)
@@ -109,6 +130,13 @@ def _cut(value: Any) -> tuple[Any, bool]:
     if len(text) <= MAX_VALUE_CHARS:
         return text, False
     return text[:MAX_VALUE_CHARS], True
+
+
+def _excerpt_long(value: Any, limit: int = 200) -> str | None:
+    if value is None:
+        return None
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _excerpt(value: Any) -> str:
@@ -348,6 +376,15 @@ def case_view(
         )
     if culprit is not None:
         focus.add(culprit)
+    # What the graph opens on: the evidence path, the culprit, and the answer (the question's
+    # last op and what it wrote); everything else folds into counted groups per stage.
+    core = set(path)
+    if culprit is not None and culprit in H:
+        core.add(culprit)
+    answer_ops = execution_order(H, case_ops)[-1:]
+    for op in answer_ops:
+        core.add(op)
+        core.update(ref for ref in succ_of(H)[op] if WRITE in succ_of(H)[op][ref])
     nodes = []
     for order, node in enumerate(execution_order(H)):
         data = nodes_of(H)[node]
@@ -359,6 +396,7 @@ def case_view(
         item["culprit"] = node == culprit
         item["path"] = node in path
         item["focus"] = node in focus
+        item["core"] = node in core
         nodes.append(item)
     view["nodes"] = nodes
     view["edges"] = [
@@ -368,6 +406,8 @@ def case_view(
     present = {n["stage"] for n in nodes}
     view["stages"] = [s for s in STAGE_ORDER if s in present] + sorted(present - set(STAGE_ORDER))
     view["anomalies"] = _plain(H.graph.get("anomalies", []))
+    if view["verdict"] is not None:
+        view["verdict"]["reason_text"] = readable_reason(verdict.reason if verdict else "", H)
     _bound(view, max_bytes)
     return view
 
@@ -426,6 +466,135 @@ def _bound(view: dict[str, Any], max_bytes: int) -> None:
     view["stages"] = [s for s in view["stages"] if s in present]
 
 
+_LONG_HEX = re.compile(r"[0-9a-f]{12,}")
+
+
+def short_id(text: str) -> str:
+    """``text`` with every run of 12 or more hex digits cut to its first 8 and an ellipsis (trace
+    ids as case ids, digests in refs), for display; the full id stays in the data.
+
+    >>> short_id("0af7651916cd43dd8448eb211c80319c"), short_id("msg:bd3f00aa11223344@1")
+    ('0af76519…', 'msg:bd3f00aa…@1')
+    """
+    return _LONG_HEX.sub(lambda m: m.group(0)[:8] + "…", text)
+
+
+def _record_label(data: Mapping[str, Any], ref: str) -> str:
+    """How a reason names a record: its text when captured, else a short readable label."""
+    if data.get("deleted"):
+        return f"(deleted) {short_id(ref)}"
+    value = data.get("value")
+    if value is not None:
+        text = " ".join(str(value).split())
+        text = text if len(text) <= 80 else text[:79] + "…"
+        return f"“{text}” ({short_id(ref)})"
+    return f"{data.get('category') or 'record'} {short_id(ref)}"
+
+
+_REF_TOKEN = re.compile(r"[^\s,;()\[\]\"'“”]+@\d+")
+
+
+def readable_reason(reason: str, G: nx.MultiDiGraph) -> str:
+    """``reason`` with each variable ref it names (``msg:…@1``) replaced by the record's text
+    (or, where content was not captured, its category and a short id), for the local report.
+
+    Only this report's copy changes: the verdict and its written-back span keep the refs, so no
+    content reaches telemetry that capture did not already put there.
+
+    >>> from memtrace_otel.graph import example_graph
+    >>> readable_reason("it dropped msg:1@1.", example_graph())
+    'it dropped “I moved to Porto” (msg:1@1).'
+    """
+    if not reason:
+        return reason
+
+    def name(match: re.Match[str]) -> str:
+        ref = match.group(0)
+        bare = ref.rstrip(".:")
+        if bare in G and nodes_of(G)[bare].get("type") == "variable":
+            return _record_label(nodes_of(G)[bare], bare) + ref[len(bare) :]
+        return short_id(ref)
+
+    return _REF_TOKEN.sub(name, reason)
+
+
+def answer_times(G: nx.MultiDiGraph) -> dict[str, int]:
+    """When each case of ``G`` was answered: the latest end of its ops (ns since the epoch)."""
+    times: dict[str, int] = {}
+    for data in nodes_of(G).values():
+        case, end = data.get("case"), data.get("end")
+        if data.get("type") == "op" and case is not None and isinstance(end, int):
+            times[str(case)] = max(end, times.get(str(case), 0))
+    return times
+
+
+_WRITE_KINDS = {"ingest", "extract", "create", "update", "delete"}
+_READ_KINDS = {"retrieve", "filter", "assemble"}
+
+
+def store_timeline(
+    G: nx.MultiDiGraph,
+    failed: Mapping[str, str],
+    *,
+    limit: int = TIMELINE_MAX_EVENTS,
+) -> dict[str, Any]:
+    """One store's history in time order: its writes, reads and answers, each answer marked when
+    it failed (``failed``: case id -> report key), grouped by trace (a session or request).
+
+    Returns ``{"events": [...], "omitted": n}``: the newest ``limit`` events, each ``time``,
+    ``kind``, ``role`` (``write``/``read``/``answer``/``judge``), ``name``, ``case``, ``key``
+    (the failed case's report key, else ``None``), ``trace`` (short), ``what`` (an excerpt of
+    what the op wrote, when captured).
+    """
+    events = []
+    for node, data in nodes_of(G).items():
+        if data.get("type") != "op":
+            continue
+        kind = str(data.get("kind") or "")
+        role = (
+            "write"
+            if kind in _WRITE_KINDS
+            else "read"
+            if kind in _READ_KINDS
+            else "answer"
+            if kind == "generate"
+            else "judge"
+            if kind == "judge"
+            else ""
+        )
+        if not role:
+            continue
+        outputs = [r for r in succ_of(G)[node] if WRITE in succ_of(G)[node][r]]
+        what = next(
+            (
+                _excerpt(nodes_of(G)[r].get("value"))
+                for r in outputs
+                if nodes_of(G)[r].get("value") is not None
+            ),
+            "",
+        )
+        case = data.get("case")
+        events.append(
+            (
+                data.get("start") or 0,
+                {
+                    "time": _iso(data.get("start")),
+                    "kind": kind,
+                    "role": role,
+                    "name": str(data.get("name") or node),
+                    "case": case,
+                    "key": failed.get(str(case)) if case is not None else None,
+                    "trace": short_id(str(data.get("trace_id") or "")),
+                    "op": node,
+                    "what": what,
+                },
+            )
+        )
+    events.sort(key=lambda e: (e[0], e[1]["op"]))
+    omitted = max(0, len(events) - limit)
+    return {"events": [e for _, e in events[omitted:]], "omitted": omitted}
+
+
 def case_row(
     key: str,
     verdict: Verdict | None,
@@ -433,11 +602,28 @@ def case_row(
     nodes: int | None,
     *,
     case_id: str = "",
+    view: Mapping[str, Any] | None = None,
+    answered: int | None = None,
 ) -> dict[str, Any]:
-    """One line of the report's list of failed cases (``case_id`` is used without a verdict)."""
+    """One line of the report's list of failed cases (``case_id`` is used without a verdict).
+
+    With the case's ``view`` (:func:`case_view`), the row also carries what a person reads
+    first: the question, the answer given and the expected answer, and the reason with records
+    named by their text; ``answered`` is when the case was answered (ns).
+    """
+    question = (view or {}).get("question") or {}
+    shown_verdict = (view or {}).get("verdict") or {}
+    full_id = verdict.case_id if verdict is not None else case_id
     row: dict[str, Any] = {
         "key": key,
-        "case_id": verdict.case_id if verdict is not None else case_id,
+        "case_id": full_id,
+        "case_short": short_id(full_id),
+        "answered": _iso(answered),
+        "question": question.get("question"),
+        "prediction": _excerpt_long(question.get("prediction")),
+        "expected": " | ".join(str(e) for e in question.get("expected") or []) or None,
+        "reason_text": shown_verdict.get("reason_text")
+        or (verdict.reason if verdict is not None else ""),
         "system": (verdict.system if verdict is not None else None) or "?",
         "store": verdict.store_id if verdict is not None else None,
         "error_type": verdict.error_type if verdict is not None else None,

@@ -331,8 +331,24 @@ def _outcome(
     )
 
 
+def is_verdict_span(record: SpanRecord) -> bool:
+    """Whether ``record`` is a verdict written back by the batch job (``memtrace.attribution``) or
+    a person's review of one (``memtrace.review``, parented to the verdict span).
+
+    Verdict spans may sit inside the culprit's trace, as children of the culprit op span; they
+    and their reviews are read as verdicts and reviews, never as activity of the memory store:
+    no op, no case, no lineage.
+
+    >>> is_verdict_span(SpanRecord("a" * 32, "f" * 16, A.MEMTRACE_ATTRIBUTION_SPAN))
+    True
+    """
+    return record.name in (A.MEMTRACE_ATTRIBUTION_SPAN, A.MEMTRACE_REVIEW_SPAN)
+
+
 def outcomes_of(record: SpanRecord, rule: OutcomeRule = DEFAULT_RULE) -> list[Outcome]:
     """The evaluations one span carries (none for most spans)."""
+    if record.name == A.MEMTRACE_REVIEW_SPAN:
+        return []  # a person's review of a verdict, not an evaluation of an answer
     events = [e for e in record.events if e.name == A.GEN_AI_EVALUATION_RESULT_EVENT]
     if not events:
         return []

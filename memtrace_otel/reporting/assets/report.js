@@ -11,16 +11,18 @@
   // Above this many visible nodes dagre gets slow (seconds); cytoscape's breadthfirst layout
   // (also layered, sources to sinks) takes over.
   var DAGRE_MAX_NODES = 300;
-  // Case graphs bigger than this open with their stages collapsed to the nodes that matter.
-  var COLLAPSE_ABOVE = 250;
   // Above this many elements, cheaper rendering while panning and zooming.
   var BIG_GRAPH = 800;
-  // Below this zoom, labels are too small to read.
-  var READABLE_ZOOM = 0.55;
+  // Node labels are drawn at FONT model pixels; a label is legible at MIN_LABEL_PX on screen.
+  var FONT = 12;
+  var MIN_LABEL_PX = 11;
+  var READABLE_ZOOM = MIN_LABEL_PX / FONT;
+  // The rows layout (execution order, wrapped like text) when the layered one cannot be read.
+  var ROW_CELL_W = 200, ROW_CELL_H = 100;
 
   var report = readJson('memtrace-report');
   var state = {
-    sortKey: 'case_id',
+    sortKey: 'key', // answer order: a case's #case=NNNN is its place in it
     sortDir: 1,
     filterText: '',
     facet: null, // {field, value}: a click on a summary table row
@@ -31,6 +33,7 @@
   var cy = null;
   var caseCache = {};
   var pending = {};
+  var timelineCache = {};
 
   // ---------------------------------------------------------------------------------------------
   // helpers
@@ -105,6 +108,12 @@
       ['skipped_records', 'records skipped', s.skipped_records, s.skipped_records > 0],
       ['listed', 'verdicts listed', report.cases.length]
     ];
+    var rp = s.review_precision;
+    if (rp && rp.reviews) {
+      stats.push(['review_precision', 'verdict precision (' + rp.reviews + ' reviews' +
+        (typeof rp.mean_confidence === 'number' ? '; stated confidence ' + rp.mean_confidence.toFixed(2) : '') + ')',
+        pct(rp.precision)]);
+    }
     if (s.accuracy && s.accuracy.error_type_accuracy !== null) {
       stats.push(['error_type_accuracy', 'error type accuracy', pct(s.accuracy.error_type_accuracy)]);
     }
@@ -229,14 +238,19 @@
   // case list
 
   var COLUMNS = [
-    {key: 'case_id', title: 'case'},
-    {key: 'system', title: 'system'},
-    {key: 'error_type', title: 'error type'},
+    {key: 'key', title: '#', num: true},
+    {key: 'question', title: 'question'},
+    {key: 'prediction', title: 'answer given'},
+    {key: 'expected', title: 'expected'},
+    {key: 'error_type', title: 'verdict'},
     {key: 'op_name', title: 'culprit op'},
     {key: 'confidence', title: 'conf.', num: true},
-    {key: 'nodes', title: 'nodes', num: true},
-    {key: 'reason', title: 'reason'}
+    {key: 'case_id', title: 'case'},
+    {key: 'store', title: 'store'},
+    {key: 'reason_text', title: 'reason'}
   ];
+  // What the search box looks in.
+  var SEARCHED = ['case_id', 'question', 'prediction', 'expected', 'reason', 'reason_text', 'store', 'system', 'error_type', 'op_name', 'op_id'];
   var LABEL_COLUMNS = [
     {key: 'label_error_type', title: 'label'},
     {key: 'type_match', title: 'type ✓'},
@@ -256,7 +270,8 @@
     var rows = report.cases.filter(function (r) {
       if (state.facet && String(r[state.facet.field] === null || r[state.facet.field] === undefined ? '?' : r[state.facet.field]) !== state.facet.value) return false;
       if (!text) return true;
-      return [r.case_id, r.system, r.store, r.error_type, r.op_name, r.op_id, r.reason].some(function (v) {
+      return SEARCHED.some(function (k) {
+        var v = r[k];
         return v !== null && v !== undefined && String(v).toLowerCase().indexOf(text) >= 0;
       });
     });
@@ -310,8 +325,80 @@
       return el('td', {}, v === null || v === undefined ? '' : el('span', {className: 'match ' + (v ? 'yes' : 'no'), text: v ? '✓' : '✗'}));
     }
     if (col.key === 'confidence') return el('td', {className: 'num', text: typeof v === 'number' ? v.toFixed(2) : ''});
-    if (col.key === 'case_id' || col.key === 'op_name') return el('td', {className: 'mono', text: v === null ? '' : v});
-    return el('td', {className: (col.num ? 'num ' : '') + (col.key === 'reason' ? 'reason' : ''), text: v === null || v === undefined ? '' : v});
+    if (col.key === 'case_id') return el('td', {className: 'mono', title: v, 'data-case-id': v, text: r.case_short || v});
+    if (col.key === 'key') return el('td', {className: 'num mono', text: v});
+    if (col.key === 'op_name') return el('td', {className: 'mono', text: v === null ? '' : v});
+    if (col.key === 'question' || col.key === 'prediction' || col.key === 'expected') {
+      return el('td', {className: 'text ' + col.key, text: v === null || v === undefined ? (col.key === 'expected' ? '—' : 'not captured') : v});
+    }
+    if (col.key === 'reason_text') return el('td', {className: 'reason', title: r.reason || '', text: v || ''});
+    return el('td', {className: (col.num ? 'num ' : ''), text: v === null || v === undefined ? '' : v});
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // timeline of one store: writes, reads, answers (failed ones marked) in time order
+
+  window.__memtraceTimeline = function (data) {
+    timelineCache[data.key] = data;
+    var callbacks = pending['t' + data.key] || [];
+    delete pending['t' + data.key];
+    callbacks.forEach(function (cb) { cb(data); });
+  };
+
+  function loadTimeline(key, cb) {
+    if (timelineCache[key]) { cb(timelineCache[key]); return; }
+    if (!/^[0-9]+$/.test(key)) { cb(null); return; }
+    if (pending['t' + key]) { pending['t' + key].push(cb); return; }
+    pending['t' + key] = [cb];
+    var script = document.createElement('script');
+    script.src = 'timelines/' + key + '.js';
+    script.onerror = function () { delete pending['t' + key]; cb(null); };
+    document.head.appendChild(script);
+  }
+
+  function renderTimelines() {
+    var list = report.timelines || [];
+    show($('timeline-block'), list.length > 0);
+    if (!list.length) return;
+    var select = clear($('timeline-store'));
+    list.forEach(function (t) {
+      var option = el('option', {text: (t.store || '(no store)') + ' · ' + t.failed + ' failed, ' + t.events + ' events'});
+      option.value = t.key;
+      select.appendChild(option);
+    });
+    select.addEventListener('change', function () { showTimeline(this.value); });
+    showTimeline(list[0].key);
+  }
+
+  function showTimeline(key) {
+    loadTimeline(key, function (t) {
+      var table = $('timeline');
+      clear(table.tHead).appendChild(el('tr', {},
+        el('th', {text: 'time'}), el('th', {text: 'trace'}), el('th', {text: 'what'}),
+        el('th', {text: 'op'}), el('th', {text: 'case'}), el('th', {text: 'wrote / answered'})));
+      var body = document.createElement('tbody');
+      if (!t) {
+        body.appendChild(el('tr', {}, el('td', {className: 'muted', text: 'timelines/' + key + '.js is missing'})));
+      } else {
+        t.events.forEach(function (e) {
+          var failed = e.key !== null && e.key !== undefined && e.role === 'answer';
+          var tr = el('tr', {className: 'role-' + e.role + (failed ? ' failed' : ''), 'data-role': failed ? 'failed' : e.role},
+            el('td', {className: 'mono', text: e.time ? e.time.replace('T', ' ').replace(/(\.\d{3})\d*Z$/, '$1Z') : ''}),
+            el('td', {className: 'mono muted', text: e.trace}),
+            el('td', {}, el('span', {className: 'role', text: failed ? 'failed answer' : e.role})),
+            el('td', {className: 'mono', text: e.name + ' (' + e.kind + ')'}),
+            el('td', {className: 'mono', text: e.case || ''}),
+            el('td', {className: 'text', text: e.what || ''}));
+          if (failed) {
+            tr.title = 'open this case';
+            tr.addEventListener('click', function () { go(e.key); });
+          }
+          body.appendChild(tr);
+        });
+        $('timeline-count').textContent = t.events.length + ' events' + (t.omitted ? ' (the newest; ' + t.omitted + ' older not shown)' : '');
+      }
+      table.replaceChild(body, table.tBodies[0]);
+    });
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -383,6 +470,7 @@
     var current = {key: key, view: view, byId: byId, collapsed: {}, layout: $('layout').value, selected: null};
     state.current = current;
     $('case-title').textContent = 'case ' + view.case_id;
+    $('case-title').title = view.case_id;
     renderVerdict(view);
     var index = state.rows.map(function (r) { return r.key; }).indexOf(key);
     $('prev').disabled = index <= 0;
@@ -397,14 +485,15 @@
       clear($('graph')).appendChild(el('div', {className: 'message', text: view.missing || 'This case has no graph.'}));
       return;
     }
-    if (view.nodes.length > COLLAPSE_ABOVE) {
-      view.stages.forEach(function (s) { current.collapsed[s] = true; });
-    }
+    // Open on the evidence path: what lies off it folds into one counted group per stage.
+    view.stages.forEach(function (s) {
+      if (view.nodes.some(function (n) { return n.stage === s && !n.core; })) current.collapsed[s] = true;
+    });
     renderStageToggles();
     draw();
     var start = view.verdict && view.verdict.op_id && byId[view.verdict.op_id] ? view.verdict.op_id : null;
-    // Fit shows everything, but a long graph then has unreadable labels: zoom in on the culprit.
-    if (start) select(start, cy.zoom() < READABLE_ZOOM);
+    // The drawing already shows the whole path legibly: select the culprit without moving.
+    if (start) select(start, false);
     else $('detail').appendChild(el('p', {className: 'muted', text: 'Click a node to see its values, attributes and times.'}));
   }
 
@@ -446,12 +535,13 @@
     if (!v) { box.appendChild(el('div', {className: 'headline', text: 'No verdict for this case.'})); return; }
     var culprit = v.op_id ? el('button', {className: 'linklike mono', text: (v.op_name || v.op_id) + ' (' + v.op_id + ')', onclick: function () { select(v.op_id, true); }}) : null;
     box.appendChild(el('div', {className: 'headline'}, errorBadge(v.error_type), ' ', v.error_type ? 'at ' : '(abstained)', culprit));
-    box.appendChild(el('div', {className: 'reason', text: v.reason || ''}));
+    box.appendChild(el('div', {className: 'reason', title: v.reason || '', text: v.reason_text || v.reason || ''}));
     var small = 'method ' + v.method + ' · confidence ' + (typeof v.confidence === 'number' ? v.confidence.toFixed(2) : '?');
     if (v.system) small += ' · system ' + v.system;
     if (v.store_id) small += ' · store ' + v.store_id;
     if ((v.evidence_refs || []).length) small += ' · evidence ' + v.evidence_refs.join(', ');
     box.appendChild(el('div', {className: 'small', text: small}));
+    if (report.serve) box.appendChild(reviewBox(view));
     if ((v.unchecked || []).length) box.appendChild(el('div', {className: 'small', text: 'not checked: ' + v.unchecked.join('; ')}));
     if ((v.missing_traces || []).length) box.appendChild(el('div', {className: 'small', text: 'linked traces not loaded: ' + v.missing_traces.join(', ')}));
     if (view.label) {
@@ -465,6 +555,60 @@
     }
   }
 
+  // ---------------------------------------------------------------------------------------------
+  // reviews (memtrace serve only): confirm, reject, or name the right op
+
+  function token() {
+    if (report.serve.token) return report.serve.token;
+    var held = sessionStorage.getItem('memtrace-token');
+    if (!held) { held = window.prompt('token for writes (memtrace serve --write-token)') || ''; sessionStorage.setItem('memtrace-token', held); }
+    return held;
+  }
+
+  function post(path, body) {
+    return fetch(path, {method: 'POST', headers: {'Content-Type': 'application/json', 'X-Memtrace-Token': token()}, body: JSON.stringify(body)})
+      .then(function (r) { return r.json().then(function (j) { return {ok: r.ok, data: j}; }); });
+  }
+
+  function reviewBox(view) {
+    var box = el('div', {className: 'review'});
+    box.id = 'review';
+    var v = view.verdict;
+    var status = el('span', {className: 'muted'});
+    status.id = 'review-status';
+    if (!report.serve.reviews) { status.textContent = 'reviews are off: no OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT)'; box.appendChild(status); return box; }
+    if (!(report.serve.reviewable || {})[view.case_id]) {
+      status.textContent = 'no verdict span for this case in the sources: send it (memtrace attribute --write-back), then reload';
+      box.appendChild(status);
+      return box;
+    }
+    function send(label) {
+      var body = {case_id: view.case_id, label: label};
+      if (label === 'other_op') {
+        var chosen = state.current && state.current.selected;
+        var n = chosen && state.current.byId[chosen];
+        if (!n || n.type !== 'op' || chosen === v.op_id) { status.textContent = 'select the right op in the graph first'; return; }
+        body.op_id = chosen;
+      }
+      status.textContent = 'sending…';
+      post('api/review', body).then(function (r) {
+        status.textContent = r.ok ? 'review sent (' + label + '): reload to count it' : 'not sent: ' + r.data.error;
+        document.documentElement.setAttribute('data-review', r.ok ? 'sent' : 'failed');
+      }, function (e) { status.textContent = 'not sent: ' + e; });
+    }
+    box.appendChild(el('span', {className: 'muted', text: 'review this verdict: '}));
+    box.appendChild(el('button', {type: 'button', 'data-review': 'confirmed', text: '✓ confirm', onclick: function () { send('confirmed'); }}));
+    box.appendChild(el('button', {type: 'button', 'data-review': 'rejected', text: '✗ reject', onclick: function () { send('rejected'); }}));
+    box.appendChild(el('button', {type: 'button', 'data-review': 'other_op', text: 'the selected op is the culprit', onclick: function () { send('other_op'); }}));
+    box.appendChild(status);
+    return box;
+  }
+
+  function reload() {
+    $('reload').disabled = true;
+    post('api/reload', {}).then(function () { location.reload(); }, function () { $('reload').disabled = false; });
+  }
+
   function renderStageToggles() {
     var current = state.current;
     var box = clear($('stage-toggles'));
@@ -474,7 +618,7 @@
       var input = el('input', {type: 'checkbox', 'data-stage': stage});
       input.checked = !current.collapsed[stage];
       input.addEventListener('change', function () { setCollapsed(stage, !input.checked); });
-      box.appendChild(el('label', {title: 'uncheck to collapse this stage to the nodes on the evidence path and the question'}, input, ' ' + stage + ' (' + counts[stage] + ') '));
+      box.appendChild(el('label', {title: 'uncheck to fold this stage into one counted group (the evidence path and the answer stay)'}, input, ' ' + stage + ' (' + counts[stage] + ') '));
     });
   }
 
@@ -498,8 +642,34 @@
     var stageOf = {};
     var hidden = {};
     var nodes = [];
+    // A record rewritten many times carries the evidence through a run of its versions: in a
+    // collapsed stage the run shows its first and last version and one counted node between.
+    var chains = {};
+    var runs = {};
     view.nodes.forEach(function (n) {
-      if (current.collapsed[n.stage] && !n.focus) {
+      if (n.type !== 'variable' || !n.path || n.culprit || !current.collapsed[n.stage] || n.var_id === null || n.var_id === undefined) return;
+      (runs[n.stage + '|' + n.var_id] = runs[n.stage + '|' + n.var_id] || []).push(n);
+    });
+    Object.keys(runs).forEach(function (k) {
+      var run = runs[k];
+      if (run.length <= 3) return;
+      run.slice(1, -1).forEach(function (n) { chains[n.id] = {group: 'chain:' + k, first: run[0], last: run[run.length - 1], count: run.length - 2}; });
+    });
+    var chainNodes = {};
+    view.nodes.forEach(function (n) {
+      if (chains[n.id]) {
+        var c = chains[n.id];
+        stageOf[n.id] = c.group;
+        if (!chainNodes[c.group]) {
+          chainNodes[c.group] = true;
+          nodes.push({group: 'nodes', data: {
+            id: c.group, type: 'chain', order: n.order, stage: n.stage,
+            label: c.count + ' more versions of\n' + c.first.var_id + '\n(click to expand)'
+          }, classes: 'chain-group path'});
+        }
+        return;
+      }
+      if (current.collapsed[n.stage] && !n.core) {
         var group = 'stage:' + n.stage;
         stageOf[n.id] = group;
         if (!hidden[n.stage]) hidden[n.stage] = {count: 0, order: n.order};
@@ -520,7 +690,7 @@
     Object.keys(hidden).forEach(function (stage) {
       nodes.push({group: 'nodes', data: {
         id: 'stage:' + stage, stage: stage, type: 'stage', order: hidden[stage].order,
-        label: stage + ': ' + hidden[stage].count + ' nodes\n(click to expand)'
+        label: stage + ': ' + hidden[stage].count + ' more\n(click to expand)'
       }, classes: 'stage-group'});
     });
     nodes.sort(function (a, b) { return a.data.order - b.data.order; });
@@ -546,7 +716,7 @@
   function graphStyle(big) {
     return [
       {selector: 'node', style: {
-        'label': 'data(label)', 'font-size': 10, 'text-wrap': 'wrap', 'text-max-width': 150,
+        'label': 'data(label)', 'font-size': FONT, 'text-wrap': 'wrap', 'text-max-width': 150,
         'text-valign': 'center', 'text-halign': 'center', 'width': 160, 'height': 42,
         'background-color': '#ffffff', 'border-width': 1, 'border-color': '#7f8c8d',
         'min-zoomed-font-size': big ? 9 : 6, 'color': '#1c2833'
@@ -560,11 +730,15 @@
       {selector: 'node.path', style: {'border-width': 3, 'border-color': '#e67e22', 'background-color': '#fdebd0'}},
       {selector: 'node.culprit', style: {
         'border-width': 6, 'border-color': '#c0392b', 'background-color': '#f5b7b1', 'height': 54,
-        'font-size': 11, 'color': '#641e16', 'z-index': 10
+        'font-size': FONT, 'color': '#641e16', 'z-index': 10
       }},
       {selector: 'node.stage-group', style: {
         'shape': 'round-rectangle', 'background-color': '#f2f3f4', 'border-style': 'dashed',
         'border-width': 2, 'color': '#566573', 'width': 180, 'height': 50
+      }},
+      {selector: 'node.chain-group', style: {
+        'shape': 'round-rectangle', 'background-color': '#fdebd0', 'border-style': 'dashed',
+        'border-width': 2, 'border-color': '#e67e22', 'width': 180, 'height': 54
       }},
       {selector: 'node:selected', style: {'overlay-color': '#2e86c1', 'overlay-opacity': 0.16, 'overlay-padding': 8}},
       // Big graphs get cytoscape's cheapest edges (no arrowheads: time runs left to right anyway)
@@ -603,6 +777,12 @@
     var layoutName = current.layout === 'auto' ? (nodeCount <= DAGRE_MAX_NODES ? 'dagre' : 'breadthfirst') : current.layout;
     var layoutStarted = performance.now();
     cy.layout(layoutOptions(layoutName)).run();
+    // A layered drawing too wide to read once fitted: wrap the nodes in execution order instead
+    // (left to right, then the next row right to left), so every label stays legible after fit.
+    if (current.layout === 'auto' && cy.zoom() < READABLE_ZOOM && nodeCount <= rowsCapacity()) {
+      layoutName = 'rows';
+      cy.layout(rowsLayout()).run();
+    }
     state.timings.layoutMs = performance.now() - layoutStarted;
     state.timings.layout = layoutName;
     state.timings.drawMs = performance.now() - started;
@@ -611,13 +791,55 @@
     document.documentElement.setAttribute('data-draws', String(state.draws));
     cy.on('tap', 'node', function (evt) {
       var node = evt.target;
-      if (node.data('type') === 'stage') setCollapsed(node.data('stage'), false);
+      if (node.data('type') === 'stage' || node.data('type') === 'chain') setCollapsed(node.data('stage'), false);
       else select(node.id(), false);
     });
     var hiddenCount = current.view.nodes.length - els.filter(function (e) { return e.group === 'nodes' && e.data.type !== 'stage'; }).length;
     $('graph-status').textContent = nodeCount + ' nodes shown' + (hiddenCount ? ', ' + hiddenCount + ' in collapsed stages' : '') +
       ' · layout ' + layoutName + ' ' + Math.round(state.timings.layoutMs) + ' ms' +
       (current.view.cut ? ' · CUT: ' + current.view.cut.reason : '');
+    document.documentElement.setAttribute('data-layout', layoutName);
+    renderPathList();
+  }
+
+  /* How many nodes the rows layout can show at a legible zoom in this container. */
+  function rowsCapacity() {
+    var box = $('graph');
+    var cols = Math.max(1, Math.floor((box.clientWidth - 40) / (ROW_CELL_W * READABLE_ZOOM)));
+    var rows = Math.max(1, Math.floor((box.clientHeight - 40) / (ROW_CELL_H * READABLE_ZOOM)));
+    return cols * rows;
+  }
+
+  function rowsLayout() {
+    var box = $('graph');
+    var nodes = cy.nodes().sort(byOrder);
+    var count = nodes.length;
+    // At zoom 1 a cell is ROW_CELL_W x ROW_CELL_H screen pixels: as many columns as fit, and
+    // no more rows than needed.
+    var cols = Math.max(1, Math.min(count, Math.floor((box.clientWidth - 40) / ROW_CELL_W)));
+    var positions = {};
+    nodes.forEach(function (node, i) {
+      var row = Math.floor(i / cols), col = i % cols;
+      if (row % 2 === 1) col = cols - 1 - col; // snake: consecutive nodes stay side by side
+      positions[node.id()] = {x: col * ROW_CELL_W, y: row * ROW_CELL_H};
+    });
+    return {name: 'preset', positions: function (node) { return positions[node.id()]; }, fit: true, padding: 20, animate: false};
+  }
+
+  /* Where even the rows layout cannot show the path legibly, the path is also a list. */
+  function renderPathList() {
+    var current = state.current;
+    var list = clear($('path-list'));
+    var legible = cy.zoom() >= READABLE_ZOOM;
+    show(list, !legible);
+    document.documentElement.setAttribute('data-path-list', legible ? 'false' : 'true');
+    if (legible) return;
+    current.view.nodes.forEach(function (n) {
+      if (!n.path && !n.culprit) return;
+      var text = (n.culprit ? '✖ ' : '') + n.label.replace('\n', ' · ');
+      list.appendChild(el('li', {'data-ref': n.id, className: n.culprit ? 'culprit' : ''},
+        el('button', {className: 'linklike', text: text, onclick: function () { select(n.id, true); }})));
+    });
   }
 
   function byOrder(a, b) {
@@ -788,7 +1010,7 @@
     $('back').addEventListener('click', function () { location.hash = ''; });
     $('prev').addEventListener('click', function () { step(-1); });
     $('next').addEventListener('click', function () { step(1); });
-    $('fit').addEventListener('click', function () { if (cy) cy.fit(undefined, 20); });
+    $('fit').addEventListener('click', function () { if (cy) { cy.fit(undefined, 20); renderPathList(); } });
     $('expand-all').addEventListener('click', function () { if (state.current) setCollapsed(null, false); });
     $('collapse-all').addEventListener('click', function () { if (state.current) setCollapsed(null, true); });
     $('to-culprit').addEventListener('click', function () {
@@ -799,6 +1021,7 @@
       if (state.current) { state.current.layout = this.value; draw(); }
     });
     $('find').addEventListener('keydown', function (e) { if (e.key === 'Enter') find(this.value); });
+    if (report.serve) { show($('reload'), true); $('reload').addEventListener('click', reload); }
     window.addEventListener('hashchange', route);
   }
 
@@ -814,6 +1037,7 @@
     if (typeof cytoscapeDagre !== 'undefined') cytoscape.use(cytoscapeDagre);
     renderSummary();
     renderList();
+    if (!report.single) renderTimelines();
     wire();
     if (report.single && report.cases.length) {
       openCase(report.cases[0].key);
