@@ -51,6 +51,7 @@ from memtrace_otel.attribution._base import blame, last_op_of_kind, no_verdict
 from memtrace_otel.attribution._index import GraphIndex, graph_index, order_key
 from memtrace_otel.attribution._locate import (
     NAME,
+    NUMBER,
     PLACE,
     THING,
     Question,
@@ -66,6 +67,7 @@ from memtrace_otel.attribution._text import (
     Corpus,
     asks_for_time,
     content_tokens,
+    date_numbers,
     entity_tokens,
     has_tokens,
     is_non_answer,
@@ -308,6 +310,29 @@ class EvidenceMethod:
             )
         _, ref, finding = min(findings, key=lambda t: t[0])
         sure = evidence.sure
+        question = Question.of(case.question)
+        if evidence.how == "question" and not (question.before or question.after or question.past):
+            # Without an expected answer, an update that followed a later statement by the
+            # user ("I eat fish again") superseded the evidence: that is no error. The later
+            # statement is then what the question needs.
+            later = _superseding(scope, finding.op, ref)
+            if later is not None:
+                signature = _signature(scope, later, case)
+                follow = self._follow(scope, case, signature) if signature else None
+                if follow is None:
+                    return no_verdict(
+                        G,
+                        case,
+                        method=self.name,
+                        reason=f"{ref} was superseded by {later}, whose value was not captured",
+                        evidence_refs=(ref, later),
+                        unchecked=(*unchecked, f"value of {later}", "expected answer"),
+                        missing_traces=missing,
+                    )
+                ref, finding = later, follow
+                finding.why = f"superseded an earlier statement; {finding.why}"
+                evidence.refs = [later]
+                sure = min(sure, _SURE_RUNNER_UP)
         if evidence.how == "question" and case.prediction and not _declined(case):
             # A wrong value came from somewhere the search did not explain: the message the
             # question matches is a weaker clue than when the answer simply declined.
@@ -688,11 +713,15 @@ def _death(scope: _Scope, var: str, carriers: set[str]) -> tuple[str, str] | Non
         if successor in carriers:
             return None
         until = order_key(G.nodes[writer])
+        # A hand-off is by design only when the next version resets the variable (a buffer
+        # emptied after a chunker took it): a stored record that a later step read as context
+        # (mem0's extraction reads the existing memories) and that was then overwritten held
+        # the evidence until the overwrite.
         handoffs = [
             op
             for op in _consumers(scope, var)
             if op != writer and order_key(G.nodes[op]) < until and _derives(G, index, op, var)
-        ]
+        ] if _is_reset(G, successor) else []
         if handoffs:
             last = max(handoffs, key=lambda op: order_key(G.nodes[op]))
             return last, _loss_reason(G, last)
@@ -704,6 +733,46 @@ def _death(scope: _Scope, var: str, carriers: set[str]) -> tuple[str, str] | Non
         last = max(consumers, key=lambda op: order_key(G.nodes[op]))
         return last, _loss_reason(G, last)
     return None
+
+
+def _superseding(scope: _Scope, op: str, ref: str) -> str | None:
+    """The later message an update followed when it replaced ``ref``'s content, if any.
+
+    An update is a supersession, not a loss, when besides the record it read something derived
+    from a message the user wrote after ``ref`` (a fact extracted from it, or the message):
+    the record now says what the user said last.
+    """
+    index, G = scope.index, scope.index.G
+    if G.nodes[op]["kind"] != OpKind.UPDATE:
+        return None
+    since = G.nodes[ref].get("time") or 0
+    latest: tuple[int, str] | None = None
+    for var in index.inputs(op):
+        data = G.nodes[var]
+        if data.get("category") == Category.MESSAGE:
+            origins = [var]
+        else:
+            writer = index.writer(var)
+            if writer is None or data.get("category") != Category.MEMORY:
+                continue
+            if data.get("id") and any(
+                G.nodes[o].get("id") == data.get("id") for o in index.outputs(op)
+            ):
+                continue  # the record being updated
+            origins = _sources(G, var) or [
+                v for v in index.inputs(writer) if G.nodes[v].get("category") == Category.MESSAGE
+            ]
+        for m in origins:
+            if m in G and m != ref and (G.nodes[m].get("time") or 0) > since:
+                stamp = (G.nodes[m].get("time") or 0, m)
+                latest = stamp if latest is None or stamp > latest else latest
+    return latest[1] if latest is not None else None
+
+
+def _is_reset(G: nx.MultiDiGraph, var: str) -> bool:
+    """Whether a version empties its variable (a captured value with no content words)."""
+    value = G.nodes[var].get("value")
+    return value is not None and not content_tokens(_text(value))
 
 
 def _consumers(scope: _Scope, var: str) -> list[str]:
@@ -1191,6 +1260,11 @@ def _merge(given: Case, traced: Case) -> Case:
     )
 
 
+def asks_for_number(question: str) -> bool:
+    """Whether a question asks for a number ("how many", "how old")."""
+    return Question.of(question).kind == NUMBER
+
+
 def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) -> Signature | None:
     """What a carrier of ``ref`` must hold; ``None`` when its value was not captured.
 
@@ -1241,6 +1315,10 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
         # when the question asks when); if the question names them all, the evidence
         # confirms its premise and must keep them.
         entities = entities - _MONTHS
+        if not asks_for_number(case.question):
+            # The day beside a fact ("opening night is 12 May") is not what a question asks
+            # for unless it asks when or how many: what the fact says bears the answer.
+            entities = entities - date_numbers(text)
         key = frozenset(entities - asked) or frozenset(joined) or entities
         if not key:
             loose = True
@@ -1275,7 +1353,16 @@ _RELATIVE = frozenset(
 )
 _ASKING_TIME = frozenset(content_tokens("when what which date day month year time ago long"))
 # Words so common in chat that they never bear an answer on their own.
-_COMMON = frozenset(content_tokens("today yesterday recently lately new just really week day"))
+# Words so common in chat that they never bear an answer on their own: time words, and the
+# light verbs and fillers of English ("went", "going well", "got a lot").
+_COMMON = frozenset(
+    content_tokens(
+        "today yesterday recently lately new just really week day year years time times go "
+        "goes going went gone get gets getting got make makes made take took come came well "
+        "good great lot lots thing things stuff pretty kind sort way again also still even "
+        "already"
+    )
+)
 
 
 Lines = dict[str, tuple[frozenset[str], ...]]
@@ -1308,7 +1395,9 @@ def _carries(
     sources = _sources(G, var)
     short = len(content_tokens(text)) <= _SHORT
     if sources:
-        derived = any(s == signature.ref or s in carriers for s in sources)
+        # A short value its op wrote from a carrier derives from it even when its source refs
+        # were carried over from the version it replaced (an update names the old sources).
+        derived = any(s == signature.ref or s in carriers for s in sources) or (short and bool(read))
         if derived and not short:
             # A window lists every message it holds: that it names the evidence does not say
             # which of its lines is the evidence's, unless the answer had no other source.
