@@ -316,21 +316,17 @@ class EvidenceMethod:
             # user ("I eat fish again") superseded the evidence: that is no error. The later
             # statement is then what the question needs.
             later = _superseding(scope, finding.op, ref)
-            if later is not None:
-                signature = _signature(scope, later, case)
-                follow = self._follow(scope, case, signature) if signature else None
-                if follow is None:
-                    return no_verdict(
-                        G,
-                        case,
-                        method=self.name,
-                        reason=f"{ref} was superseded by {later}, whose value was not captured",
-                        evidence_refs=(ref, later),
-                        unchecked=(*unchecked, f"value of {later}", "expected answer"),
-                        missing_traces=missing,
-                    )
-                ref, finding = later, follow
-                finding.why = f"superseded an earlier statement; {finding.why}"
+            signature = _signature(scope, later, case) if later is not None else None
+            if (
+                later is not None
+                and signature is not None
+                and _restates(scope, question, later)
+                and set(scope.index.outputs(finding.op)) & _construction(scope, signature).carriers
+            ):
+                # The later statement says something of the asked kind, and the update's new
+                # version carries it: the update followed the user.
+                ref, finding = later, self._follow(scope, case, signature)
+                finding.why = f"it superseded an earlier statement; {finding.why}"
                 evidence.refs = [later]
                 sure = min(sure, _SURE_RUNNER_UP)
         if evidence.how == "question" and case.prediction and not _declined(case):
@@ -767,6 +763,16 @@ def _superseding(scope: _Scope, op: str, ref: str) -> str | None:
                 stamp = (G.nodes[m].get("time") or 0, m)
                 latest = stamp if latest is None or stamp > latest else latest
     return latest[1] if latest is not None else None
+
+
+def _restates(scope: _Scope, question: Question, ref: str) -> bool:
+    """Whether a message says something of the kind the question asks for, of its subject."""
+    value = scope.index.G.nodes[ref].get("value")
+    if not value:
+        return False
+    lexicon, _ = _store_reading(scope)
+    reading = read(_text(value), question, lexicon)
+    return bool(reading.bearing) and not reading.other_subject
 
 
 def _is_reset(G: nx.MultiDiGraph, var: str) -> bool:

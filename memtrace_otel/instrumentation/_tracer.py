@@ -386,7 +386,9 @@ class Op:
             self._mt.registry.record(ref, ctx)
             if span.is_recording():
                 span.add_event(
-                    A.MEMTRACE_VARIABLE_EVENT, event_attributes(self._mt.capture, var, ref, _OUTPUT)
+                    A.MEMTRACE_VARIABLE_EVENT, event_attributes(
+                        self._mt.capture, var, ref, _OUTPUT, self._kind, bool(self._case_id)
+                    )
                 )
             traceparent = self._traceparent
             if traceparent is None:
@@ -467,6 +469,8 @@ class Op:
         """Set one more span attribute (e.g. ``gen_ai.usage.input_tokens``)."""
         if self._span is not None and not self._ended:
             self._span.set_attribute(key, value)
+            if key == A.MEMTRACE_CASE_ID and isinstance(value, str):
+                self._case_id = value  # a question-serving op: its answer is what the user saw
 
     def set_verdict(self, verdict: JudgeVerdict | str | bool) -> None:
         """On a ``judge`` op: whether the answer was right (``memtrace.judge.verdict``)."""
