@@ -35,9 +35,11 @@ browser:
 backends:
 	bash scripts/build_backends.sh
 
-# mem0ai 1.0.0 (the classic pipeline) for the instrumentor tests, in ~/.cache/memtrace-otel.
+# mem0ai 1.0.0 (the classic pipeline) for the instrumentor tests, and 1.0.11 (the last 1.x) for the
+# app suite (docs/apps.md), in ~/.cache/memtrace-otel.
 mem0-legacy: install
 	bash scripts/mem0_legacy_env.sh $(PY)
+	MEMTRACE_MEM0_LEGACY_PIN=1.0.11 bash scripts/mem0_legacy_env.sh $(PY)
 
 # zjunlp's smartcomment recorder (Python 3.12) that writes MemTraceBench files, in ~/.cache/memtrace-otel.
 smartcomment:

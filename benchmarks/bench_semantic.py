@@ -33,7 +33,7 @@ import numpy as np
 from memtrace_bench.systems import default_locomo_path
 from memtrace_otel.attribution._semantic import SentenceEncoder, model_dir
 from memtrace_otel.attribution._text import SEMANTIC_FLOOR, Corpus
-from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 
 # (question, the message that answers it in other words): written for this benchmark.
 PAIRS = [
@@ -153,7 +153,7 @@ def evaluate(users: int) -> None:
         )
         command = [str(memtrace), "bench", "evaluate", str(out), "--mode", "production", "--json"]
         for label, value in (("without (words only)", "none"), ("with sentence similarity", "")):
-            env = {**os.environ, A.ENV_MEMTRACE_EMBEDDING_MODEL: value}
+            env = {**os.environ, E.ENV_MEMTRACE_EMBEDDING_MODEL: value}
             scores = Path(tmp) / "scores.json"
             start = time.perf_counter()
             subprocess.run(

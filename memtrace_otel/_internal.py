@@ -30,9 +30,10 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any, Generic, Protocol, TypeVar
 
+from memtrace_otel.semconv.env import ENV_INTERNAL_ERRORS
+
 logger = logging.getLogger("memtrace_otel")
 
-ENV_INTERNAL_ERRORS = "MEMTRACE_INTERNAL_ERRORS"
 _MAX_REMEMBERED = 1024
 _seen: set[tuple[str, str]] = set()
 _seen_lock = threading.Lock()

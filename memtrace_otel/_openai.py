@@ -17,7 +17,7 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from memtrace_otel.semconv.attributes import ENV_OPENAI_API_KEY, ENV_OPENAI_BASE_URL
+from memtrace_otel.semconv.env import ENV_OPENAI_API_KEY, ENV_OPENAI_BASE_URL
 
 if TYPE_CHECKING:
     import openai

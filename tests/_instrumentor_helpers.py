@@ -18,56 +18,13 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from memtrace_bench.apps.openai_server import Reply, prompt_text, sse_reply
 from memtrace_otel.attribution import Verdict, get_method, run_batch
 from memtrace_otel.export import dumps_request, span_to_record
 from memtrace_otel.semconv import attributes as A
-from tests._openai_server import Reply
 
 EMBEDDING_DIMS = 8
 """Dimensions of the scripted server's embeddings (mem0 must be configured to match)."""
-
-
-def prompt_text(body: dict[str, Any]) -> str:
-    """Every message content of a chat request, joined by newlines."""
-    parts: list[str] = []
-    for message in body.get("messages", []):
-        content = message.get("content")
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):
-            parts.extend(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return "\n".join(parts)
-
-
-def sse_reply(content: str, model: str = "scripted-model") -> Reply:
-    """A streamed chat completion of ``content`` (one chunk per word, then usage, then DONE)."""
-    pieces = re.findall(r"\S+\s*", content) or [""]
-    events = []
-    for i, piece in enumerate(pieces):
-        delta: dict[str, Any] = {"content": piece, **({"role": "assistant"} if i == 0 else {})}
-        events.append(
-            {
-                "id": "chatcmpl-scripted",
-                "object": "chat.completion.chunk",
-                "created": 0,
-                "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
-            }
-        )
-    events.append({**events[-1], "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-    events.append(
-        {
-            **events[-1],
-            "choices": [],
-            "usage": {
-                "prompt_tokens": 7,
-                "completion_tokens": len(pieces),
-                "total_tokens": 7 + len(pieces),
-            },
-        }
-    )
-    data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
-    return Reply(200, data + b"data: [DONE]\n\n", {"Content-Type": "text/event-stream"})
 
 
 def _section(text: str, start: str, end: str | None = None) -> str:

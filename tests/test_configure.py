@@ -12,13 +12,14 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from memtrace_otel.export import OtlpJsonLinesExporter, configure, resolve_exporter
 from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
 from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 
 OTEL_VARS = [
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
     "OTEL_EXPORTER_OTLP_PROTOCOL",
     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-    A.ENV_MEMTRACE_TRACES_FILE,
+    E.ENV_MEMTRACE_TRACES_FILE,
 ]
 
 
@@ -65,7 +66,7 @@ def test_default_file_name_and_env_override(
     assert isinstance(exporter, OtlpJsonLinesExporter)
     exporter.shutdown()
     assert (tmp_path / "memtrace-traces.jsonl").exists()
-    monkeypatch.setenv(A.ENV_MEMTRACE_TRACES_FILE, str(tmp_path / "elsewhere.jsonl"))
+    monkeypatch.setenv(E.ENV_MEMTRACE_TRACES_FILE, str(tmp_path / "elsewhere.jsonl"))
     resolve_exporter().shutdown()
     assert (tmp_path / "elsewhere.jsonl").exists()
 

@@ -14,6 +14,7 @@ from memtrace_otel.export import OtlpJsonLinesExporter
 from memtrace_otel.instrumentation import AnswerRef, CaptureConfig, send_feedback
 from memtrace_otel.semconv import EventRecord, LinkRecord, SpanRecord
 from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 from memtrace_otel.sources import (
     Outcome,
     OutcomeRule,
@@ -372,7 +373,7 @@ def test_cli_feedback_then_attribute(
     err = capsys.readouterr().err
     assert "nothing to attribute" in err and "memtrace feedback --traceparent" in err
 
-    monkeypatch.setenv(A.ENV_MEMTRACE_CAPTURE_CONTENT, "SPAN_AND_EVENT")
+    monkeypatch.setenv(E.ENV_MEMTRACE_CAPTURE_CONTENT, "SPAN_AND_EVENT")
     feedback = tmp_path / "feedback.jsonl"
     code = main(
         [
@@ -459,7 +460,7 @@ def test_report_case_page_leads_with_question_answers_and_feedback(
     from memtrace_otel.cli import main
 
     traces, answers = production
-    monkeypatch.setenv(A.ENV_MEMTRACE_CAPTURE_CONTENT, "SPAN_AND_EVENT")
+    monkeypatch.setenv(E.ENV_MEMTRACE_CAPTURE_CONTENT, "SPAN_AND_EVENT")
     feedback = tmp_path / "feedback.jsonl"
     argv = ["--traces-file", str(feedback), "--wrong", "--comment", HOSTILE]
     main(

@@ -23,9 +23,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from memtrace_otel._internal import quiet_internal_errors
 from memtrace_otel.instrumentation import CaptureConfig, WriterRegistry, suppress_tracing
 from memtrace_otel.instrumentors import message_ref
-from memtrace_otel.instrumentors._common import forget_retrievals
+from memtrace_otel.instrumentors._common import content_id, forget_retrievals
 from memtrace_otel.instrumentors.mem0 import Mem0Instrumentor
 from memtrace_otel.instrumentors.mem0 import patch as mem0_patch
+from memtrace_otel.instrumentors.openai import OpenAIInstrumentor
 from memtrace_otel.semconv import attributes as A
 from tests._instrumentor_helpers import (
     LLMScript,
@@ -149,10 +150,17 @@ def test_add_search_update_get_history_delete(
 
     # Versions follow mem0's history: update @1 -> @2, delete @2 -> tombstone @3.
     [update] = got["mem0.update"]
+    # The new text is the caller's input (no traced op produced it), then the old record.
+    caller = f"{content_id('input', user, 'Ana lives in Lisbon')}@1"
     assert (update["name"], update["inputs"], update["outputs"]) == (
         "update_memory",
-        [f"{record}@1"],
+        [caller, f"{record}@1"],
         [f"{record}@2"],
+    )
+    [given] = [e for e in update["events"] if e[A.MEMTRACE_VARIABLE_REF] == caller]
+    assert (given[A.MEMTRACE_VARIABLE_CATEGORY], given[A.MEMTRACE_VARIABLE_VALUE]) == (
+        "message",
+        "Ana lives in Lisbon",
     )
     assert update["store"] == user
     [get] = got["mem0.get"]
@@ -169,6 +177,63 @@ def test_add_search_update_get_history_delete(
     assert tombstone[A.MEMTRACE_VARIABLE_DELETED] is True
     # mem0's own LLM calls are not traced as anything but its phases.
     assert all(o["kind"] != "generate" for o in ops(spans))
+
+
+def test_update_links_the_completion_it_writes_and_joins_the_current_span(
+    memory: Any,
+    server: ScriptedOpenAI,
+    script: LLMScript,
+    instrumented: Mem0Instrumentor,
+    memtrace_provider: TracerProvider,
+    memtrace_exporter: InMemorySpanExporter,
+    request: pytest.FixtureRequest,
+) -> None:
+    """An app's clean-up job asks the LLM to merge two notes and writes the reply back with
+    ``update``; then deletes the other note. Both mutations are children of the job's span, and
+    the update reads the completion (matched by digest) and links to its span."""
+    import openai
+
+    user = _user(request)
+    script.facts["hiking"] = ["User hikes on weekends"]
+    first = memory.add("I love hiking.", user_id=user)["results"][0]["id"]
+    script.facts["hiking"] = ["User hikes in the Alps"]
+    second = memory.add("I go hiking in the Alps.", user_id=user)["results"][0]["id"]
+    script.answer = lambda prompt: "User hikes in the Alps on weekends"
+    OpenAIInstrumentor().instrument(tracer_provider=memtrace_provider)
+    try:
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        job = memtrace_provider.get_tracer("app").start_as_current_span("memory-cleanup")
+        with job as span:
+            reply = client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "Combine these notes"}]
+            )
+            merged = reply.choices[0].message.content
+            memory.update(first, f"  {merged}\n")  # whitespace at the ends aside
+            memory.delete(second)
+        memory.delete(first)  # no current span: a root span, as before
+    finally:
+        OpenAIInstrumentor().uninstrument()
+
+    spans = memtrace_exporter.get_finished_spans()
+    got = by_op(spans)
+    [chat] = got["openai.chat.completions"]
+    [prediction] = chat["outputs"]
+    [update] = got["mem0.update"]
+    assert update["inputs"] == [prediction, f"mem0:{first}@1"]
+    assert {A.MEMTRACE_VARIABLE_REF: prediction} in update["links"]
+    [link] = [
+        link
+        for s in spans
+        if s.context.span_id == update["span_id"]
+        for link in s.links
+        if link.attributes == {A.MEMTRACE_VARIABLE_REF: prediction}
+    ]
+    assert link.context.span_id == chat["span_id"]
+    [written] = [e for e in update["events"] if e[A.MEMTRACE_VARIABLE_REF] == f"mem0:{first}@2"]
+    assert prediction in written[A.MEMTRACE_VARIABLE_META]
+    job_id = span.get_span_context().span_id
+    in_job, outside = got["mem0.delete"]
+    assert (update["parent"], in_job["parent"], outside["parent"]) == (job_id, job_id, None)
 
 
 def test_planted_extraction_failure_is_attributed(

@@ -18,6 +18,7 @@ from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegist
 from memtrace_otel.processing import DEFAULT_MAX_BUFFER, DEFAULT_MAX_OPS, EvolutionGraphProcessor
 from memtrace_otel.semconv import CaptureMode
 from memtrace_otel.semconv import attributes as sc
+from memtrace_otel.semconv import env as E
 
 
 @pytest.fixture
@@ -62,13 +63,13 @@ def emit_op(
 def test_limits_resolve_argument_then_environment_then_default(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv(sc.ENV_MEMTRACE_PROCESSOR_MAX_BUFFER, raising=False)
-    monkeypatch.delenv(sc.ENV_MEMTRACE_PROCESSOR_MAX_OPS, raising=False)
-    monkeypatch.setenv(sc.ENV_MEMTRACE_PROCESSOR_FOLD_INTERVAL, "0")
+    monkeypatch.delenv(E.ENV_MEMTRACE_PROCESSOR_MAX_BUFFER, raising=False)
+    monkeypatch.delenv(E.ENV_MEMTRACE_PROCESSOR_MAX_OPS, raising=False)
+    monkeypatch.setenv(E.ENV_MEMTRACE_PROCESSOR_FOLD_INTERVAL, "0")
     p = EvolutionGraphProcessor()
     assert (p.max_buffer, p.max_ops, p.fold_interval) == (DEFAULT_MAX_BUFFER, DEFAULT_MAX_OPS, 0)
-    monkeypatch.setenv(sc.ENV_MEMTRACE_PROCESSOR_MAX_BUFFER, "17")
-    monkeypatch.setenv(sc.ENV_MEMTRACE_PROCESSOR_MAX_OPS, "99")
+    monkeypatch.setenv(E.ENV_MEMTRACE_PROCESSOR_MAX_BUFFER, "17")
+    monkeypatch.setenv(E.ENV_MEMTRACE_PROCESSOR_MAX_OPS, "99")
     p = EvolutionGraphProcessor()
     assert (p.max_buffer, p.max_ops) == (17, 99)
     p = EvolutionGraphProcessor(max_buffer=3, max_ops=4)
@@ -83,9 +84,7 @@ def test_limits_resolve_argument_then_environment_then_default(
         ({"max_ops": 2.5}, {}),
         ({"fold_interval": -1}, {}),
         ({"fold_interval": float("nan")}, {}),
-        ({}, {sc.ENV_MEMTRACE_PROCESSOR_MAX_BUFFER: "many"}),
-        ({}, {sc.ENV_MEMTRACE_PROCESSOR_MAX_OPS: "0"}),
-        ({}, {sc.ENV_MEMTRACE_PROCESSOR_FOLD_INTERVAL: "soon"}),
+        ({"max_buffer": 0}, {E.ENV_MEMTRACE_PROCESSOR_MAX_BUFFER: "17"}),
     ],
 )
 def test_bad_limits_raise_value_error(

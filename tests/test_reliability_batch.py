@@ -498,9 +498,9 @@ def test_truncated_values_are_reported_and_do_not_fail_the_run(
     from memtrace_otel.attribution import EvidenceMethod, run_batch, summary_table
     from memtrace_otel.export import dumps_request
     from memtrace_otel.semconv import SpanRecord
-    from memtrace_otel.semconv import attributes as A
+    from memtrace_otel.semconv import env as E
 
-    monkeypatch.setenv(A.ENV_MEMTRACE_MAX_VALUE_LENGTH, "8")  # values cut at capture time
+    monkeypatch.setenv(E.ENV_MEMTRACE_MAX_VALUE_LENGTH, "8")  # values cut at capture time
     traces, cases = write_workload(tmp_path)
     blob = SpanRecord(
         "0af7651916cd43dd8448eb211c80319c",
@@ -510,7 +510,7 @@ def test_truncated_values_are_reported_and_do_not_fail_the_run(
     )
     with traces.open("a", encoding="utf-8") as f:
         f.write(dumps_request([blob]) + "\n")
-    monkeypatch.setenv(A.ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES, "4096")  # values cut by the loader
+    monkeypatch.setenv(E.ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES, "4096")  # values cut by the loader
     kwargs: dict[str, Any] = {
         "in_process": {},
         "memory_bound": {"memory_bound": "64M"},

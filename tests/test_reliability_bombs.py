@@ -30,7 +30,7 @@ from memtrace_otel.attribution import load_cases
 from memtrace_otel.errors import BackendError, DecodeError
 from memtrace_otel.export import dumps_request
 from memtrace_otel.semconv import SpanRecord
-from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 from memtrace_otel.sources import (
     DEFAULT_MAX_ARRAY_ITEMS,
     DEFAULT_MAX_ATTRIBUTE_BYTES,
@@ -147,14 +147,14 @@ def test_strict_mode_raises_a_decode_error_naming_the_file_line_and_cap(tmp_path
     out = _load_in_child(path, max_line_bytes=MB, strict=True)
     assert out["error"] == "DecodeError" and out["line"] == 2
     assert out["message"].startswith(f"{path}:2: ") and f"max_line_bytes={MB}" in out["message"]
-    assert A.ENV_MEMTRACE_MAX_LINE_BYTES in out["message"]
+    assert E.ENV_MEMTRACE_MAX_LINE_BYTES in out["message"]
 
 
 def test_the_line_cap_is_read_from_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = _write(tmp_path / "bomb.jsonl", _sandwich(3000))
-    monkeypatch.setenv(A.ENV_MEMTRACE_MAX_LINE_BYTES, "2000")
+    monkeypatch.setenv(E.ENV_MEMTRACE_MAX_LINE_BYTES, "2000")
     source = FileSource(str(path))
     assert [r.name for r in source.records()] == ["first", "last"]
     assert source.stats.skipped_by_kind == {"line_too_long": 1}
@@ -291,7 +291,7 @@ def test_an_over_long_line_reaches_the_batch_summary_and_fails_the_run(
     more.write_text(
         cases.read_text() + json.dumps({"case_id": "huge", "question": "x" * MB}) + "\n"
     )
-    monkeypatch.setenv(A.ENV_MEMTRACE_MAX_LINE_BYTES, str(MB // 2))
+    monkeypatch.setenv(E.ENV_MEMTRACE_MAX_LINE_BYTES, str(MB // 2))
     kwargs: dict[str, Any] = {
         "in_process": {},
         "memory_bound": {"memory_bound": "64M"},
@@ -313,7 +313,7 @@ def test_the_cli_exit_status_says_a_line_was_too_long(
 
     traces, cases = workload
     bombed = _write(tmp_path / "traces.jsonl", iter([traces.read_bytes(), *_bomb_parts(MB)]))
-    monkeypatch.setenv(A.ENV_MEMTRACE_MAX_LINE_BYTES, str(MB // 2))
+    monkeypatch.setenv(E.ENV_MEMTRACE_MAX_LINE_BYTES, str(MB // 2))
     report = tmp_path / "report"
     argv = [str(bombed), "--cases", str(cases), "--report", str(report), "--quiet"]
     code = main(["attribute", *argv, "--out", str(tmp_path / "v.jsonl")])
@@ -451,9 +451,9 @@ def test_an_oversized_body_is_a_backend_error_with_bounded_memory(path: str) -> 
 def test_the_response_cap_comes_from_the_argument_then_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv(A.ENV_MEMTRACE_MAX_RESPONSE_BYTES, raising=False)
+    monkeypatch.delenv(E.ENV_MEMTRACE_MAX_RESPONSE_BYTES, raising=False)
     assert HttpOptions().max_response_bytes == 256 * MB
-    monkeypatch.setenv(A.ENV_MEMTRACE_MAX_RESPONSE_BYTES, "5000")
+    monkeypatch.setenv(E.ENV_MEMTRACE_MAX_RESPONSE_BYTES, "5000")
     assert HttpOptions().max_response_bytes == 5000
     assert HttpOptions(max_response_bytes=70).max_response_bytes == 70
     with Server(ROUTES) as server:
@@ -461,8 +461,8 @@ def test_the_response_cap_comes_from_the_argument_then_the_environment(
         with pytest.raises(BackendError, match="max_response_bytes=5000"):
             client.get("/normal")  # 9 kB
     for text in ("lots", "0", "-1"):
-        monkeypatch.setenv(A.ENV_MEMTRACE_MAX_RESPONSE_BYTES, text)
-        with pytest.raises(ValueError, match=A.ENV_MEMTRACE_MAX_RESPONSE_BYTES):
+        monkeypatch.setenv(E.ENV_MEMTRACE_MAX_RESPONSE_BYTES, text)
+        with pytest.raises(ValueError, match=E.ENV_MEMTRACE_MAX_RESPONSE_BYTES):
             HttpOptions()
     with pytest.raises(ValueError, match="max_response_bytes"):
         HttpOptions(max_response_bytes=0)

@@ -32,6 +32,7 @@ from memtrace_otel.instrumentors.langgraph import LangGraphInstrumentor
 from memtrace_otel.instrumentors.openai import OpenAIInstrumentor
 from memtrace_otel.semconv import Category
 from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 from tests._otlp_receiver import SilentServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(autouse=True)
 def _no_capture_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     # The settings under test come from arguments; the shell's capture variables must not leak in.
-    for name in (A.ENV_CAPTURE_MESSAGE_CONTENT, A.ENV_MEMTRACE_CAPTURE_CONTENT):
+    for name in (E.ENV_CAPTURE_MESSAGE_CONTENT, E.ENV_MEMTRACE_CAPTURE_CONTENT):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -205,8 +206,8 @@ def _everything(span: ReadableSpan) -> str:
 def test_exception_text_stays_home_when_capture_is_off(
     make: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(A.ENV_CAPTURE_MESSAGE_CONTENT, raising=False)
-    monkeypatch.delenv(A.ENV_MEMTRACE_CAPTURE_CONTENT, raising=False)
+    monkeypatch.delenv(E.ENV_CAPTURE_MESSAGE_CONTENT, raising=False)
+    monkeypatch.delenv(E.ENV_MEMTRACE_CAPTURE_CONTENT, raising=False)
     mt, _ = _tracer(make())
     span = _raise_through_op(mt)
     text = _everything(span)
@@ -261,9 +262,9 @@ def test_meta_keeps_structure_always_and_content_only_as_capture_allows() -> Non
 def test_production_setting_captures_memory_redacted_and_no_prompts_or_answers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv(A.ENV_CAPTURE_MESSAGE_CONTENT, raising=False)
-    monkeypatch.setenv(A.ENV_MEMTRACE_CAPTURE_CONTENT, "production")
-    monkeypatch.setenv(A.ENV_MEMTRACE_MAX_VALUE_LENGTH, "20")
+    monkeypatch.delenv(E.ENV_CAPTURE_MESSAGE_CONTENT, raising=False)
+    monkeypatch.setenv(E.ENV_MEMTRACE_CAPTURE_CONTENT, "production")
+    monkeypatch.setenv(E.ENV_MEMTRACE_MAX_VALUE_LENGTH, "20")
     capture = CaptureConfig()
     assert capture.production and capture.redact is not None
     assert capture.record(f"mail {SECRETS[1]}", Category.MEMORY) == ("mail <email>", False)
@@ -287,7 +288,7 @@ def test_production_setting_captures_memory_redacted_and_no_prompts_or_answers(
             assert capture.record("prompt", category, kind=kind, **out) == (None, False)
     assert capture.record("raw", Category.OTHER, kind="generate", **out) == (None, False)
     # The upstream variable keeps its meaning: turning it on adds prompts and completions.
-    monkeypatch.setenv(A.ENV_CAPTURE_MESSAGE_CONTENT, "SPAN_AND_EVENT")
+    monkeypatch.setenv(E.ENV_CAPTURE_MESSAGE_CONTENT, "SPAN_AND_EVENT")
     assert CaptureConfig().record("the answer", Category.PREDICTION) == ("the answer", False)
 
 

@@ -29,7 +29,7 @@ import pytest
 from memtrace_otel.attribution import read_verdicts
 from memtrace_otel.export import encode_request
 from memtrace_otel.semconv import SpanRecord
-from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 from memtrace_otel.sources import open_source
 from tests._pipeline import write_workload
 
@@ -186,7 +186,7 @@ def test_a_bad_body_fails_the_run_in_bounded_time_with_one_line_naming_the_url(
 ) -> None:
     _, cases, records = workload
     retries = 2
-    env = {A.ENV_MEMTRACE_MAX_RESPONSE_BYTES: str(CAP)} if fault == "huge" else {}
+    env = {E.ENV_MEMTRACE_MAX_RESPONSE_BYTES: str(CAP)} if fault == "huge" else {}
     with serving(Backend(records, BAD_ROUTE[kind], fault)) as backend:
         code, stderr, seconds = _attribute(_spec(kind, backend), cases, tmp_path, retries, env)
         bad_requests = [p for p in backend.seen if p.startswith(BAD_ROUTE[kind])]

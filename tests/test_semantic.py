@@ -18,7 +18,7 @@ import pytest
 from memtrace_otel.attribution import EvidenceMethod, _semantic
 from memtrace_otel.attribution._semantic import SentenceEncoder, default_encoder, model_dir
 from memtrace_otel.attribution._text import SEMANTIC_FLOOR, Corpus
-from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 
 REFERENCE = [
     ("What car does Elena drive?", "I bought a Tesla Model 3 today!", 0.31365349888801575),
@@ -110,10 +110,10 @@ def test_an_unusable_model_directory_is_a_configuration_error(
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ValueError, match=r"model\.safetensors"):
         model_dir(tmp_path)
-    monkeypatch.setenv(A.ENV_MEMTRACE_EMBEDDING_MODEL, str(tmp_path))
-    with pytest.raises(ValueError, match=A.ENV_MEMTRACE_EMBEDDING_MODEL):
+    monkeypatch.setenv(E.ENV_MEMTRACE_EMBEDDING_MODEL, str(tmp_path))
+    with pytest.raises(ValueError, match=E.ENV_MEMTRACE_EMBEDDING_MODEL):
         model_dir()
-    with pytest.raises(ValueError, match=A.ENV_MEMTRACE_EMBEDDING_MODEL):
+    with pytest.raises(ValueError, match=E.ENV_MEMTRACE_EMBEDDING_MODEL):
         EvidenceMethod()  # at construction, not once per case
 
 
@@ -122,10 +122,10 @@ def test_the_variable_names_a_model_and_none_turns_it_off(
 ) -> None:
     bundled = model_dir()
     assert bundled is not None
-    monkeypatch.setenv(A.ENV_MEMTRACE_EMBEDDING_MODEL, str(bundled))
+    monkeypatch.setenv(E.ENV_MEMTRACE_EMBEDDING_MODEL, str(bundled))
     assert model_dir() == bundled
     assert model_dir(bundled) == bundled
-    monkeypatch.setenv(A.ENV_MEMTRACE_EMBEDDING_MODEL, "none")
+    monkeypatch.setenv(E.ENV_MEMTRACE_EMBEDDING_MODEL, "none")
     assert model_dir() is None
     _forget_default()
     with caplog.at_level(logging.WARNING, logger=_semantic.__name__):
@@ -133,12 +133,12 @@ def test_the_variable_names_a_model_and_none_turns_it_off(
         assert default_encoder() is None
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and "words only" in said[0]
-    monkeypatch.delenv(A.ENV_MEMTRACE_EMBEDDING_MODEL)
+    monkeypatch.delenv(E.ENV_MEMTRACE_EMBEDDING_MODEL)
     assert default_encoder() is not None
 
 
 def test_no_model_installed_means_no_similarity(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(A.ENV_MEMTRACE_EMBEDDING_MODEL, raising=False)
+    monkeypatch.delenv(E.ENV_MEMTRACE_EMBEDDING_MODEL, raising=False)
     monkeypatch.setattr(_semantic, "MODEL_PACKAGE", "no_such_model_package_here")
     assert model_dir() is None
     assert default_encoder() is None
@@ -184,7 +184,7 @@ def test_the_model_reads_the_question_without_its_names() -> None:
 
 
 def test_without_a_model_the_corpus_ranks_by_words_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(A.ENV_MEMTRACE_EMBEDDING_MODEL, "none")
+    monkeypatch.setenv(E.ENV_MEMTRACE_EMBEDDING_MODEL, "none")
     corpus = Corpus(STORE)
     assert corpus.similarity("What car does Elena drive?") is None
     assert corpus.meaning_ranking("What car does Elena drive?") == []

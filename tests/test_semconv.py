@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from memtrace_otel.semconv import ERROR_TYPE_BY_KIND, ErrorType, OpKind, Ref, attributes, parse_ref
+from memtrace_otel.semconv import (
+    ERROR_TYPE_BY_KIND,
+    ErrorType,
+    OpKind,
+    Ref,
+    attributes,
+    env,
+    parse_ref,
+)
 from tests.conftest import REPO, shared_path
 
 
@@ -112,9 +120,9 @@ networkx out) comes before ``processing`` because the live processor folds with 
 (``memtrace_bench``) sits on top of all of them.
 """
 RANK = {name: i for i, name in enumerate(STAGES)}
-FOUNDATION = {"_internal", "_shim", "_version", "_openai", "_progress", "errors"}
-"""Top-level modules every stage may use (logging policy, SDK shims, typed errors); they import
-no stage but ``semconv``."""
+FOUNDATION = {"_internal", "_settings", "_shim", "_version", "_openai", "_progress", "errors"}
+"""Top-level modules every stage may use (logging policy, the settings resolver, SDK shims, typed
+errors); they import no stage but ``semconv``."""
 TOOLS = {"testing"}
 """The pytest plugin: built on the product, imported by nothing in it."""
 BENCH = "memtrace_bench"
@@ -223,11 +231,33 @@ def test_all_attribute_names_collects_every_constant_of_the_module() -> None:
     expected = {
         value
         for key, value in defined.items()
-        if not key.startswith(("ENV_", "METRIC_"))
+        if not key.startswith("METRIC_")
         and value not in attributes.SPAN_AND_EVENT_NAMES
         and key not in ("OP_SPAN_NAME_PREFIX", "METADATA_TRACEPARENT", "METADATA_VERSION")
     }
     assert expected == set(attributes.ALL_ATTRIBUTE_NAMES)
+
+
+def test_environment_variable_names_live_in_one_module_apart_from_the_wire_names() -> None:
+    wire = [key for key in vars(attributes) if key.startswith("ENV_")]
+    names = {key: value for key, value in vars(env).items() if key.startswith("ENV_")}
+    assert wire == []
+    assert names and all(isinstance(value, str) and value.isupper() for value in names.values())
+    assert len(set(names.values())) == len(names)  # no variable spelled twice
+    assert not set(names.values()) & set(attributes.ALL_ATTRIBUTE_NAMES)
+    # No other module of the package spells an ENV_ constant of its own.
+    for path in (REPO / "memtrace_otel").rglob("*.py"):
+        if path.name == "env.py" and path.parent.name == "semconv":
+            continue
+        tree = ast.parse(path.read_text())
+        own = [
+            target.id
+            for node in tree.body
+            if isinstance(node, ast.Assign | ast.AnnAssign)
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(target, ast.Name) and target.id.lstrip("_").startswith("ENV_")
+        ]
+        assert own == [], (path, own)
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ import pytest
 
 from memtrace_otel.export import dumps_request
 from memtrace_otel.semconv import EventRecord, LinkRecord, SpanRecord
-from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 from memtrace_otel.sources import (
     DEFAULT_MAX_ARRAY_ITEMS,
     DEFAULT_MAX_ATTRIBUTE_BYTES,
@@ -125,12 +125,12 @@ def test_nested_kvlist_and_array_elements_are_capped() -> None:
 
 
 def test_argument_beats_environment_beats_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(A.ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES, raising=False)
+    monkeypatch.delenv(E.ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES, raising=False)
     assert ValueLimits.resolve() == ValueLimits(
         DEFAULT_MAX_ATTRIBUTE_BYTES, DEFAULT_MAX_ARRAY_ITEMS
     )
     assert DEFAULT_MAX_ATTRIBUTE_BYTES == 1 << 20 and DEFAULT_MAX_ARRAY_ITEMS == 10_000
-    monkeypatch.setenv(A.ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES, "2048")
+    monkeypatch.setenv(E.ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES, "2048")
     assert FileSource("x").limits.max_bytes == 2048
     assert FileSource("x", max_attribute_bytes=64).limits.max_bytes == 64
 
@@ -139,7 +139,7 @@ def test_argument_beats_environment_beats_default(monkeypatch: pytest.MonkeyPatc
 def test_a_bad_environment_value_is_a_value_error_at_construction(
     monkeypatch: pytest.MonkeyPatch, text: str
 ) -> None:
-    monkeypatch.setenv(A.ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES, text)
+    monkeypatch.setenv(E.ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES, text)
     with pytest.raises(ValueError, match="MEMTRACE_MAX_ATTRIBUTE_BYTES"):
         FileSource("x")
 
@@ -156,14 +156,14 @@ def test_a_bad_cap_argument_is_a_value_error(kwargs: dict[str, Any]) -> None:
 def test_read_caps_argument_beats_environment_beats_default(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv(A.ENV_MEMTRACE_MAX_LINE_BYTES, raising=False)
-    monkeypatch.delenv(A.ENV_MEMTRACE_MAX_DOCUMENT_BYTES, raising=False)
+    monkeypatch.delenv(E.ENV_MEMTRACE_MAX_LINE_BYTES, raising=False)
+    monkeypatch.delenv(E.ENV_MEMTRACE_MAX_DOCUMENT_BYTES, raising=False)
     assert FileSource("x").read_limits == ReadLimits(
         DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_DOCUMENT_BYTES
     )
     assert DEFAULT_MAX_LINE_BYTES == 64 << 20 and DEFAULT_MAX_DOCUMENT_BYTES == 256 << 20
-    monkeypatch.setenv(A.ENV_MEMTRACE_MAX_LINE_BYTES, "4096")
-    monkeypatch.setenv(A.ENV_MEMTRACE_MAX_DOCUMENT_BYTES, "8192")
+    monkeypatch.setenv(E.ENV_MEMTRACE_MAX_LINE_BYTES, "4096")
+    monkeypatch.setenv(E.ENV_MEMTRACE_MAX_DOCUMENT_BYTES, "8192")
     assert FileSource("x").read_limits == ReadLimits(4096, 8192)
     assert FileSource("x", max_line_bytes=10, max_document_bytes=20).read_limits == ReadLimits(
         10, 20
@@ -171,7 +171,7 @@ def test_read_caps_argument_beats_environment_beats_default(
 
 
 @pytest.mark.parametrize(
-    "variable", [A.ENV_MEMTRACE_MAX_LINE_BYTES, A.ENV_MEMTRACE_MAX_DOCUMENT_BYTES]
+    "variable", [E.ENV_MEMTRACE_MAX_LINE_BYTES, E.ENV_MEMTRACE_MAX_DOCUMENT_BYTES]
 )
 @pytest.mark.parametrize("text", ["64M", "0", "-5", "1e6"])
 def test_a_bad_read_cap_in_the_environment_is_a_value_error_at_construction(

@@ -28,7 +28,7 @@ from memtrace_bench.systems import (
     resolve_systems,
 )
 
-SUBCOMMAND_MODULES: tuple[str, ...] = ("bench_evaluate", "bench_memtracebench")
+SUBCOMMAND_MODULES: tuple[str, ...] = ("bench_evaluate", "bench_memtracebench", "bench_apps")
 """Modules in ``memtrace_bench.cli`` that add ``bench`` subcommands (e.g. ``"bench_evaluate"``)."""
 
 EXIT_OK = 0

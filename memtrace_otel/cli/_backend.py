@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from memtrace_otel.semconv.attributes import ENV_MEMTRACE_BACKEND_TOKEN
+from memtrace_otel.semconv.env import ENV_MEMTRACE_BACKEND_TOKEN
 from memtrace_otel.sources import HttpOptions
 
 

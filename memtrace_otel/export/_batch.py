@@ -44,8 +44,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from memtrace_otel._internal import internal_error, reinit_after_fork
+from memtrace_otel._settings import resolve
 from memtrace_otel._shim import hook_queue_full
 from memtrace_otel.semconv.attributes import METRIC_OTEL_COMPONENT_NAME, METRIC_SDK_SPANS_DROPPED
+from memtrace_otel.semconv.env import ENV_OTEL_BSP_EXPORT_TIMEOUT, ENV_OTEL_BSP_MAX_QUEUE_SIZE
 
 __all__ = ["CountingBatchSpanProcessor"]
 
@@ -57,7 +59,6 @@ _SDK_TAKES_METER_PROVIDER = "meter_provider" in inspect.signature(BatchSpanProce
 _degraded_logged = False
 _degraded_lock = threading.Lock()
 
-_ENV_BSP_MAX_QUEUE_SIZE = "OTEL_BSP_MAX_QUEUE_SIZE"
 _SDK_DEFAULT_MAX_QUEUE_SIZE = 2048
 # The SDK's shutdown joins its worker for at most this long; a shutdown that returned sooner
 # found the worker done and the queue drained.
@@ -69,7 +70,7 @@ def _max_queue_size(argument: int | None) -> int:
     if argument is not None:
         return argument
     try:
-        return int(os.environ.get(_ENV_BSP_MAX_QUEUE_SIZE, _SDK_DEFAULT_MAX_QUEUE_SIZE))
+        return int(os.environ.get(ENV_OTEL_BSP_MAX_QUEUE_SIZE, _SDK_DEFAULT_MAX_QUEUE_SIZE))
     except ValueError:  # the SDK logs this one itself
         return _SDK_DEFAULT_MAX_QUEUE_SIZE
 
@@ -137,7 +138,6 @@ def _log_degraded_once(missing: str) -> None:
 
 DEFAULT_SHUTDOWN_BUDGET_MILLIS = 5000.0
 """How long ``shutdown()`` waits for the last exports when ``OTEL_BSP_EXPORT_TIMEOUT`` is unset."""
-_ENV_BSP_EXPORT_TIMEOUT = "OTEL_BSP_EXPORT_TIMEOUT"
 
 
 def shutdown_budget_millis(export_timeout_millis: float | None = None) -> float:
@@ -147,27 +147,23 @@ def shutdown_budget_millis(export_timeout_millis: float | None = None) -> float:
         ValueError: a negative or non-numeric argument (a bad environment value is logged and
             the default used, as the SDK does).
     """
-    if export_timeout_millis is not None:
-        budget = float(export_timeout_millis)
-        if budget < 0:
-            raise ValueError(f"invalid export_timeout_millis {export_timeout_millis!r}")
-        return budget
-    raw = os.environ.get(_ENV_BSP_EXPORT_TIMEOUT, "").strip()
-    if not raw:
-        return DEFAULT_SHUTDOWN_BUDGET_MILLIS
+    return resolve(
+        "export_timeout_millis",
+        export_timeout_millis,
+        ENV_OTEL_BSP_EXPORT_TIMEOUT,
+        DEFAULT_SHUTDOWN_BUDGET_MILLIS,
+        _millis,
+    )
+
+
+def _millis(value: object) -> float:
     try:
-        budget = float(raw)
-    except ValueError:
-        budget = -1.0
-    if budget < 0:
-        logger.warning(
-            "invalid %s %r; the shutdown budget is %d ms",
-            _ENV_BSP_EXPORT_TIMEOUT,
-            raw,
-            DEFAULT_SHUTDOWN_BUDGET_MILLIS,
-        )
-        return DEFAULT_SHUTDOWN_BUDGET_MILLIS
-    return budget
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        number = -1.0
+    if not number >= 0:  # NaN fails the comparison
+        raise ValueError("expected a number of milliseconds >= 0")
+    return number
 
 
 class _CountingExporter(SpanExporter):

@@ -19,7 +19,8 @@ from opentelemetry.util.types import AttributeValue
 
 from memtrace_otel.export._batch import CountingBatchSpanProcessor
 from memtrace_otel.export._otlp_json import OtlpJsonLinesExporter
-from memtrace_otel.semconv.attributes import ENV_MEMTRACE_TRACES_FILE, SERVICE_NAME
+from memtrace_otel.semconv.attributes import SERVICE_NAME
+from memtrace_otel.semconv.env import ENV_MEMTRACE_TRACES_FILE
 
 DEFAULT_TRACES_FILE = "memtrace-traces.jsonl"
 _PROTOCOLS = ("grpc", "http/protobuf")

@@ -11,7 +11,7 @@ import os
 
 from memtrace_otel.export._configure import DEFAULT_TRACES_FILE
 from memtrace_otel.export._otlp_json import OtlpJsonLinesExporter
-from memtrace_otel.semconv.attributes import ENV_MEMTRACE_TRACES_FILE
+from memtrace_otel.semconv.env import ENV_MEMTRACE_TRACES_FILE
 
 
 class TracesFileExporter(OtlpJsonLinesExporter):

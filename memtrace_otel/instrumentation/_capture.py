@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import traceback
 from collections.abc import Callable, Mapping
@@ -35,10 +34,11 @@ from typing import Any, Final, Literal
 from opentelemetry.util.types import AttributeValue
 
 from memtrace_otel._internal import data_warning, internal_error
+from memtrace_otel._settings import check, positive_int, resolve
 from memtrace_otel.instrumentation._variables import Variable
 from memtrace_otel.semconv import PRODUCTION, CaptureMode, Category, OpKind, Role, is_ref
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.semconv.attributes import (
+from memtrace_otel.semconv.env import (
     ENV_CAPTURE_MESSAGE_CONTENT,
     ENV_MEMTRACE_CAPTURE_CONTENT,
     ENV_MEMTRACE_MAX_VALUE_LENGTH,
@@ -163,16 +163,7 @@ def parse_capture_mode(value: str | CaptureMode, *, source: str = "capture mode"
     >>> parse_capture_mode("true")
     <CaptureMode.SPAN_AND_EVENT: 'SPAN_AND_EVENT'>
     """
-    if isinstance(value, CaptureMode):
-        return value
-    text = str(value).strip()
-    if text.lower() in _LEGACY:
-        return _LEGACY[text.lower()]
-    try:
-        return CaptureMode(text.upper())
-    except ValueError:
-        allowed = ", ".join([*(m.value for m in CaptureMode), "true", "false"])
-        raise ValueError(f"invalid {source} {value!r}: expected one of {allowed}") from None
+    return check(source, value, _capture_mode)
 
 
 @dataclass(frozen=True)
@@ -196,8 +187,9 @@ class CaptureConfig:
             value: attribution compares digests across spans.
 
     Raises:
-        ValueError: an unknown mode or a non-positive length, from arguments or environment,
-            or a ``redact`` that is neither callable nor ``"builtin"``.
+        ValueError: an unknown mode or a non-positive length given as an argument, or a
+            ``redact`` that is neither callable nor ``"builtin"``. A bad environment variable
+            is logged once and its default used (it must not break the app).
 
     >>> CaptureConfig(mode="SPAN_ONLY", redact="builtin").mask("ana@example.com")
     ('<email>', False)
@@ -213,26 +205,26 @@ class CaptureConfig:
 
     def __post_init__(self) -> None:
         explicit = self.mode is not None
-        if explicit:
-            mode = parse_capture_mode(self.mode)  # type: ignore[arg-type]
-        elif os.environ.get(ENV_CAPTURE_MESSAGE_CONTENT):
-            mode = parse_capture_mode(
-                os.environ[ENV_CAPTURE_MESSAGE_CONTENT], source=ENV_CAPTURE_MESSAGE_CONTENT
-            )
-        else:
-            mode = CaptureMode.NO_CONTENT
+        mode = resolve(
+            "capture mode",
+            self.mode,
+            ENV_CAPTURE_MESSAGE_CONTENT,
+            CaptureMode.NO_CONTENT,
+            _capture_mode,
+        )
         object.__setattr__(self, "mode", mode)
-        memory: Any = self.memory_mode
-        source = "memory_mode"
-        if memory is None and not explicit and os.environ.get(ENV_MEMTRACE_CAPTURE_CONTENT):
-            memory, source = os.environ[ENV_MEMTRACE_CAPTURE_CONTENT], ENV_MEMTRACE_CAPTURE_CONTENT
-        production = isinstance(memory, str) and memory.strip().upper() == PRODUCTION
+        # The narrower variable applies only when no mode is given in code; else it follows mode.
+        follow: CaptureMode | str = mode
+        memory = resolve(
+            "memory_mode",
+            self.memory_mode,
+            None if explicit else ENV_MEMTRACE_CAPTURE_CONTENT,
+            follow,
+            _memory_mode,
+        )
+        production = memory == PRODUCTION
         if production:
             memory = CaptureMode.SPAN_AND_EVENT
-        elif memory is None:
-            memory = mode
-        else:
-            memory = _parse_memory_mode(memory, source)
         object.__setattr__(self, "memory_mode", memory)
         object.__setattr__(self, "production", production)
         object.__setattr__(
@@ -245,18 +237,13 @@ class CaptureConfig:
             ),
         )
 
-        length: Any = self.max_value_length
-        where = "max_value_length"
-        if length is None and os.environ.get(ENV_MEMTRACE_MAX_VALUE_LENGTH):
-            length, where = os.environ[ENV_MEMTRACE_MAX_VALUE_LENGTH], ENV_MEMTRACE_MAX_VALUE_LENGTH
-        if length is None:
-            length = DEFAULT_MAX_VALUE_LENGTH
-        try:
-            length = int(length)
-        except (TypeError, ValueError):
-            raise ValueError(f"invalid {where} {length!r}: expected a positive integer") from None
-        if length < 1:
-            raise ValueError(f"invalid {where} {length!r}: expected a positive integer")
+        length = resolve(
+            "max_value_length",
+            self.max_value_length,
+            ENV_MEMTRACE_MAX_VALUE_LENGTH,
+            DEFAULT_MAX_VALUE_LENGTH,
+            positive_int,
+        )
         object.__setattr__(self, "max_value_length", length)
         if self.redact == BUILTIN_REDACTOR or (self.redact is None and production):
             object.__setattr__(self, "redact", redact_pii)
@@ -373,15 +360,29 @@ def digest(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _parse_memory_mode(value: Any, source: str) -> CaptureMode:
-    if not isinstance(value, str | CaptureMode):
-        raise ValueError(f"invalid {source} {value!r}: expected a capture mode or {PRODUCTION!r}")
+def _capture_mode(value: object) -> CaptureMode:
+    if isinstance(value, CaptureMode):
+        return value
+    text = str(value).strip()
+    if text.lower() in _LEGACY:
+        return _LEGACY[text.lower()]
     try:
-        return parse_capture_mode(value, source=source)
+        return CaptureMode(text.upper())
+    except ValueError:
+        allowed = ", ".join([*(m.value for m in CaptureMode), "true", "false"])
+        raise ValueError(f"expected one of {allowed}") from None
+
+
+def _memory_mode(value: object) -> CaptureMode | str:
+    if isinstance(value, str) and value.strip().upper() == PRODUCTION:
+        return PRODUCTION
+    if not isinstance(value, str | CaptureMode):
+        raise ValueError(f"expected a capture mode or {PRODUCTION!r}")
+    try:
+        return _capture_mode(value)
     except ValueError:
         raise ValueError(
-            f"invalid {source} {value!r}: expected one of "
-            f"{', '.join(m.value for m in CaptureMode)}, true, false, {PRODUCTION}"
+            f"expected one of {', '.join(m.value for m in CaptureMode)}, true, false, {PRODUCTION}"
         ) from None
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import functools
-import os
 
 from opentelemetry.trace import SpanContext, TraceFlags
 
 from memtrace_otel._internal import BoundedCache
-from memtrace_otel.semconv.attributes import ENV_MEMTRACE_REGISTRY_SIZE
+from memtrace_otel._settings import positive_int, resolve
+from memtrace_otel.semconv.env import ENV_MEMTRACE_REGISTRY_SIZE
 
 DEFAULT_REGISTRY_SIZE = 100_000
 
@@ -65,22 +65,19 @@ class WriterRegistry(BoundedCache[str, SpanContext]):
         max_entries: capacity; ``None`` reads ``MEMTRACE_REGISTRY_SIZE``, else 100,000.
 
     Raises:
-        ValueError: a capacity below 1.
+        ValueError: a capacity below 1 given as ``max_entries``. A bad
+            ``MEMTRACE_REGISTRY_SIZE`` is logged once and the default used: the default
+            registry is built at ``import memtrace_otel``.
     """
 
     def __init__(self, max_entries: int | None = None) -> None:
-        size: object = max_entries
-        where = "max_entries"
-        if size is None and os.environ.get(ENV_MEMTRACE_REGISTRY_SIZE):
-            size, where = os.environ[ENV_MEMTRACE_REGISTRY_SIZE], ENV_MEMTRACE_REGISTRY_SIZE
-        if size is None:
-            size = DEFAULT_REGISTRY_SIZE
-        try:
-            capacity = int(size)  # type: ignore[call-overload]
-        except (TypeError, ValueError):
-            raise ValueError(f"invalid {where} {size!r}: expected a positive integer") from None
-        if capacity < 1:
-            raise ValueError(f"invalid {where} {size!r}: expected a positive integer")
+        capacity = resolve(
+            "max_entries",
+            max_entries,
+            ENV_MEMTRACE_REGISTRY_SIZE,
+            DEFAULT_REGISTRY_SIZE,
+            positive_int,
+        )
         super().__init__(capacity)
 
     # The map's own methods under the registry's names (no extra call on the traced path).

@@ -18,6 +18,7 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
 from memtrace_otel.instrumentors._common import (
     Patcher,
     Target,
+    forget_outputs,
     forget_retrievals,
     supported_version,
 )
@@ -62,3 +63,4 @@ class PatchingInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         if telemetry is not None:
             telemetry.close()
         forget_retrievals()  # what was kept for linking goes with the instrumentation
+        forget_outputs()

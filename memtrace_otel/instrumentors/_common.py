@@ -23,7 +23,6 @@ import inspect
 import json
 import logging
 import math
-import os
 import re
 import sys
 import threading
@@ -43,6 +42,7 @@ from memtrace_otel._internal import (
     on_fork_in_child,
     reinit_after_fork,
 )
+from memtrace_otel._settings import non_negative_int, resolve
 from memtrace_otel.instrumentation import (
     MemTracer,
     Op,
@@ -53,7 +53,7 @@ from memtrace_otel.instrumentation import (
 )
 from memtrace_otel.semconv import Category
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.semconv.attributes import ENV_MEMTRACE_RETRIEVAL_MEMORY_BYTES
+from memtrace_otel.semconv.env import ENV_MEMTRACE_RETRIEVAL_MEMORY_BYTES
 
 logger = logging.getLogger("memtrace_otel.instrumentors")
 
@@ -647,27 +647,6 @@ _MAX_PER_TRACE = 32
 _RECORD_OVERHEAD = 200  # bytes of a record tuple and its slot besides the two strings
 
 
-def _retrieval_budget() -> int:
-    raw = os.environ.get(ENV_MEMTRACE_RETRIEVAL_MEMORY_BYTES)
-    if not raw:
-        return DEFAULT_RETRIEVAL_MEMORY_BYTES
-    try:
-        budget = int(raw)
-    except ValueError:
-        budget = 0
-    if budget < 0:
-        budget = 0
-    if budget == 0 and raw.strip() != "0":
-        logger.warning(
-            "invalid %s %r: expected a number of bytes; using %d",
-            ENV_MEMTRACE_RETRIEVAL_MEMORY_BYTES,
-            raw,
-            DEFAULT_RETRIEVAL_MEMORY_BYTES,
-        )
-        return DEFAULT_RETRIEVAL_MEMORY_BYTES
-    return budget
-
-
 class RetrievalMemory:
     """What retrieve ops returned, by trace, bounded by bytes (oldest traces evicted first).
 
@@ -679,7 +658,13 @@ class RetrievalMemory:
     """
 
     def __init__(self, max_bytes: int | None = None) -> None:
-        self.max_bytes = _retrieval_budget() if max_bytes is None else max_bytes
+        self.max_bytes = resolve(
+            "max_bytes",
+            max_bytes,
+            ENV_MEMTRACE_RETRIEVAL_MEMORY_BYTES,
+            DEFAULT_RETRIEVAL_MEMORY_BYTES,
+            non_negative_int,
+        )
         self.evicted = 0
         self._bytes = 0
         self._by_trace: OrderedDict[int, list[Retrieval]] = OrderedDict()
@@ -923,6 +908,38 @@ def forget_prompts() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Values traced ops produced, by digest: where a text a caller later writes came from
+# ---------------------------------------------------------------------------------------------
+
+_produced: BoundedCache[str, tuple[str, str | None]] = BoundedCache(max_entries=10_000)
+
+
+def _produced_key(text: str) -> str:
+    return content_id("produced", text.strip())
+
+
+def remember_output(text: Any, ref: str, traceparent: str | None) -> None:
+    """Remember that the traced op with ``traceparent`` produced ``text`` as ``ref`` (an LLM
+    completion), so a later write of exactly that text links to it. Only the digest of the text
+    is kept."""
+    if isinstance(text, str) and text.strip():
+        _produced.set(_produced_key(text), (ref, traceparent))
+
+
+def produced_by(text: Any) -> tuple[str, str | None] | None:
+    """``(ref, traceparent)`` of the traced output equal to ``text`` (whitespace at the ends
+    aside), if this process saw one."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    return _produced.get(_produced_key(text))
+
+
+def forget_outputs() -> None:
+    """Forget every remembered output (``uninstrument()``; tests)."""
+    _produced.clear()
+
+
+# ---------------------------------------------------------------------------------------------
 # Versions of records the libraries do not version themselves
 # ---------------------------------------------------------------------------------------------
 
@@ -950,6 +967,7 @@ __all__ = [
     "content_id",
     "declare_prompt",
     "enter_memory_system",
+    "forget_outputs",
     "forget_prompts",
     "forget_retrievals",
     "inside_memory_system",
@@ -959,7 +977,9 @@ __all__ = [
     "memory_system_call",
     "message_ref",
     "normalise",
+    "produced_by",
     "prompt_for",
+    "remember_output",
     "remember_retrieval",
     "retrieval_memory",
     "retrievals_in_context",

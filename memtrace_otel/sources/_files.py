@@ -32,7 +32,7 @@ from typing import IO, Any, Protocol
 from memtrace_otel._internal import GcPaused
 from memtrace_otel.errors import SourceError, SourceSpecError
 from memtrace_otel.semconv import SpanRecord
-from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 from memtrace_otel.sources._common import (
     DECOMPRESSED_TOO_LARGE,
     DOCUMENT_TOO_LARGE,
@@ -412,9 +412,9 @@ class FileReader:
                 DECOMPRESSED_TOO_LARGE,
                 f"decompresses to more than {self._budget.cap} bytes "
                 f"(max_decompressed_bytes={limits.max_decompressed_bytes}, "
-                f"{A.ENV_MEMTRACE_MAX_DECOMPRESSED_BYTES}; max_compression_ratio="
+                f"{E.ENV_MEMTRACE_MAX_DECOMPRESSED_BYTES}; max_compression_ratio="
                 f"{limits.max_compression_ratio} x {size} bytes, "
-                f"{A.ENV_MEMTRACE_MAX_COMPRESSION_RATIO}): the rest of the file is skipped",
+                f"{E.ENV_MEMTRACE_MAX_COMPRESSION_RATIO}): the rest of the file is skipped",
             )
         except OSError as exc:
             self.fail(UNREADABLE, f"read error: {exc}")
@@ -512,7 +512,7 @@ class FileReader:
         cap = self.limits.max_line_bytes
         self.fail(
             LINE_TOO_LONG,
-            f"{what}: longer than max_line_bytes={cap} ({A.ENV_MEMTRACE_MAX_LINE_BYTES}), "
+            f"{what}: longer than max_line_bytes={cap} ({E.ENV_MEMTRACE_MAX_LINE_BYTES}), "
             "skipped without being held in memory",
             line,
         )
@@ -566,7 +566,7 @@ class FileReader:
                 self.fail(
                     DOCUMENT_TOO_LARGE,
                     f"a JSON document of more than max_document_bytes={cap} bytes "
-                    f"({A.ENV_MEMTRACE_MAX_DOCUMENT_BYTES}): the file is skipped",
+                    f"({E.ENV_MEMTRACE_MAX_DOCUMENT_BYTES}): the file is skipped",
                 )
             return
         try:

@@ -30,7 +30,7 @@ from typing import IO, Any
 from memtrace_otel import __version__
 from memtrace_otel._internal import backoff_delay
 from memtrace_otel.errors import BackendError
-from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 from memtrace_otel.sources._limits import DEFAULT_MAX_RESPONSE_BYTES, resolve_cap
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -98,7 +98,7 @@ class HttpOptions:
         cap = resolve_cap(
             "max_response_bytes",
             self.max_response_bytes,
-            A.ENV_MEMTRACE_MAX_RESPONSE_BYTES,
+            E.ENV_MEMTRACE_MAX_RESPONSE_BYTES,
             DEFAULT_MAX_RESPONSE_BYTES,
         )
         object.__setattr__(self, "max_response_bytes", cap)  # frozen: set once, resolved
@@ -365,7 +365,7 @@ class HttpClient:
     def _too_large(self, url: str, what: str) -> BackendError:
         return BackendError(
             f"the response body {what}, over max_response_bytes={self.max_response_bytes} "
-            f"({A.ENV_MEMTRACE_MAX_RESPONSE_BYTES}); reading stopped",
+            f"({E.ENV_MEMTRACE_MAX_RESPONSE_BYTES}); reading stopped",
             url=url,
         )
 

@@ -16,14 +16,14 @@ Two kinds of cap, at two places:
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol, TypeVar
 
+from memtrace_otel._settings import check, positive_int, resolve
 from memtrace_otel.semconv import AttrValue, EventRecord, LinkRecord, SpanRecord
-from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv import env as E
 from memtrace_otel.semconv.record import Attributes
 from memtrace_otel.sources._common import SourceStats
 
@@ -60,10 +60,15 @@ _SKIP_CHUNK = 1 << 20
 """Bytes read at a time while skipping an over-long line (the most it ever holds of one)."""
 
 
+def _count(value: object) -> int:
+    # A cap given in code is the number itself, never its text (only variables are parsed).
+    if type(value) is not int:
+        raise ValueError("expected a positive integer")
+    return positive_int(value)
+
+
 def _positive(name: str, value: int) -> int:
-    if type(value) is not int or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
+    return check(name, value, _count)
 
 
 def resolve_cap(name: str, value: int | None, env: str, default: int) -> int:
@@ -76,17 +81,12 @@ def resolve_cap(name: str, value: int | None, env: str, default: int) -> int:
     64
     >>> resolve_cap("max_line_bytes", 0, "MEMTRACE_NO_SUCH_VARIABLE", 64)
     Traceback (most recent call last):
-    ValueError: max_line_bytes must be a positive integer, got 0
+    ValueError: invalid max_line_bytes 0: expected a positive integer
     """
     if value is not None:
         return _positive(name, value)
-    text = os.environ.get(env, "").strip()
-    if not text:
-        return default
-    number = int(text) if text.isdigit() and text.isascii() else 0
-    if number < 1:
-        raise ValueError(f"{env} must be a positive integer, got {text!r}")
-    return number
+    # Offline: a bad cap in the environment stops the job before it reads anything.
+    return resolve(name, None, env, default, positive_int, bad_env="raise")
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,25 +155,25 @@ class ReadLimits:
             resolve_cap(
                 "max_line_bytes",
                 max_line_bytes,
-                A.ENV_MEMTRACE_MAX_LINE_BYTES,
+                E.ENV_MEMTRACE_MAX_LINE_BYTES,
                 DEFAULT_MAX_LINE_BYTES,
             ),
             resolve_cap(
                 "max_document_bytes",
                 max_document_bytes,
-                A.ENV_MEMTRACE_MAX_DOCUMENT_BYTES,
+                E.ENV_MEMTRACE_MAX_DOCUMENT_BYTES,
                 DEFAULT_MAX_DOCUMENT_BYTES,
             ),
             resolve_cap(
                 "max_decompressed_bytes",
                 max_decompressed_bytes,
-                A.ENV_MEMTRACE_MAX_DECOMPRESSED_BYTES,
+                E.ENV_MEMTRACE_MAX_DECOMPRESSED_BYTES,
                 DEFAULT_MAX_DECOMPRESSED_BYTES,
             ),
             resolve_cap(
                 "max_compression_ratio",
                 max_compression_ratio,
-                A.ENV_MEMTRACE_MAX_COMPRESSION_RATIO,
+                E.ENV_MEMTRACE_MAX_COMPRESSION_RATIO,
                 DEFAULT_MAX_COMPRESSION_RATIO,
             ),
         )
@@ -267,7 +267,7 @@ class ValueLimits:
             resolve_cap(
                 "max_attribute_bytes",
                 max_attribute_bytes,
-                A.ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES,
+                E.ENV_MEMTRACE_MAX_ATTRIBUTE_BYTES,
                 DEFAULT_MAX_ATTRIBUTE_BYTES,
             ),
             DEFAULT_MAX_ARRAY_ITEMS if max_array_items is None else max_array_items,

@@ -58,6 +58,7 @@ from memtrace_otel.semconv import (
     Stage,
 )
 from memtrace_otel.semconv import attributes as attr
+from memtrace_otel.semconv import env as E
 from memtrace_otel.sources._common import (
     INVALID_RECORD,
     UNSUPPORTED_FORMAT,
@@ -1118,7 +1119,7 @@ def load_memtracebench(
     cap = resolve_cap(
         "max_document_bytes",
         max_document_bytes,
-        attr.ENV_MEMTRACE_MAX_DOCUMENT_BYTES,
+        E.ENV_MEMTRACE_MAX_DOCUMENT_BYTES,
         DEFAULT_MAX_DOCUMENT_BYTES,
     )
     try:
@@ -1126,7 +1127,7 @@ def load_memtracebench(
             data = f.read(cap + 1)
         if len(data) > cap:
             raise DecodeError(
-                f"larger than max_document_bytes={cap} ({attr.ENV_MEMTRACE_MAX_DOCUMENT_BYTES})",
+                f"larger than max_document_bytes={cap} ({E.ENV_MEMTRACE_MAX_DOCUMENT_BYTES})",
                 path=text,
             )
         obj = json.loads(data)

@@ -57,6 +57,7 @@ from memtrace_otel.instrumentors._common import (
     enter_memory_system,
     leave_memory_system,
     message_ref,
+    produced_by,
     remember_retrieval,
     run_sync,
     set_case_id,
@@ -233,6 +234,7 @@ class _Write:
     old_text: Any = None
     old_traceparent: str | None = None
     old_seen: bool = False
+    source: Variable | None = None  # a public update's new text: where it came from
 
     def observe(self, record: Any) -> None:
         payload = getattr(record, "payload", None)
@@ -644,7 +646,29 @@ class _PublicWriteCall(_OpCall):
         op = factory(f"mem0.{self.kind}", store_id=store)
         self.open(op, store_id=store)
         slot = _Write(op, self.kind, str(memory_id) if memory_id is not None else None, public=True)
+        if self.kind == "update":
+            slot.source = self._source_of(op, store)
         self._tokens.append((_write, _write.set(slot)))
+
+    def _source_of(self, op: Op, store: str | None) -> Variable | None:
+        """Where the new text came from: the traced output it equals (an LLM completion the app
+        wrote back, matched by digest), else the caller's own input."""
+        args = self.arguments
+        text = args.get("text")
+        if text is None:
+            text = args.get("data")  # mem0 1.x: update(memory_id, data)
+        if not isinstance(text, str):
+            return None
+        produced = produced_by(text)
+        if produced is not None:
+            ref, traceparent = produced
+            source = Variable.from_ref(
+                ref, text, category=Category.PREDICTION, traceparent=traceparent
+            )
+        else:
+            source = Variable(content_id("input", store or "", text), 1, text, Category.MESSAGE)
+        op.add_inputs([source])
+        return source
 
 
 class _DeleteAllCall(_OpCall):
@@ -770,6 +794,8 @@ class _WriteCall(Call):
         if self.kind == "update":
             data = self.bound.arguments.get("data")
             text = data if data is not None else write.old_text
+            if write.source is not None:
+                sources = [write.source.ref]
             op.output(_record(memory_id, self.version + 1, text, sources))
         else:
             op.output(_record(memory_id, self.version, None).tombstone())

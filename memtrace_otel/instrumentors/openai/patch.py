@@ -5,7 +5,8 @@
 earlier in the same trace (or, without a parent span, in the same execution context) and whose
 text appears in the prompt; the prompt template is the one the application declared
 (:func:`memtrace_otel.instrumentors.declare_prompt`) if its fixed text is in the prompt. The
-output is the answer, ``prediction:<span id>@1``. The op takes the store and case of the
+output is the answer, ``prediction:<span id>@1`` (its digest remembered, so that a memory write of
+the same text links to this op). The op takes the store and case of the
 retrieval it used, unless the ``memtrace.case.id`` baggage entry names the case.
 
 Calls made by an instrumented memory system for its own work (Mem0's extraction) are not
@@ -45,6 +46,7 @@ from memtrace_otel.instrumentors._common import (
     inside_memory_system,
     normalise,
     prompt_for,
+    remember_output,
     retrievals_in_context,
     set_case_id,
     span_hex,
@@ -244,7 +246,10 @@ class _GenerateCall(Call):
         if self.upstream is None:  # else the upstream span records them: usage counted once
             self._record_response(op, model, usage)
         if isinstance(content, str):
-            op.output(Variable(f"prediction:{span_hex(op)}", 1, content, Category.PREDICTION))
+            out = op.output(Variable(f"prediction:{span_hex(op)}", 1, content, Category.PREDICTION))
+            # An app that writes this completion into memory (a merge its job asked for) links
+            # the write to this op: the digest is remembered, not the text.
+            remember_output(content, out.ref, out.traceparent)
 
     @staticmethod
     def _record_response(op: Op, model: Any, usage: Any) -> None:

@@ -1,0 +1,163 @@
+"""The suite of real apps, small, end to end (issue 29): the mem0 app in mem0ai 2.x and in mem0
+1.x's classic pipeline (the cached environment of ``scripts/mem0_legacy_env.sh``; required under
+``CI=true``), each a real program under ``opentelemetry-instrument`` against the scripted model
+server, which plants one question of each role. Wrong answers are flagged with ``memtrace
+feedback`` (every other one with ``--expected``), ``memtrace attribute`` runs with no cases file,
+and every planted fault must get its label and op with ``SPAN_AND_EVENT`` capture.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from memtrace_bench.apps.cli import SMALL, classic_python
+from memtrace_bench.apps.model import FaultModel
+from memtrace_bench.apps.runner import APPS, AppRun, check_labels, classic_app, run_app, score
+from memtrace_bench.apps.scenario import ATTRIBUTES, FAILURE_ROLES, ROLES, make_world
+
+REPO = Path(__file__).resolve().parents[1]
+LABELS = {"ExtractionError", "UpdateError", "DeletionError", "RetrievalError", "ResponseError"}
+SEED = 1
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, AppRun]:
+    python = classic_python(required=os.environ.get("CI") == "true")
+    specs = [APPS["mem0"]] + ([classic_app(python)] if python else [])
+    root = tmp_path_factory.mktemp("apps")
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:  # two cores; mostly imports
+        futures = {
+            spec.name: pool.submit(
+                run_app,
+                spec,
+                "SPAN_AND_EVENT",
+                root / spec.name,
+                make_world(SEED, SMALL, classic=spec.classic),
+            )
+            for spec in specs
+        }
+        done = {name: future.result() for name, future in futures.items()}
+    if "mem0-classic" not in done:
+        pytest.skip("no mem0 1.x environment: only the mem0 2.x app ran")  # pragma: no cover
+    return done
+
+
+def _check(run: AppRun, skip: frozenset[str] = frozenset()) -> None:
+    assert not run.dropped, run.dropped  # every planted fault took effect
+    failed = [c for c in run.cases if c.label is not None]
+    assert {c.label for c in failed} == LABELS
+    assert len(failed) == len(FAILURE_ROLES) and sum(c.label is None for c in run.cases) == 3
+    assert sum(c.expected is not None for c in failed) == (len(failed) + 1) // 2
+    for case in run.cases:
+        verdict = run.verdicts.get(str(case.case_id)) or {}
+        if case.label is None:  # a correct answer is never blamed
+            assert not verdict.get("error_type"), (case, verdict)
+            continue
+        if case.label in skip:
+            continue
+        assert (verdict.get("error_type"), verdict.get("op_name")) == (case.label, case.op), (
+            case,
+            verdict.get("reason"),
+        )
+
+
+def test_mem0_app_in_mem0_2(runs: dict[str, AppRun]) -> None:
+    run = runs["mem0"]
+    assert run.log["mem0ai"].startswith("2.")
+    _check(run, skip=frozenset({"UpdateError"}))  # the known miss: the next test
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="method (issue 30): a merge that kept the stale value is blamed on the delete of the "
+    "newer note ('the memory holding the evidence was deleted'), though the trace shows the "
+    "newer note read by the merge completion whose text the update wrote",
+)
+def test_mem0_2_wrong_merge_is_an_update_error(runs: dict[str, AppRun]) -> None:
+    run = runs["mem0"]
+    [case] = [c for c in run.cases if c.label == "UpdateError"]
+    verdict = run.verdicts[str(case.case_id)]
+    assert (verdict["error_type"], verdict["op_name"]) == ("UpdateError", "mem0.update")
+
+
+def test_mem0_app_in_the_classic_pipeline(runs: dict[str, AppRun]) -> None:
+    run = runs["mem0-classic"]
+    assert run.log["mem0ai"] == "1.0.11"
+    _check(run)
+    s = score(run)
+    assert (s.type_accuracy, s.op_accuracy, s.correct_blamed) == (1.0, 1.0, 0)
+
+
+def test_a_planted_fault_that_did_not_take_effect_is_dropped_and_counted() -> None:
+    world = make_world(SEED, SMALL)
+    slots = {s.role: s for s in world.slots}
+    model = FaultModel(world)
+    answers = []
+    for role in ("omit", "retrieval_miss", "plain"):
+        slot = slots[role]
+        fact = slot.fact(slot.value)
+        answers.append(
+            {
+                "slot": slot.key,
+                "answer": slot.answer(slot.value),  # answered right after all
+                "hits": [{"id": "1", "memory": fact}],
+                "case_id": role,
+                "traceparent": None,
+            }
+        )
+    log = {"users": {slots["plain"].user: {"answers": answers, "store": []}}}
+    cases, dropped = check_labels(world, log, APPS["mem0"].ops, model.planted)
+    assert [c.role for c in cases] == ["plain"]
+    assert dropped == Counter({"omit: answered right": 1, "retrieval_miss: answered right": 1})
+    # Answered wrongly but the fact was retrieved after all: not a retrieval miss.
+    answers[1]["answer"] = "Sorry, I don't have that information."
+    store = [{"id": "1", "memory": slots["retrieval_miss"].fact(slots["retrieval_miss"].value)}]
+    log = {"users": {slots["plain"].user: {"answers": answers[1:2], "store": store}}}
+    _, dropped = check_labels(world, log, APPS["mem0"].ops, model.planted)
+    assert dropped == Counter({"retrieval_miss: the fact was retrieved": 1})
+
+
+def test_the_world_is_deterministic_and_sized_for_the_bench() -> None:
+    assert make_world(3).plan() == make_world(3).plan()
+    assert make_world(3).plan() != make_world(4).plan()
+    world = make_world(0)
+    labels = Counter(s.label for s in world.slots)
+    assert sum(n for label, n in labels.items() if label) >= 35
+    assert all(labels[label] >= 5 for label in LABELS) and labels[None] >= 8
+    assert {s.role for s in make_world(0, SMALL).slots} == set(ROLES)
+
+
+def _benchmark_texts() -> str:
+    """The benchmark systems' source (their fact, message and question texts live there)."""
+    found = []
+    for folder in ("memtrace_otel/systems", "memtrace_bench/systems"):
+        found += [p.read_text(encoding="utf-8") for p in sorted((REPO / folder).glob("*.py"))]
+    assert found, "the benchmark systems' texts were not found"
+    return re.sub(r"\s+", " ", "\n".join(found)).lower()
+
+
+def test_no_sentence_of_the_suite_is_a_benchmark_text() -> None:
+    corpus = _benchmark_texts()
+    sentences: set[str] = set()
+    for classic in (False, True):
+        world = make_world(0, classic=classic)
+        for s in world.slots:
+            values = [v for v in (s.value, s.new_value, s.wrong_value) if v]
+            sentences |= {s.intro, s.question, *(s.fact(v) for v in values)}
+            sentences |= {s.answer(v) for v in values}
+            if s.changes:
+                sentences.add(s.change)
+            if s.filler_value:
+                sentences |= {s.filler_message, s.filler_fact}
+    # And each template's fixed text (what stays when the names and values change).
+    for attribute in ATTRIBUTES:
+        for template in (attribute.intro, attribute.change, attribute.question, attribute.answer):
+            sentences |= {f.strip() for f in re.split(r"\{\w+\}", template) if len(f.strip()) > 15}
+    reused = sorted(t for t in sentences if t.lower() in corpus)
+    assert not reused, reused
