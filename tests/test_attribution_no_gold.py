@@ -12,10 +12,13 @@ from __future__ import annotations
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from memtrace_otel.attribution import Verdict
+from memtrace_otel.attribution import Case, EvidenceMethod, Verdict
+from memtrace_otel.attribution._scoring import production_view
 from memtrace_otel.attribution._text import is_non_answer
+from memtrace_otel.export import span_to_record
+from memtrace_otel.graph import build_graph
 from memtrace_otel.instrumentation import MemTracer
-from tests.test_attribution_evidence import Pipe
+from tests.test_attribution_evidence import CASE, Pipe
 
 
 @pytest.fixture
@@ -79,6 +82,7 @@ def test_the_answers_kind_is_not_the_date_beside_it(pipe: Pipe) -> None:
     rec = pipe.create(pipe.extract([msg], "Hana was cast as Juliet in the school play"))
     pipe.ask("What role does Hana have in the play?", [rec], "Hana is the director.")
     verdict = pipe.verdict(prediction="Hana is the director.")
+    assert verdict.evidence_refs == (msg.ref,), verdict.reason
     assert _culprit(verdict) == ("ResponseError", "t.answer"), verdict.reason
 
 
@@ -125,3 +129,33 @@ def test_the_true_source_sharing_words_with_the_wrong_answer_is_not_passed_over(
     verdict = pipe.verdict(prediction=wrong)
     assert verdict.evidence_refs == (msg.ref,), verdict.reason
     assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
+# --- judged from what was captured (PRODUCTION keeps the assembled context home) -----------------
+def _without_context(pipe: Pipe, prediction: str) -> Verdict:
+    records = [span_to_record(s) for s in pipe.exporter.get_finished_spans()]
+    G = production_view(build_graph(records))
+    for _, data in G.nodes(data=True):
+        if data.get("category") == "context":
+            data.pop("value", None)
+    return EvidenceMethod().attribute(G, Case(CASE, prediction=prediction))
+
+
+def test_an_uncaptured_context_is_judged_from_what_it_was_assembled_from(pipe: Pipe) -> None:
+    msg = pipe.message("These days I rent a flat in Ljubljana.")
+    rec = pipe.create(pipe.extract([msg], "Rosa rents a flat in Ljubljana"))
+    pipe.ask("Where does Rosa rent a flat?", [rec], "In Graz.")
+    verdict = _without_context(pipe, "In Graz.")
+    assert _culprit(verdict) == ("ResponseError", "t.answer"), verdict.reason
+    assert f"value of ctx:{CASE}@1" in verdict.unchecked
+    assert 0.1 <= verdict.confidence < 0.8
+
+
+def test_an_uncaptured_context_does_not_hide_a_retrieval_miss(pipe: Pipe) -> None:
+    msg = pipe.message("These days I rent a flat in Ljubljana.")
+    noise = pipe.message("The gym was packed tonight.")
+    pipe.create(pipe.extract([msg], "Rosa rents a flat in Ljubljana"))
+    other = pipe.create(pipe.extract([noise], "Rosa goes to the gym"))
+    pipe.ask("Where does Rosa rent a flat?", [other], "I don't know.")
+    verdict = _without_context(pipe, "I don't know.")
+    assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason
