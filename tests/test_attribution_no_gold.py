@@ -159,3 +159,25 @@ def test_an_uncaptured_context_does_not_hide_a_retrieval_miss(pipe: Pipe) -> Non
     pipe.ask("Where does Rosa rent a flat?", [other], "I don't know.")
     verdict = _without_context(pipe, "I don't know.")
     assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason
+
+
+@pytest.mark.parametrize("gold", [True, False], ids=["expected", "no-expected"])
+def test_a_merge_that_kept_the_old_value_is_blamed_not_the_delete_that_followed(
+    pipe: Pipe, gold: bool
+) -> None:
+    # A clean-up job merges two notes through an LLM rewrite: update(older, merged), then
+    # delete(newer). The merged text kept the old job: the merge lost the new one.
+    old = pipe.message("I work as a harbour pilot.", "3 January 2023")
+    new = pipe.message("New job: I retrained and work as an orthoptist now.", "5 May 2023")
+    older = pipe.create(pipe.extract([old], "Rosa works as a harbour pilot"))
+    newer = pipe.create(pipe.extract([new], "Rosa works as an orthoptist"))
+    mt = pipe.mt
+    with mt.generate("t.merge_llm", inputs=[older, newer]) as op:
+        merged = op.output(mt.variable("merged:1", "Rosa works as a harbour pilot", category="prediction"))
+    rec = pipe.update(older, "Rosa works as a harbour pilot", name="t.merge", inputs=[merged])
+    pipe.delete(newer)
+    pipe.ask("What is Rosa's job?", [rec], "Rosa is a harbour pilot.")
+    verdict = pipe.verdict(
+        gold=["an orthoptist"] if gold else [], prediction="Rosa is a harbour pilot."
+    )
+    assert _culprit(verdict) == ("UpdateError", "t.merge"), verdict.reason

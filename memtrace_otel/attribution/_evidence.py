@@ -753,6 +753,12 @@ def _death(scope: _Scope, var: str, carriers: set[str]) -> tuple[str, str] | Non
             last = max(handoffs, key=lambda op: order_key(G.nodes[op]))
             return last, _loss_reason(G, last)
         if G.nodes[successor].get("deleted"):
+            merge = _merged_into(scope, var, writer, until)
+            if merge is not None:
+                return merge, (
+                    "a merge lost the evidence: the record it was merged into does not hold it, "
+                    "and the merged record was then deleted"
+                )
             return writer, "the memory holding the evidence was deleted"
         return writer, _loss_reason(G, writer)
     consumers = _consumers(scope, var)
@@ -804,6 +810,44 @@ def _restates(scope: _Scope, question: Question, ref: str) -> bool:
     lexicon, _ = _store_reading(scope)
     reading = read(_text(value), question, lexicon)
     return bool(reading.bearing) and not reading.other_subject
+
+
+def _merged_into(
+    scope: _Scope, var: str, deleter: str, until: tuple[int, int, str, str]
+) -> str | None:
+    """The write that merged ``var`` into another record before ``var`` was deleted, if any.
+
+    A merge reads both records (itself, or through an LLM call whose output it writes), writes
+    one and deletes the other: the deletion is by design, and a value lost in the merge was lost
+    by the write.
+    """
+    index, G = scope.index, scope.index.G
+    own = G.nodes[var].get("id")
+
+    def writes_other(op: str) -> bool:
+        data = G.nodes[op]
+        return (
+            data["kind"] in (OpKind.UPDATE, OpKind.CREATE)
+            and data.get("case") is None
+            and order_key(data) < until
+            and any(
+                G.nodes[o].get("category") == Category.MEMORY and G.nodes[o].get("id") != own
+                for o in index.outputs(op)
+            )
+        )
+
+    for op in index.readers(var):
+        # The rewrite may be an LLM call that got a case id of its own (a chat call outside a
+        # question's ops): what matters is that it ran before the deletion.
+        if op == deleter or op in scope.ops or order_key(G.nodes[op]) >= until:
+            continue
+        if writes_other(op):
+            return op
+        for out in index.outputs(op):
+            for reader in index.readers(out):
+                if writes_other(reader):
+                    return reader
+    return None
 
 
 def _is_reset(G: nx.MultiDiGraph, var: str) -> bool:
