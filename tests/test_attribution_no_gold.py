@@ -173,7 +173,9 @@ def test_a_merge_that_kept_the_old_value_is_blamed_not_the_delete_that_followed(
     newer = pipe.create(pipe.extract([new], "Rosa works as an orthoptist"))
     mt = pipe.mt
     with mt.generate("t.merge_llm", inputs=[older, newer]) as op:
-        merged = op.output(mt.variable("merged:1", "Rosa works as a harbour pilot", category="prediction"))
+        merged = op.output(
+            mt.variable("merged:1", "Rosa works as a harbour pilot", category="prediction")
+        )
     rec = pipe.update(older, "Rosa works as a harbour pilot", name="t.merge", inputs=[merged])
     pipe.delete(newer)
     pipe.ask("What is Rosa's job?", [rec], "Rosa is a harbour pilot.")

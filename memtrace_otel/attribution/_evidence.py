@@ -370,7 +370,11 @@ class EvidenceMethod:
                 unchecked=sorted({*unchecked, *finding.unchecked, "expected answer"}),
                 missing_traces=missing,
             )
-        if evidence.how == "question" and finding.by in (_BY_DEFAULT, _BY_INPUTS) and _declined(case):
+        if (
+            evidence.how == "question"
+            and finding.by in (_BY_DEFAULT, _BY_INPUTS)
+            and _declined(case)
+        ):
             # The best match reached the context, yet the answer declined: either that message
             # is not what the question needs, or the answer ignored it, and without the expected
             # answer nothing tells which. A close runner-up lost on the way is the likelier
@@ -744,11 +748,15 @@ def _death(scope: _Scope, var: str, carriers: set[str]) -> tuple[str, str] | Non
         # emptied after a chunker took it): a stored record that a later step read as context
         # (mem0's extraction reads the existing memories) and that was then overwritten held
         # the evidence until the overwrite.
-        handoffs = [
-            op
-            for op in _consumers(scope, var)
-            if op != writer and order_key(G.nodes[op]) < until and _derives(G, index, op, var)
-        ] if _is_reset(G, successor) else []
+        handoffs = (
+            [
+                op
+                for op in _consumers(scope, var)
+                if op != writer and order_key(G.nodes[op]) < until and _derives(G, index, op, var)
+            ]
+            if _is_reset(G, successor)
+            else []
+        )
         if handoffs:
             last = max(handoffs, key=lambda op: order_key(G.nodes[op]))
             return last, _loss_reason(G, last)
@@ -1478,7 +1486,9 @@ def _carries(
     if sources:
         # A short value its op wrote from a carrier derives from it even when its source refs
         # were carried over from the version it replaced (an update names the old sources).
-        derived = any(s == signature.ref or s in carriers for s in sources) or (short and bool(read))
+        derived = any(s == signature.ref or s in carriers for s in sources) or (
+            short and bool(read)
+        )
         if derived and not short:
             # A window lists every message it holds: that it names the evidence does not say
             # which of its lines is the evidence's, unless the answer had no other source.

@@ -337,7 +337,8 @@ def _erf(x: Vectors) -> Vectors:
     np.exp(z, out=z)
     poly *= z
     np.subtract(np.float32(1.0), poly, out=poly)
-    return np.copysign(poly, x, out=poly)
+    out: Vectors = np.copysign(poly, x, out=poly)
+    return out
 
 
 def _one_blas_thread() -> contextlib.AbstractContextManager[object]:

@@ -134,6 +134,7 @@ def _restates_records(
         return answer and kind == OpKind.GENERATE
     return kind in _DECIDING_KINDS and category not in _NEVER_EXTRA
 
+
 MEMORY_CATEGORIES: Final = frozenset(
     [Category.MESSAGE, Category.MEMORY, Category.QUERY, Category.CANDIDATES, Category.GOLD]
 )

@@ -386,9 +386,10 @@ class Op:
             self._mt.registry.record(ref, ctx)
             if span.is_recording():
                 span.add_event(
-                    A.MEMTRACE_VARIABLE_EVENT, event_attributes(
+                    A.MEMTRACE_VARIABLE_EVENT,
+                    event_attributes(
                         self._mt.capture, var, ref, _OUTPUT, self._kind, bool(self._case_id)
-                    )
+                    ),
                 )
             traceparent = self._traceparent
             if traceparent is None:
