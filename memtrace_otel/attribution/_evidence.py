@@ -321,24 +321,24 @@ class EvidenceMethod:
         _, ref, finding = min(findings, key=lambda t: t[0])
         sure = evidence.sure
         question = Question.of(case.question)
-        if evidence.how == "question" and not (question.before or question.after or question.past):
+        if evidence.how == "question" and not (question.before or question.after):
             # Without an expected answer, an update that followed a later statement by the
             # user ("I eat fish again") superseded the evidence: that is no error. The later
-            # statement is then what the question needs.
-            later = _superseding(scope, finding.op, ref)
-            signature = _signature(scope, later, case) if later is not None else None
-            if (
-                later is not None
-                and signature is not None
-                and _restates(scope, question, later)
-                and set(scope.index.outputs(finding.op)) & _construction(scope, signature).carriers
-            ):
-                # The later statement says something of the asked kind, and the update's new
-                # version carries it: the update followed the user.
-                ref, finding = later, self._follow(scope, case, signature)
-                finding.why = f"it superseded an earlier statement; {finding.why}"
-                evidence.refs = [later]
-                sure = min(sure, _SURE_RUNNER_UP)
+            # statement is then what the question needs: one that says something of the asked
+            # kind and that the update's new version carries (it followed the user).
+            for later in _superseding(scope, finding.op, ref):
+                signature = _signature(scope, later, case)
+                if (
+                    signature is not None
+                    and _restates(scope, question, later)
+                    and set(scope.index.outputs(finding.op))
+                    & _construction(scope, signature).carriers
+                ):
+                    ref, finding = later, self._follow(scope, case, signature)
+                    finding.why = f"it superseded an earlier statement; {finding.why}"
+                    evidence.refs = [later]
+                    sure = min(sure, _SURE_RUNNER_UP)
+                    break
         if evidence.how == "question" and case.prediction and not _declined(case):
             # A wrong value came from somewhere the search did not explain: the message the
             # question matches is a weaker clue than when the answer simply declined.
@@ -776,8 +776,9 @@ def _death(scope: _Scope, var: str, carriers: set[str]) -> tuple[str, str] | Non
     return None
 
 
-def _superseding(scope: _Scope, op: str, ref: str) -> str | None:
-    """The later message an update followed when it replaced ``ref``'s content, if any.
+def _superseding(scope: _Scope, op: str, ref: str) -> list[str]:
+    """The later messages an update may have followed when it replaced ``ref``'s content,
+    latest first.
 
     An update is a supersession, not a loss, when besides the record it read something derived
     from a message the user wrote after ``ref`` (a fact extracted from it, or the message):
@@ -785,9 +786,9 @@ def _superseding(scope: _Scope, op: str, ref: str) -> str | None:
     """
     index, G = scope.index, scope.index.G
     if G.nodes[op]["kind"] != OpKind.UPDATE:
-        return None
+        return []
     since = G.nodes[ref].get("time") or 0
-    latest: tuple[int, str] | None = None
+    later: set[tuple[int, str]] = set()
     for var in index.inputs(op):
         data = G.nodes[var]
         if data.get("category") == Category.MESSAGE:
@@ -805,9 +806,8 @@ def _superseding(scope: _Scope, op: str, ref: str) -> str | None:
             ]
         for m in origins:
             if m in G and m != ref and (G.nodes[m].get("time") or 0) > since:
-                stamp = (G.nodes[m].get("time") or 0, m)
-                latest = stamp if latest is None or stamp > latest else latest
-    return latest[1] if latest is not None else None
+                later.add((G.nodes[m].get("time") or 0, m))
+    return [m for _, m in sorted(later, reverse=True)]
 
 
 def _restates(scope: _Scope, question: Question, ref: str) -> bool:
