@@ -183,3 +183,15 @@ def test_a_merge_that_kept_the_old_value_is_blamed_not_the_delete_that_followed(
         gold=["an orthoptist"] if gold else [], prediction="Rosa is a harbour pilot."
     )
     assert _culprit(verdict) == ("UpdateError", "t.merge"), verdict.reason
+
+
+def test_the_wrong_value_beside_the_right_one_is_not_what_a_carrier_must_keep(pipe: Pipe) -> None:
+    # "Pickle instead of Biscotti", answered "Biscotti": the record that kept Pickle carries the
+    # fact; it was stored and not retrieved.
+    msg = pipe.message("My ferret answers to Pickle now instead of Biscotti.")
+    noise = pipe.message("The gym was packed tonight.")
+    pipe.create(pipe.extract([msg], "Rosa's ferret is called Pickle"))
+    other = pipe.create(pipe.extract([noise], "Rosa goes to the gym"))
+    pipe.ask("What is the name of Rosa's ferret?", [other], "The ferret is called Biscotti.")
+    verdict = pipe.verdict(prediction="The ferret is called Biscotti.")
+    assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason

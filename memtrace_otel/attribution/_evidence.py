@@ -1408,11 +1408,17 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
             # The day beside a fact ("opening night is 12 May") is not what a question asks
             # for unless it asks when or how many: what the fact says bears the answer.
             entities = entities - date_numbers(text)
-        key = frozenset(entities - asked) or frozenset(joined) or entities
+        # Without an expected answer the wrong answer's own words are not what a carrier must
+        # keep: "Pickle instead of Biscotti", answered "Biscotti", is carried by "Pickle".
+        wrong = frozenset()
+        if not golds and case.prediction and not is_non_answer(case.prediction):
+            wrong = frozenset(content_tokens(case.prediction)) - asked
+        key = frozenset(entities - asked - wrong) or frozenset(entities - asked)
+        key = key or frozenset(joined) or entities
         if not key:
             loose = True
             key = frozenset(w for w in words - asked - _COMMON if len(w) > 2)
-            key = key or frozenset(words & asked)
+            key = (key - wrong or key) or frozenset(words & asked)
         strict = key & entities
     topic_pool = [
         t for t in dict.fromkeys(content_tokens(text)) if t not in key and not t.isdigit()
@@ -1449,7 +1455,7 @@ _COMMON = frozenset(
         "today yesterday recently lately new just really week day year years time times go "
         "goes going went gone get gets getting got make makes made take took come came well "
         "good great lot lots thing things stuff pretty kind sort way again also still even "
-        "already"
+        "already give gives gave given giving put puts say says said tell tells told"
     )
 )
 
