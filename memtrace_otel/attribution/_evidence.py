@@ -1410,7 +1410,7 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
             entities = entities - date_numbers(text)
         # Without an expected answer the wrong answer's own words are not what a carrier must
         # keep: "Pickle instead of Biscotti", answered "Biscotti", is carried by "Pickle".
-        wrong = frozenset()
+        wrong: frozenset[str] = frozenset()
         if not golds and case.prediction and not is_non_answer(case.prediction):
             wrong = frozenset(content_tokens(case.prediction)) - asked
         key = frozenset(entities - asked - wrong) or frozenset(entities - asked)
