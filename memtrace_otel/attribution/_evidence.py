@@ -325,12 +325,16 @@ class EvidenceMethod:
             # Without an expected answer, an update that followed a later statement by the
             # user ("I eat fish again") superseded the evidence: that is no error. The later
             # statement is then what the question needs: one that says something of the asked
-            # kind and that the update's new version carries (it followed the user).
+            # kind (or names something new) and that the update's new version carries (it
+            # followed the user).
             for later in _superseding(scope, finding.op, ref):
                 signature = _signature(scope, later, case)
                 if (
                     signature is not None
-                    and _restates(scope, question, later)
+                    and (
+                        _restates(scope, question, later)
+                        or bool(signature.strict - _speakers(scope))
+                    )
                     and set(scope.index.outputs(finding.op))
                     & _construction(scope, signature).carriers
                 ):
