@@ -827,9 +827,9 @@ def _restates(scope: _Scope, question: Question, ref: str) -> bool:
 def _merged_into(
     scope: _Scope, var: str, deleter: str, until: tuple[int, int, str, str]
 ) -> str | None:
-    """The write that merged ``var`` into another record before ``var`` was deleted, if any.
+    """The update that merged ``var`` into another record before ``var`` was deleted, if any.
 
-    A merge reads both records (itself, or through an LLM call whose output it writes), writes
+    A merge reads both records (itself, or through an LLM call whose output it writes), updates
     one and deletes the other: the deletion is by design, and a value lost in the merge was lost
     by the write.
     """
@@ -839,7 +839,7 @@ def _merged_into(
     def writes_other(op: str) -> bool:
         data = G.nodes[op]
         return (
-            data["kind"] in (OpKind.UPDATE, OpKind.CREATE)
+            data["kind"] == OpKind.UPDATE  # a merge writes into an existing record
             and data.get("case") is None
             and order_key(data) < until
             and any(
