@@ -131,7 +131,7 @@ def test_the_true_source_sharing_words_with_the_wrong_answer_is_not_passed_over(
     assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
 
 
-# --- judged from what was captured (PRODUCTION keeps the assembled context home) -----------------
+# --- PRODUCTION keeps the assembled context home: what was captured still decides ---------------
 def _without_context(pipe: Pipe, prediction: str) -> Verdict:
     records = [span_to_record(s) for s in pipe.exporter.get_finished_spans()]
     G = production_view(build_graph(records))
@@ -139,16 +139,6 @@ def _without_context(pipe: Pipe, prediction: str) -> Verdict:
         if data.get("category") == "context":
             data.pop("value", None)
     return EvidenceMethod().attribute(G, Case(CASE, prediction=prediction))
-
-
-def test_an_uncaptured_context_is_judged_from_what_it_was_assembled_from(pipe: Pipe) -> None:
-    msg = pipe.message("These days I rent a flat in Ljubljana.")
-    rec = pipe.create(pipe.extract([msg], "Rosa rents a flat in Ljubljana"))
-    pipe.ask("Where does Rosa rent a flat?", [rec], "In Graz.")
-    verdict = _without_context(pipe, "In Graz.")
-    assert _culprit(verdict) == ("ResponseError", "t.answer"), verdict.reason
-    assert f"value of ctx:{CASE}@1" in verdict.unchecked
-    assert 0.1 <= verdict.confidence < 0.8
 
 
 def test_an_uncaptured_context_does_not_hide_a_retrieval_miss(pipe: Pipe) -> None:

@@ -118,12 +118,9 @@ _FOUND_BY = {
 _BY_CONTENT = "content"
 _BY_STRUCTURE = "structure"
 _BY_DEFAULT = "default"  # the evidence reached the context: the answer is to blame
-# The evidence reached an op whose output was not captured (the context under PRODUCTION): its
-# captured inputs decide, less surely than its output would.
-_BY_INPUTS = "inputs"
 _STRUCTURE_UNSEEN = 0.3
 _DEFAULT_WHY = "the evidence reached the answer's context, yet the answer is wrong"
-_SURE_BY = {_BY_CONTENT: 0.95, _BY_STRUCTURE: 0.85, _BY_DEFAULT: 0.85, _BY_INPUTS: 0.7}
+_SURE_BY = {_BY_CONTENT: 0.95, _BY_STRUCTURE: 0.85, _BY_DEFAULT: 0.85}
 # Blaming the answer by default needs the evidence to be the right one: found by the question
 # alone, the message that reached the context may not be what the question needs (39 % right at
 # 0.41 on the hard benchmark without expected answers).
@@ -349,18 +346,16 @@ class EvidenceMethod:
             sure *= _UNEXPLAINED_WRONG
         if (
             evidence.how == "question"
-            and finding.by in (_BY_DEFAULT, _BY_INPUTS)
+            and finding.by == _BY_DEFAULT
             and _declined(case)
             and evidence.bearing
-            and (not finding.unchecked or finding.by == _BY_INPUTS)
+            and not finding.unchecked
         ):
             # A message that holds content of the kind the question asks for, and that the
             # question does not name, reached the answer's context, and the answer declined:
             # fixing the answer fixes the case (the definition's ResponseError). Moderately sure:
             # the message was found by the question, not by the answer.
-            confidence = evidence.sure * _SURE_DECLINED * (
-                _SURE_BY[_BY_INPUTS] if finding.by == _BY_INPUTS else 1.0
-            ) - 0.2 * bool(missing)
+            confidence = evidence.sure * _SURE_DECLINED - 0.2 * bool(missing)
             return blame(
                 G,
                 case,
@@ -374,11 +369,7 @@ class EvidenceMethod:
                 unchecked=sorted({*unchecked, *finding.unchecked, "expected answer"}),
                 missing_traces=missing,
             )
-        if (
-            evidence.how == "question"
-            and finding.by in (_BY_DEFAULT, _BY_INPUTS)
-            and _declined(case)
-        ):
+        if evidence.how == "question" and finding.by == _BY_DEFAULT and _declined(case):
             # The best match reached the context, yet the answer declined: either that message
             # is not what the question needs, or the answer ignored it, and without the expected
             # answer nothing tells which. A close runner-up lost on the way is the likelier
@@ -403,7 +394,7 @@ class EvidenceMethod:
                     missing_traces=missing,
                 )
         unchecked.extend(finding.unchecked)
-        if finding.unchecked and finding.by not in (_BY_STRUCTURE, _BY_INPUTS):
+        if finding.unchecked and finding.by != _BY_STRUCTURE:
             return no_verdict(
                 G,
                 case,
@@ -416,9 +407,9 @@ class EvidenceMethod:
                 missing_traces=missing,
             )
         confidence = sure * _SURE_BY[finding.by] - 0.2 * bool(missing)
-        if evidence.how == "question" and finding.by in (_BY_DEFAULT, _BY_INPUTS):
+        if evidence.how == "question" and finding.by == _BY_DEFAULT:
             confidence *= _DEFAULT_SEARCHED
-        if finding.unchecked and finding.by != _BY_INPUTS:
+        if finding.unchecked:
             # Structure decided, but an unseen value upstream may have lost the evidence first.
             confidence = min(confidence, _STRUCTURE_UNSEEN)
         return blame(
@@ -555,7 +546,6 @@ class EvidenceMethod:
         first_miss: str | None = None
         reached_context = False
         retrieved = False
-        by_inputs = False
         for op in scope.ops:
             data = G.nodes[op]
             kind = data["kind"]
@@ -568,7 +558,6 @@ class EvidenceMethod:
             if kind == OpKind.FILTER:
                 outs = _kept(G, index, op, reads)
             carrying, unknown = [], False
-            settled = not unchecked  # nothing before this op went unchecked
             for o in outs:
                 verdict = _carries(index, o, signature, carriers, lines)
                 if verdict is None:
@@ -594,13 +583,6 @@ class EvidenceMethod:
                 if kind == OpKind.ASSEMBLE and not reached_context:
                     unchecked = []
                     reached_context = True
-            elif unknown and kind == OpKind.ASSEMBLE and settled:
-                # The context was not captured (PRODUCTION keeps it home), but what the
-                # assembly read was, and it carries the evidence: judge from that. What went
-                # unchecked is named.
-                carriers.update(outs)
-                reached_context = True
-                by_inputs = True
             elif unknown:
                 return _Finding(
                     op, f"{kind} op: its output's content decides", _BY_CONTENT, unchecked
@@ -641,14 +623,6 @@ class EvidenceMethod:
                     _BY_CONTENT,
                     unchecked,
                 )
-        if by_inputs:
-            return _Finding(
-                generate,
-                f"{_DEFAULT_WHY} (the context was not captured; what it was assembled from "
-                "carries the evidence)",
-                _BY_INPUTS,
-                unchecked,
-            )
         return _Finding(generate, _DEFAULT_WHY, _BY_DEFAULT, unchecked)
 
 
