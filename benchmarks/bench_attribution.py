@@ -40,14 +40,13 @@ from memtrace_otel.attribution._scoring import production_view
 def _cold() -> None:
     """Empty the attribution caches (per-store corpora, token caches, sentence vectors), as at a
     run's start."""
-    from memtrace_bench.systems import _text as systems_text
-    from memtrace_otel.attribution import _index, _semantic, _text
+    from memtrace_otel.attribution import _index, _semantic, _text, _tokens
 
     for index in list(_index._cache.values()):
         index.memo.clear()
     _text.segment_words.cache_clear()
     _text.entity_tokens.cache_clear()
-    systems_text._content_tokens.cache_clear()
+    _tokens._content_tokens.cache_clear()
     encoder = _semantic.default_encoder()
     if encoder is not None:
         encoder.clear_cache()

@@ -67,16 +67,12 @@ def _check(run: AppRun, skip: frozenset[str] = frozenset()) -> None:
 def test_mem0_app_in_mem0_2(runs: dict[str, AppRun]) -> None:
     run = runs["mem0"]
     assert run.log["mem0ai"].startswith("2.")
-    _check(run, skip=frozenset({"UpdateError"}))  # the known miss: the next test
+    _check(run)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="method (issue 30): a merge that kept the stale value is blamed on the delete of the "
-    "newer note ('the memory holding the evidence was deleted'), though the trace shows the "
-    "newer note read by the merge completion whose text the update wrote",
-)
 def test_mem0_2_wrong_merge_is_an_update_error(runs: dict[str, AppRun]) -> None:
+    # A merge that kept the stale value: the newer note was read by the merge completion whose
+    # text the update wrote, then deleted; the merge's update lost it (issue 30).
     run = runs["mem0"]
     [case] = [c for c in run.cases if c.label == "UpdateError"]
     verdict = run.verdicts[str(case.case_id)]

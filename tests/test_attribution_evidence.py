@@ -414,9 +414,10 @@ def test_without_gold_a_declined_answer_with_the_bearing_message_in_context_blam
     pipe.ask("Where does Rosa rent a flat?", [rec], "I don't know")
     verdict = pipe.verdict(prediction="I don't know")
     # The message holds a place the question does not name, it reached the context, and the
-    # answer declined: the definition's ResponseError, said with a moderate confidence.
+    # answer declined: the definition's ResponseError, said with a low confidence (a decline
+    # says the context most likely lacked the fact: the message found may not be the one).
     assert _culprit(verdict) == ("ResponseError", "t.answer"), verdict.reason
-    assert 0.3 < verdict.confidence < 0.8
+    assert 0.1 <= verdict.confidence <= 0.3
     assert "ljubljana" in verdict.reason and "expected answer" in verdict.unchecked
 
 

@@ -272,6 +272,21 @@ def test_production_setting_captures_memory_redacted_and_no_prompts_or_answers(
     assert capture.record("Porto", Category.GOLD) == ("Porto", False)  # the expected answer
     for category in (Category.PROMPT, Category.CONTEXT, Category.PREDICTION, Category.OTHER):
         assert capture.record("the answer", category) == (None, False)
+    # Contract v0.3: the answer the user saw, and what decision and filter ops output (they
+    # restate captured records), chosen by op kind and role; never a prompt, the context or
+    # another LLM call's completion.
+    out = {"role": "output"}
+    answer = capture.record("Porto", Category.PREDICTION, kind="generate", answer=True, **out)
+    assert answer == ("Porto", False)
+    assert capture.record("raw", Category.PREDICTION, kind="generate", **out) == (None, False)
+    decided = capture.record('{"event":"DELETE"}', Category.OTHER, kind="update", **out)
+    assert decided == ('{"event":"DELETE"}', False)
+    assert capture.record("kept", Category.OTHER, kind="filter", **out) == ("kept", False)
+    assert capture.record("kept", Category.OTHER, kind="filter", role="input") == (None, False)
+    for kind in ("update", "filter"):
+        for category in (Category.PROMPT, Category.CONTEXT):
+            assert capture.record("prompt", category, kind=kind, **out) == (None, False)
+    assert capture.record("raw", Category.OTHER, kind="generate", **out) == (None, False)
     # The upstream variable keeps its meaning: turning it on adds prompts and completions.
     monkeypatch.setenv(E.ENV_CAPTURE_MESSAGE_CONTENT, "SPAN_AND_EVENT")
     assert CaptureConfig().record("the answer", Category.PREDICTION) == ("the answer", False)
@@ -419,15 +434,18 @@ def test_production_capture_keeps_the_memory_verdicts_right(
     from tests._pipeline import EXPECTED, write_workload
 
     traces, cases = write_workload(tmp_path, capture=CaptureConfig.for_production())
-    # No LLM prompt, context or answer text left the process.
+    # No LLM prompt or context text left the process; the answers the users saw did.
+    answers = 0
     for line in traces.read_text().splitlines():
         for rs in json.loads(line)["resourceSpans"]:
             for span in rs["scopeSpans"][0]["spans"]:
                 for event in span.get("events", []):
                     attrs = {a["key"]: a["value"] for a in event["attributes"]}
                     category = attrs[A.MEMTRACE_VARIABLE_CATEGORY]["stringValue"]
-                    if category in ("context", "prediction", "prompt"):
+                    if category in ("context", "prompt"):
                         assert A.MEMTRACE_VARIABLE_VALUE not in attrs
+                    answers += category == "prediction" and A.MEMTRACE_VARIABLE_VALUE in attrs
+    assert answers
     verdicts, _ = run_batch(
         [str(traces)], EvidenceMethod(), cases_file=str(cases) if with_cases else None
     )

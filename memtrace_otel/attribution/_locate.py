@@ -98,7 +98,8 @@ _NAMING_STEMS = frozenset(stem(w) for w in ("name", "named", "called", "call", "
 _TIME_WORDS = frozenset(
     content_tokens(
         "today tonight yesterday tomorrow now ago last week weekend month year morning evening "
-        "january february march april may june july august september october november december"
+        "january february march april may june july august september october november december "
+        "monday tuesday wednesday thursday friday saturday sunday"
     )
 )
 _NUMBER_WORDS = frozenset(
@@ -134,6 +135,7 @@ class Question:
         kind: ``time``, ``place``, ``name``, ``number`` or ``thing``.
         asked: the question's content tokens (stemmed).
         present: it asks about the current state ("where does she live?").
+        past: it asks about the past ("where did she live?", "used to").
         before: it asks about what preceded something it names ("before moving to Zurich").
         after: it asks about what followed something it names.
     """
@@ -144,6 +146,7 @@ class Question:
     present: bool
     before: bool
     after: bool
+    past: bool = False
 
     @classmethod
     def of(cls, text: str) -> Question:
@@ -173,6 +176,7 @@ class Question:
             present=bool(_PRESENT_Q.search(text)) and not past,
             before=bool(_BEFORE.search(text)),
             after=bool(_AFTER.search(text)),
+            past=past,
         )
 
 
@@ -278,13 +282,14 @@ def _read(
         token = stem(low.split("'")[0])
         if not word[0].isupper() or low in STOPWORDS or low in _FIRST_PERSON:
             continue
+        if token in asked and not token.isdigit():
+            # The question's own name, wherever it stands (a sentence often opens with it).
+            mentioned.add(token)
+            continue
         initial = i == 0 or bool(_SENTENCE_END.search(text, max(0, start - 3), start))
         if initial and token not in lexicon:
             continue  # a capital that only opens a sentence
         if token in _TIME_WORDS or token.isdigit():
-            continue
-        if token in asked:
-            mentioned.add(token)
             continue
         previous = lowered[i - 1] if i else ""
         if previous in _LOCATIVE:
@@ -294,7 +299,9 @@ def _read(
         subjects.add(token)
         if any(w in _NAMING for w in lowered[max(0, i - 2) : i]):
             introduced.add(token)  # a naming statement is about the speaker's relation
-        elif first_subject_at is None or i < first_subject_at:
+        elif (first_subject_at is None or i < first_subject_at) and not mentioned:
+            # A name after the question's subject is what the sentence says of it ("Hana got
+            # cast as Juliet"), not another subject.
             subject_first.append(token)
     tokens = frozenset(content_tokens(text))
     kind = question.kind

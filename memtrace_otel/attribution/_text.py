@@ -33,6 +33,7 @@ __all__ = [
     "asks_for_time",
     "bm25_ranking",
     "content_tokens",
+    "date_numbers",
     "entity_tokens",
     "has_tokens",
     "is_non_answer",
@@ -81,10 +82,20 @@ _UNDATED = re.compile(
     r"|\bundated\b",
     re.IGNORECASE,
 )
+# A decline, by English grammar: the speaker negates knowing, having, finding or recalling
+# ("I don't know", "I do not have any details", "I couldn't find anything"), has no knowledge
+# ("I have no idea", "no information"), or says the fact was never given ("wasn't mentioned").
 _NON_ANSWER = re.compile(
-    r"\b(i (?:do not|don'?t|cannot|can'?t) (?:know|tell|say|answer|recall|remember)|"
-    r"not (?:mentioned|specified|stated|known|sure|available|provided)|no (?:information|record|"
-    r"mention|answer)|unknown|unanswerable|cannot be determined|none given)\b",
+    r"\b(i(?:'m| am)? (?:do not|don'?t|did not|didn'?t|cannot|can'?t|could not|couldn'?t|"
+    r"am unable to|was unable to|unable to|not able to) (?:\w+ ){0,2}?(?:know|tell|say|answer|"
+    r"recall|remember|find|see|locate|determine)\b|"
+    r"(?:i|we) (?:do not|don'?t|did not|didn'?t) have (?:\w+ )?(?:information|info|details?|"
+    r"record|memory|memories|knowledge|data|mention)|"
+    r"(?:i|we) (?:have|had|'ve) (?:no|not) (?:\w+ )?(?:idea|information|info|details?|record|"
+    r"memory|memories|knowledge|data|mention)|"
+    r"(?:\w+n'?t|not|never|nothing) (?:been |being )?(?:mentioned|specified|stated|known|"
+    r"available|provided|shared|recorded|given)|not sure|no (?:information|info|details?|record|"
+    r"mention|answer|idea|data)|unknown|unanswerable|cannot be determined|none given)\b",
     re.IGNORECASE,
 )
 
@@ -170,6 +181,23 @@ def asks_for_time(question: str) -> bool:
     (True, False)
     """
     return bool(_TIME_QUESTION.search(question))
+
+
+_MONTH = "(?:" + "|".join(sorted(_MONTHS)) + ")"
+_DATE_NUMBER = re.compile(
+    rf"\b(\d{{1,2}})(?:st|nd|rd|th)?(?: of)? {_MONTH}\b|\b{_MONTH} (\d{{1,2}})\b"
+    r"|\b((?:19|20)\d\d)\b",
+    re.IGNORECASE,
+)
+
+
+def date_numbers(text: str) -> frozenset[str]:
+    """The numbers of ``text`` that belong to a date (a day beside its month, a year).
+
+    >>> sorted(date_numbers("Opening night is 12 May 2024, row 7."))
+    ['12', '2024']
+    """
+    return frozenset(g for m in _DATE_NUMBER.finditer(text) for g in m.groups() if g)
 
 
 def says_undated(text: str) -> bool:

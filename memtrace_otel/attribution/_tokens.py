@@ -234,20 +234,33 @@ def tokens(text: str) -> list[str]:
 def stem(token: str) -> str:
     """A crude suffix stripper, enough to match inflections of the same word.
 
+    A consonant doubled before the suffix is undoubled ("swimming", "planned"), except l, s
+    and z, which English doubles in the stem itself ("falling", "passed").
+
     >>> [stem(t) for t in ["lives", "living", "moved", "cities", "class"]]
     ['live', 'live', 'move', 'city', 'class']
+    >>> [stem(t) for t in ["swimming", "swim", "planned", "falling", "added"]]
+    ['swim', 'swim', 'plan', 'fall', 'add']
     """
     if len(token) > 4 and token.endswith("ies"):
         return token[:-3] + "y"
     if len(token) > 5 and token.endswith("ing"):
-        return (
+        return _undouble(
             token[:-3] + "e" if token[-4] not in "aeiouy" and token[-5] in "aeiou" else token[:-3]
         )
     if len(token) > 4 and token.endswith("ed"):
-        return token[:-1] if token[-3] not in "aeiou" and token[-4] in "aeiou" else token[:-2]
+        return _undouble(
+            token[:-1] if token[-3] not in "aeiou" and token[-4] in "aeiou" else token[:-2]
+        )
     if len(token) > 3 and token.endswith("s") and not token.endswith("ss"):
         return token[:-1]
     return token
+
+
+def _undouble(stemmed: str) -> str:
+    if len(stemmed) >= 4 and stemmed[-1] == stemmed[-2] and stemmed[-1] not in "aeioulsz":
+        return stemmed[:-1]
+    return stemmed
 
 
 def content_tokens(text: str) -> list[str]:

@@ -14,11 +14,14 @@ Two settings, two scopes:
 - ``MEMTRACE_CAPTURE_CONTENT`` (ours, narrower): overrides it for the memory pipeline's own
   categories only (``message``, ``memory``, ``query``, ``candidates``, and ``gold``, the expected
   answer). Its extra value ``PRODUCTION`` captures those with the built-in redaction (unless a
-  hook is given), while LLM prompts, context, answers, other values and exception messages keep
-  following the upstream variable, whose default ``NO_CONTENT`` keeps them out. Its value
-  ``REFERENCE`` (contract v0.3 section 6) sends every value ``SPAN_AND_EVENT`` would record, of
-  every category, to a content store (``MEMTRACE_CONTENT_URL``, any fsspec URL) instead: the span
-  carries the object's URL (``memtrace.variable.value_ref``), no text.
+  hook is given), and also the answer the user saw (``prediction``) and the outputs of decision
+  and filter ops (``extract``, ``create``, ``update``, ``delete``, ``filter``: mem0's parsed
+  decisions, a dedup's kept list), which restate captured records; LLM prompts, raw completions,
+  the assembled context and exception messages keep following the upstream variable, whose
+  default ``NO_CONTENT`` keeps them out. Its value ``REFERENCE`` (contract v0.3 section 6) sends
+  every value ``SPAN_AND_EVENT`` would record, of every category, to a content store
+  (``MEMTRACE_CONTENT_URL``, any fsspec URL) instead: the span carries the object's URL
+  (``memtrace.variable.value_ref``), no text.
 
 ``MEMTRACE_DIGEST_KEY`` keys every digest (``b2k:<key id>:<hex>``, keyed BLAKE2b) so that no one
 without the key can confirm a guessed value; without it digests are plain ``sha256:``.
@@ -48,7 +51,7 @@ from memtrace_otel.instrumentation._content import (
     parse_key,
 )
 from memtrace_otel.instrumentation._variables import Variable
-from memtrace_otel.semconv import PRODUCTION, REFERENCE, CaptureMode, Category, Role, is_ref
+from memtrace_otel.semconv import PRODUCTION, REFERENCE, CaptureMode, Category, OpKind, Role, is_ref
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.semconv.env import (
     ENV_CAPTURE_MESSAGE_CONTENT,
@@ -188,6 +191,29 @@ def redact_pii(text: str) -> str:
 
 _LEGACY = {"true": CaptureMode.SPAN_AND_EVENT, "false": CaptureMode.NO_CONTENT}
 
+_DECIDING_KINDS: Final = frozenset(
+    [OpKind.EXTRACT, OpKind.CREATE, OpKind.UPDATE, OpKind.DELETE, OpKind.FILTER]
+)
+"""Ops whose outputs ``PRODUCTION`` also records: a memory system's decisions parsed from its LLM
+(mem0 1.x's event, id and text) and what a filter kept or dropped. They restate records that
+are captured anyway; a raw completion is the output of a ``generate`` op, never of these."""
+_NEVER_EXTRA: Final = frozenset([Category.PROMPT, Category.CONTEXT])
+
+
+def _restates_records(
+    category: Category, kind: OpKind | str | None, role: Role | str | None, answer: bool
+) -> bool:
+    """What ``PRODUCTION`` records beyond the memory categories (contract v0.3 section 6): the
+    answer the user saw (the ``prediction`` a question's ``generate`` op wrote), and the outputs
+    of decision and filter ops; never an LLM prompt, another LLM call's completion or the
+    assembled context."""
+    if role != Role.OUTPUT:
+        return False
+    if category == Category.PREDICTION:
+        return answer and kind == OpKind.GENERATE
+    return kind in _DECIDING_KINDS and category not in _NEVER_EXTRA
+
+
 MEMORY_CATEGORIES: Final = frozenset(
     [Category.MESSAGE, Category.MEMORY, Category.QUERY, Category.CANDIDATES, Category.GOLD]
 )
@@ -260,7 +286,7 @@ class CaptureConfig:
     >>> CaptureConfig(mode="SPAN_ONLY", redact="builtin").mask("ana@example.com")
     ('<email>', False)
     >>> production = CaptureConfig(memory_mode="PRODUCTION")
-    >>> production.record("ana@example.com", Category.MEMORY), production.record("hi", Category.PREDICTION)
+    >>> production.record("ana@example.com", Category.MEMORY), production.record("hi", Category.PROMPT)
     (('<email>', False), (None, False))
     >>> reference = CaptureConfig(mode="REFERENCE", content_url="memory://doc-store")
     >>> reference.record("hi", Category.PREDICTION)
@@ -361,9 +387,9 @@ class CaptureConfig:
     @classmethod
     def for_production(cls, redact: Redactor | Literal["builtin"] | None = None) -> CaptureConfig:
         """The production setting: memory records, messages, queries, candidates and expected
-        answers captured, redacted (built-in hook unless ``redact``) and cut; LLM prompts,
-        context, answers and exception messages follow the upstream variable (default: not
-        captured)."""
+        answers captured, and the answer the user saw and the outputs of decision and filter ops,
+        all redacted (built-in hook unless ``redact``) and cut; LLM prompts, other completions,
+        context and exception messages follow the upstream variable (default: not captured)."""
         return cls(memory_mode=PRODUCTION, redact=redact)
 
     @property
@@ -390,7 +416,14 @@ class CaptureConfig:
         return category in self._captured
 
     def record(
-        self, text: str, category: Category, store: str | None = None
+        self,
+        text: str,
+        category: Category,
+        store: str | None = None,
+        *,
+        kind: OpKind | str | None = None,
+        role: Role | str | None = None,
+        answer: bool = False,
     ) -> tuple[str | None, bool]:
         """What of one piece of app text of ``category`` leaves the process.
 
@@ -398,7 +431,9 @@ class CaptureConfig:
         and feedback's expected answer and comment pass here: nothing when capture is off for
         the category, else the text after the redaction hook, cut to the size limit. Under
         ``REFERENCE`` the redacted text goes to the content store instead (queued, never
-        blocking) and what leaves in the span is the object's URL.
+        blocking) and what leaves in the span is the object's URL. ``kind`` and ``role``: the op
+        the value is an input or output of, and ``answer``: that op serves a question (it has a
+        case id); ``PRODUCTION`` chooses by them (contract v0.3 section 6).
 
         Args:
             store: the memory store the text belongs to (``REFERENCE``: whose manifest lists it).
@@ -406,8 +441,18 @@ class CaptureConfig:
         Returns:
             ``(text, truncated)``; ``text`` is ``None`` when capture is off or the hook failed;
             under ``REFERENCE`` it is the object's URL (see :attr:`reference`).
+
+        >>> production = CaptureConfig(memory_mode="PRODUCTION")
+        >>> production.record('{"event":"UPDATE"}', Category.OTHER, kind="update", role="output")
+        ('{"event":"UPDATE"}', False)
+        >>> production.record("raw completion", Category.OTHER, kind="generate", role="output")
+        (None, False)
+        >>> production.record("Porto", Category.PREDICTION, kind="generate", role="output", answer=True)
+        ('Porto', False)
         """
-        if category not in self._captured:
+        if category not in self._captured and not (
+            self.production and _restates_records(category, kind, role, answer)
+        ):
             return None, False
         writer = self._writer
         if writer is not None:
@@ -587,7 +632,14 @@ def _memory_mode(value: object) -> CaptureMode | str:
 
 
 def meta_json(
-    capture: CaptureConfig, meta: Mapping[str, Any], category: Category, store: str | None = None
+    capture: CaptureConfig,
+    meta: Mapping[str, Any],
+    category: Category,
+    store: str | None = None,
+    *,
+    kind: OpKind | str | None = None,
+    role: Role | str | None = None,
+    answer: bool = False,
 ) -> str | None:
     """``memtrace.variable.meta``: structure always, each content field as :meth:`CaptureConfig.record` says.
 
@@ -620,7 +672,7 @@ def meta_json(
             content[key] = value
             continue
         text = canonical_value(value)
-        kept, truncated = capture.record(text, category, store)
+        kept, truncated = capture.record(text, category, store, kind=kind, role=role, answer=answer)
         if kept is None:
             continue
         out[key] = value if kept == text and not truncated else kept
@@ -637,14 +689,22 @@ _CATEGORY_VALUES = {c: c.value for c in Category}  # enum .value is a descriptor
 
 
 def event_attributes(
-    capture: CaptureConfig, var: Variable, ref: str, role: Role | str, store: str | None = None
+    capture: CaptureConfig,
+    var: Variable,
+    ref: str,
+    role: Role | str,
+    store: str | None = None,
+    *,
+    kind: OpKind | str | None = None,
+    answer: bool = False,
 ) -> dict[str, AttributeValue]:
     """The attributes of one ``memtrace.variable`` event: ref, role, category, digest, and what
     :meth:`CaptureConfig.record` and :func:`meta_json` let leave of the value and its meta
     (under ``REFERENCE``, ``memtrace.variable.value_ref`` instead of the value).
 
-    ``ref`` is ``var.ref`` (the caller often has it already); ``role`` a :class:`Role` or its
-    value; ``store`` the op's memory store.
+    ``ref`` is ``var.ref`` (the caller often has it already); ``role`` a :class:`Role` or its value;
+    ``store`` the op's memory store; ``kind`` the op's kind; ``answer``: the op serves a question
+    (it has a case id).
     """
     value = var.value
     text = value if isinstance(value, str) else canonical_value(value)
@@ -659,7 +719,9 @@ def event_attributes(
     if var.deleted:
         attrs[A.MEMTRACE_VARIABLE_DELETED] = True
     else:
-        value, truncated = capture.record(text, category, store)
+        value, truncated = capture.record(
+            text, category, store, kind=kind, role=role, answer=answer
+        )
         if value is not None:
             if capture.reference:
                 attrs[A.MEMTRACE_VARIABLE_VALUE_REF] = value
@@ -668,7 +730,7 @@ def event_attributes(
             if truncated:
                 attrs[A.MEMTRACE_VARIABLE_TRUNCATED] = True
     if var.meta:
-        meta = meta_json(capture, var.meta, category, store)
+        meta = meta_json(capture, var.meta, category, store, kind=kind, role=role, answer=answer)
         if meta is not None:
             attrs[A.MEMTRACE_VARIABLE_META] = meta
     return attrs

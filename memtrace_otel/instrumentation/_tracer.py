@@ -446,7 +446,13 @@ class Op:
                 span.add_event(
                     A.MEMTRACE_VARIABLE_EVENT,
                     event_attributes(
-                        self._mt.capture, var, ref, _OUTPUT, self._store_id or self._mt.store_id
+                        self._mt.capture,
+                        var,
+                        ref,
+                        _OUTPUT,
+                        self._store_id or self._mt.store_id,
+                        kind=self._kind,
+                        answer=bool(self._case_id),
                     ),
                 )
             traceparent = self._traceparent
@@ -530,6 +536,8 @@ class Op:
         """Set one more span attribute (e.g. ``gen_ai.usage.input_tokens``)."""
         if self._span is not None and not self._ended:
             self._span.set_attribute(key, value)
+            if key == A.MEMTRACE_CASE_ID and isinstance(value, str):
+                self._case_id = value  # a question-serving op: its answer is what the user saw
 
     def set_verdict(self, verdict: JudgeVerdict | str | bool) -> None:
         """On a ``judge`` op: whether the answer was right (``memtrace.judge.verdict``)."""

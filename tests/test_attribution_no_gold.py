@@ -1,0 +1,187 @@
+"""The ``evidence`` method without an expected answer, on the defects real apps showed (issue 30).
+
+Each test is a small pipeline recorded through the real SDK (the ``Pipe`` of
+``test_attribution_evidence``): a declined answer, a question and its evidence in other word
+forms, a question whose answer is not the date beside it, a legitimate update that followed a
+later statement, a record a later step read and an overwrite replaced, and a true source that
+shares words with the wrong answer. Every one failed on main before the fix.
+"""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from memtrace_otel.attribution import Case, EvidenceMethod, Verdict
+from memtrace_otel.attribution._scoring import production_view
+from memtrace_otel.attribution._text import is_non_answer
+from memtrace_otel.export import span_to_record
+from memtrace_otel.graph import build_graph
+from memtrace_otel.instrumentation import MemTracer
+from tests.test_attribution_evidence import CASE, Pipe
+
+
+@pytest.fixture
+def pipe(memtrace_tracer: MemTracer, memtrace_exporter: InMemorySpanExporter) -> Pipe:
+    return Pipe(memtrace_tracer, memtrace_exporter)
+
+
+def _culprit(verdict: Verdict) -> tuple[str | None, str | None]:
+    return verdict.error_type, verdict.op_name
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "I don't have that information.",
+        "Sorry, I do not have any details about that.",
+        "I couldn't find anything about that.",
+        "I have no idea.",
+        "That wasn't mentioned in our conversations.",
+        "I'm afraid I don't know what her role is.",
+    ],
+)
+def test_a_declined_answer_is_read_as_a_decline(answer: str) -> None:
+    assert is_non_answer(answer)
+
+
+@pytest.mark.parametrize(
+    "answer", ["Porto", "She has a cat named Rex.", "No, she moved to Oslo.", "None of them."]
+)
+def test_an_answer_is_not_read_as_a_decline(answer: str) -> None:
+    assert not is_non_answer(answer)
+
+
+def test_a_declined_answer_is_not_an_invention(pipe: Pipe) -> None:
+    # Nothing in the store matches the question: the decline says the context lacked the fact;
+    # it did not make anything up. Abstain rather than blame the answer.
+    msg = pipe.message("The weather was lovely at the beach today.")
+    rec = pipe.create(pipe.extract([msg], "Rosa went to the beach"))
+    pipe.ask("Which instrument does Rosa's nephew play?", [rec], "I don't have that information.")
+    verdict = pipe.verdict(prediction="I don't have that information.")
+    assert verdict.error_type != "ResponseError", verdict.reason
+
+
+def test_word_forms_and_a_weekday_find_the_evidence(pipe: Pipe) -> None:
+    # "swimming" meets "swim"; a weekday is a time: the swim message bears the answer, not the
+    # date of the piano lessons.
+    swim = pipe.message("I'm learning to swim at last, the lessons are every Tuesday.")
+    dentist = pipe.message("My piano lessons got moved to 14 March, ugh.")
+    rec = pipe.create(pipe.extract([swim], "Rosa is learning to swim"))
+    pipe.create(pipe.extract([dentist], "Rosa has piano lessons from 14 March"))
+    pipe.ask("Which day are my swimming lessons?", [rec], "I don't know")
+    verdict = pipe.verdict(prediction="I don't know")
+    assert verdict.evidence_refs == (swim.ref,), verdict.reason
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
+def test_the_answers_kind_is_not_the_date_beside_it(pipe: Pipe) -> None:
+    # "What role": the role bears the answer; the opening night's date does not, so a record
+    # that kept the role and dropped the date still carries the fact.
+    msg = pipe.message("Hana got cast as Juliet in the school play, opening night is 12 May!")
+    rec = pipe.create(pipe.extract([msg], "Hana was cast as Juliet in the school play"))
+    pipe.ask("What role does Hana have in the play?", [rec], "Hana is the director.")
+    verdict = pipe.verdict(prediction="Hana is the director.")
+    assert verdict.evidence_refs == (msg.ref,), verdict.reason
+    assert _culprit(verdict) == ("ResponseError", "t.answer"), verdict.reason
+
+
+def test_an_update_that_followed_a_later_statement_is_not_blamed(pipe: Pipe) -> None:
+    # The user said later that they eat fish again: the update followed them. The record it
+    # wrote was live and not retrieved: the search is to blame, not the update.
+    old = pipe.message("I went vegetarian this year, my new diet is going well.", "3 January 2023")
+    new = pipe.message("I eat fish again, so I'm pescatarian now.", "5 May 2023")
+    noise = pipe.message("The gym was packed tonight.", "6 May 2023")
+    rec = pipe.create(pipe.extract([old], "Rosa is vegetarian"))
+    pipe.update(rec, "Rosa is pescatarian", inputs=[pipe.extract([new], "Rosa is pescatarian")])
+    other = pipe.create(pipe.extract([noise], "Rosa goes to the gym"))
+    pipe.ask("Which diet is Rosa on?", [other], "I don't know")
+    verdict = pipe.verdict(prediction="I don't know")
+    assert verdict.error_type != "UpdateError", verdict.reason
+    assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason
+
+
+def test_a_record_read_by_a_later_step_then_overwritten_blames_the_overwrite(pipe: Pipe) -> None:
+    # mem0 2.x: a later add's extraction reads the existing records as context (no source refs
+    # on what it writes); then the app's own update() overwrites the record. The record held
+    # the fact until the overwrite: the overwrite lost it, not the later extraction.
+    msg = pipe.message("I work as a nurse at the children's hospital.")
+    rec = pipe.create(pipe.extract([msg], "Rosa works as a nurse at the children's hospital"))
+    later = pipe.message("Went to a concert tonight, great band.")
+    pipe.create(pipe.extract([later, rec], "Rosa went to a concert", sourced=False))
+    rec = pipe.update(rec, "Rosa works at a bakery", name="t.app_update")
+    pipe.ask("What is Rosa's job?", [rec], "Rosa works at a bakery.")
+    verdict = pipe.verdict(prediction="Rosa works at a bakery.")
+    assert _culprit(verdict) == ("UpdateError", "t.app_update"), verdict.reason
+
+
+def test_the_true_source_sharing_words_with_the_wrong_answer_is_not_passed_over(
+    pipe: Pipe,
+) -> None:
+    # The wrong answer restates the question and adds the club: the message that says the day
+    # (and the club) is still the evidence; the record dropped the day.
+    msg = pipe.message("Sam's cricket coaching moved to Sunday, same club as before.")
+    other = pipe.message("Booked the car service for 3 June.")
+    rec = pipe.create(pipe.extract([msg], "Sam has cricket coaching at the club"))
+    pipe.create(pipe.extract([other], "Rosa booked a car service for 3 June"))
+    wrong = "Sam goes to cricket coaching at the club."
+    pipe.ask("When does Sam have cricket coaching?", [rec], wrong)
+    verdict = pipe.verdict(prediction=wrong)
+    assert verdict.evidence_refs == (msg.ref,), verdict.reason
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
+# --- PRODUCTION keeps the assembled context home: what was captured still decides ---------------
+def _without_context(pipe: Pipe, prediction: str) -> Verdict:
+    records = [span_to_record(s) for s in pipe.exporter.get_finished_spans()]
+    G = production_view(build_graph(records))
+    for _, data in G.nodes(data=True):
+        if data.get("category") == "context":
+            data.pop("value", None)
+    return EvidenceMethod().attribute(G, Case(CASE, prediction=prediction))
+
+
+def test_an_uncaptured_context_does_not_hide_a_retrieval_miss(pipe: Pipe) -> None:
+    msg = pipe.message("These days I rent a flat in Ljubljana.")
+    noise = pipe.message("The gym was packed tonight.")
+    pipe.create(pipe.extract([msg], "Rosa rents a flat in Ljubljana"))
+    other = pipe.create(pipe.extract([noise], "Rosa goes to the gym"))
+    pipe.ask("Where does Rosa rent a flat?", [other], "I don't know.")
+    verdict = _without_context(pipe, "I don't know.")
+    assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason
+
+
+@pytest.mark.parametrize("gold", [True, False], ids=["expected", "no-expected"])
+def test_a_merge_that_kept_the_old_value_is_blamed_not_the_delete_that_followed(
+    pipe: Pipe, gold: bool
+) -> None:
+    # A clean-up job merges two notes through an LLM rewrite: update(older, merged), then
+    # delete(newer). The merged text kept the old job: the merge lost the new one.
+    old = pipe.message("I work as a harbour pilot.", "3 January 2023")
+    new = pipe.message("New job: I retrained and work as an orthoptist now.", "5 May 2023")
+    older = pipe.create(pipe.extract([old], "Rosa works as a harbour pilot"))
+    newer = pipe.create(pipe.extract([new], "Rosa works as an orthoptist"))
+    mt = pipe.mt
+    with mt.generate("t.merge_llm", inputs=[older, newer]) as op:
+        merged = op.output(
+            mt.variable("merged:1", "Rosa works as a harbour pilot", category="prediction")
+        )
+    rec = pipe.update(older, "Rosa works as a harbour pilot", name="t.merge", inputs=[merged])
+    pipe.delete(newer)
+    pipe.ask("What is Rosa's job?", [rec], "Rosa is a harbour pilot.")
+    verdict = pipe.verdict(
+        gold=["an orthoptist"] if gold else [], prediction="Rosa is a harbour pilot."
+    )
+    assert _culprit(verdict) == ("UpdateError", "t.merge"), verdict.reason
+
+
+def test_the_wrong_value_beside_the_right_one_is_not_what_a_carrier_must_keep(pipe: Pipe) -> None:
+    # "Pickle instead of Biscotti", answered "Biscotti": the record that kept Pickle carries the
+    # fact; it was stored and not retrieved.
+    msg = pipe.message("My ferret answers to Pickle now instead of Biscotti.")
+    noise = pipe.message("The gym was packed tonight.")
+    pipe.create(pipe.extract([msg], "Rosa's ferret is called Pickle"))
+    other = pipe.create(pipe.extract([noise], "Rosa goes to the gym"))
+    pipe.ask("What is the name of Rosa's ferret?", [other], "The ferret is called Biscotti.")
+    verdict = pipe.verdict(prediction="The ferret is called Biscotti.")
+    assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason
