@@ -150,7 +150,8 @@ def test_add_search_update_get_history_delete(
 
     # Versions follow mem0's history: update @1 -> @2, delete @2 -> tombstone @3.
     [update] = got["mem0.update"]
-    # The new text is the caller's input (no traced op produced it), then the old record.
+    # The new text is the caller's input (no traced op produced it), then the old record; it is
+    # `other`, not a `message`: nothing says the user stated it.
     caller = f"{content_id('input', user, 'Ana lives in Lisbon')}@1"
     assert (update["name"], update["inputs"], update["outputs"]) == (
         "update_memory",
@@ -159,7 +160,7 @@ def test_add_search_update_get_history_delete(
     )
     [given] = [e for e in update["events"] if e[A.MEMTRACE_VARIABLE_REF] == caller]
     assert (given[A.MEMTRACE_VARIABLE_CATEGORY], given[A.MEMTRACE_VARIABLE_VALUE]) == (
-        "message",
+        "other",
         "Ana lives in Lisbon",
     )
     assert update["store"] == user

@@ -359,12 +359,18 @@ def test_inline_matches_single_process(
 
 
 def test_cli_streams_by_default_with_the_same_verdicts_and_report(
-    workload: Path, baseline: tuple[list[Verdict], dict[str, Any]], tmp_path: Path
+    workload: Path,
+    baseline: tuple[list[Verdict], dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from memtrace_otel.attribution import _executors
     from memtrace_otel.attribution._executors import default_executor
 
     traces = str(workload / "traces.jsonl")
-    assert default_executor([traces]) == ("inline", None)
+    assert default_executor([traces]) == (None, None)  # small: read into memory
+    assert default_executor([traces], stream_above=0) == ("inline", None)
+    monkeypatch.setattr(_executors, "STREAM_ABOVE_BYTES", 0)  # as an export of a day's traffic
     out, report = tmp_path / "v.jsonl", tmp_path / "report"
     cases = str(workload / "cases.jsonl")
     code = main(

@@ -120,7 +120,13 @@ def test_progress_bar_and_summary(tmp_path: Path, capsys: pytest.CaptureFixture[
     )
     captured = capsys.readouterr()
     assert "bench generate: done: 2 conversations of 2 conversations" in captured.err
-    assert captured.out.splitlines()[0].split() == ["system", "accuracy", "failures", "labels"]
+    assert captured.out.splitlines()[0].split() == [
+        "system",
+        "answer",
+        "accuracy",
+        "failures",
+        "labels",
+    ]
 
 
 @pytest.mark.parametrize(

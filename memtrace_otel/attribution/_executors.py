@@ -386,24 +386,39 @@ def run_partition(
     return PartitionResult(partition.number, results, time.perf_counter() - started, tally)
 
 
-def default_executor(sources: Sequence[str]) -> tuple[str | None, str | None]:
+STREAM_ABOVE_BYTES = 64 << 20
+"""Exports smaller than this (the files' total bytes, compressed or not) are read into memory by
+default, where every feature of a run is at hand (upstream GenAI spans adapted, content references
+resolved, the report's per-store timelines, review precision); larger ones stream by store."""
+
+
+def default_executor(
+    sources: Sequence[str], stream_above: int | None = None
+) -> tuple[str | None, str | None]:
     """How ``memtrace attribute`` runs ``sources`` when told nothing: ``(executor, memory_bound)``.
 
-    Plain JSON Lines files (and folders and globs of them) stream by store in this process
-    (``inline``: an index pass, then one partition at a time); other files (compressed,
-    protobuf, whole documents) are spilled per store to SQLite (:data:`DEFAULT_SPILL`); a live
-    backend (``jaeger+``/``tempo+`` URLs, bounded by ``--max-traces``) or a spec that names
-    nothing is read into memory, where the run reports what is wrong with it.
+    Files of less than ``stream_above`` bytes in all (default :data:`STREAM_ABOVE_BYTES`) are read
+    into memory. Larger plain JSON Lines files (and folders and globs of them) stream by store in
+    this process (``inline``: an index pass, then one partition at a time); other large files
+    (compressed, protobuf, whole documents) are spilled per store to SQLite
+    (:data:`DEFAULT_SPILL`); a live backend (``jaeger+``/``tempo+`` URLs, bounded by
+    ``--max-traces``) or a spec that names nothing is read into memory, where the run reports
+    what is wrong with it.
     """
+    threshold = STREAM_ABOVE_BYTES if stream_above is None else stream_above
     spilled = False
+    total = 0
     for spec in sources:
         if str(spec).startswith(BACKEND_SCHEMES):
             return None, None
         try:
             paths = expand_paths(spec)
+            total += sum(os.path.getsize(path) for path in paths)
         except (MemtraceError, OSError):
             return None, None
         spilled = spilled or not all(is_json_lines(path) for path in paths)
+    if total < threshold:
+        return None, None
     return (None, DEFAULT_SPILL) if spilled else ("inline", None)
 
 

@@ -34,6 +34,7 @@ from memtrace_otel.reporting._view import (
     answer_times,
     case_row,
     case_view,
+    short_id,
     store_timeline,
     summary_data,
     verdict_data,
@@ -261,7 +262,15 @@ def write_report(
         # Ops that name no store are grouped under "" by load_store_graphs.
         drawn = views.get(verdict.case_id) if views is not None else None
         if drawn is not None:
-            view = dict(drawn, verdict=verdict_data(verdict))
+            data = verdict_data(verdict) or {}
+            earlier = drawn.get("verdict") or {}
+            # the reason naming records by their text, drawn while the graph was in memory
+            data["reason_text"] = (
+                earlier["reason_text"]
+                if earlier.get("reason") == verdict.reason and "reason_text" in earlier
+                else short_id(verdict.reason or "")
+            )
+            view = dict(drawn, verdict=data)
         else:
             G = graphs.get(verdict.store_id or "", empty)
             view = case_view(

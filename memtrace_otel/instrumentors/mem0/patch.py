@@ -628,7 +628,9 @@ class _PublicWriteCall(_OpCall):
 
     def _source_of(self, op: Op, store: str | None) -> Variable | None:
         """Where the new text came from: the traced output it equals (an LLM completion the app
-        wrote back, matched by digest), else the caller's own input."""
+        wrote back, matched by digest), else the caller's own input: category ``other``, since
+        nothing says the user stated it (a ``message`` would read as a later statement that
+        legitimately supersedes the record)."""
         args = self.arguments
         text = args.get("text")
         if text is None:
@@ -642,7 +644,7 @@ class _PublicWriteCall(_OpCall):
                 ref, text, category=Category.PREDICTION, traceparent=traceparent
             )
         else:
-            source = Variable(content_id("input", store or "", text), 1, text, Category.MESSAGE)
+            source = Variable(content_id("input", store or "", text), 1, text, Category.OTHER)
         op.add_inputs([source])
         return source
 
