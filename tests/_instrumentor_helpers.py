@@ -9,16 +9,14 @@ streamed requests get a server-sent-events reply.
 
 from __future__ import annotations
 
-import ast
 import json
-import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from memtrace_bench.apps.openai_server import Reply, prompt_text, sse_reply
+from memtrace_bench.apps.openai_server import Reply, mem0_update_prompt, prompt_text, sse_reply
 from memtrace_otel.attribution import Verdict, get_method, run_batch
 from memtrace_otel.export import dumps_request, span_to_record
 from memtrace_otel.semconv import attributes as A
@@ -80,17 +78,7 @@ class LLMScript:
         return found
 
     def _decide(self, text: str) -> list[dict[str, Any]]:
-        old = [
-            {"id": i, "text": t}
-            for i, t in re.findall(r"'id': '(\d+)', 'text': '((?:[^'\\]|\\.)*)'", text)
-        ]
-        block = re.search(
-            r"facts are mentioned in the triple backticks.*?```(.*?)```", text, re.DOTALL
-        )
-        try:
-            new_facts = [str(f) for f in ast.literal_eval(block.group(1).strip())] if block else []
-        except (ValueError, SyntaxError):
-            new_facts = []
+        old, new_facts = mem0_update_prompt(text)
         items: list[dict[str, Any]] = []
         next_id = len(old)
         for fact in new_facts:

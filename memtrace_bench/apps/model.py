@@ -15,7 +15,6 @@ miss embeds the question as the mean of its distractors' vectors instead.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import math
@@ -23,7 +22,7 @@ import re
 import threading
 from typing import Any
 
-from memtrace_bench.apps.openai_server import Reply, prompt_text, sse_reply
+from memtrace_bench.apps.openai_server import Reply, mem0_update_prompt, prompt_text, sse_reply
 from memtrace_bench.apps.scenario import DECLINE, Slot, World
 
 __all__ = ["MERGE_MARKER", "REVIEW_MARKER", "FaultModel"]
@@ -183,17 +182,7 @@ class FaultModel:
     def _decide(self, text: str) -> list[dict[str, Any]]:
         """mem0 1.x's memory decisions: a change updates its slot's record (a planted wrong
         merge keeps the old value); a planted deletion's trigger fact deletes a valid record."""
-        old = [
-            {"id": i, "text": t}
-            for i, t in re.findall(r"'id': '(\d+)', 'text': '((?:[^'\\]|\\.)*)'", text)
-        ]
-        block = re.search(
-            r"facts are mentioned in the triple backticks.*?```(.*?)```", text, re.DOTALL
-        )
-        try:
-            new_facts = [str(f) for f in ast.literal_eval(block.group(1).strip())] if block else []
-        except (ValueError, SyntaxError):
-            new_facts = []
+        old, new_facts = mem0_update_prompt(text)
         items: list[dict[str, Any]] = []
         next_id = len(old)
         by_text = {o["text"]: o for o in old}

@@ -16,6 +16,7 @@ chat content string (or a ``Reply``). Embeddings come from ``embedder(texts)`` w
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import socket
@@ -225,6 +226,25 @@ class ScriptedOpenAI:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+def mem0_update_prompt(text: str) -> tuple[list[dict[str, str]], list[str]]:
+    """What mem0 1.x's update-decision prompt shows the model: the old memories (``id``, ``text``)
+    and the new facts between its triple backticks (``[]`` when the block does not parse).
+
+    >>> mem0_update_prompt("[{'id': '0', 'text': 'a'}] facts are mentioned in the triple backticks ```['b']```")
+    ([{'id': '0', 'text': 'a'}], ['b'])
+    """
+    old = [
+        {"id": i, "text": t}
+        for i, t in re.findall(r"'id': '(\d+)', 'text': '((?:[^'\\]|\\.)*)'", text)
+    ]
+    block = re.search(r"facts are mentioned in the triple backticks.*?```(.*?)```", text, re.DOTALL)
+    try:
+        new_facts = [str(f) for f in ast.literal_eval(block.group(1).strip())] if block else []
+    except (ValueError, SyntaxError):
+        new_facts = []
+    return old, new_facts
 
 
 def closed_port() -> int:
