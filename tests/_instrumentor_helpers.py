@@ -16,24 +16,19 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from memtrace_bench.apps.openai_server import Reply, mem0_update_prompt, prompt_text, sse_reply
+from memtrace_bench.apps.openai_server import (
+    Reply,
+    mem0_update_prompt,
+    prompt_section,
+    prompt_text,
+    sse_reply,
+)
 from memtrace_otel.attribution import Verdict, get_method, run_batch
 from memtrace_otel.export import dumps_request, span_to_record
 from memtrace_otel.semconv import attributes as A
 
 EMBEDDING_DIMS = 8
 """Dimensions of the scripted server's embeddings (mem0 must be configured to match)."""
-
-
-def _section(text: str, start: str, end: str | None = None) -> str:
-    """What follows the *last* ``start`` (prompts quote their own headings first), up to ``end``."""
-    at = text.rfind(start)
-    if at < 0:
-        return ""
-    rest = text[at + len(start) :]
-    if end is not None and end in rest:
-        rest = rest[: rest.find(end)]
-    return rest
 
 
 class LLMScript:
@@ -61,12 +56,12 @@ class LLMScript:
     def __call__(self, kind: str, body: dict[str, Any]) -> str | Reply:
         text = prompt_text(body)
         if "## New Messages" in text:  # mem0 2.x additive extraction
-            new = _section(text, "## New Messages", "## Observation Date")
+            new = prompt_section(text, "## New Messages", "## Observation Date")
             return json.dumps({"memory": [{"text": f} for f in self._facts_in(new)]})
         if "new retrieved facts" in text:  # mem0 1.x memory decisions
             return json.dumps({"memory": self._decide(text)})
         if "Input:" in text and "facts" in text:  # mem0 1.x fact extraction
-            return json.dumps({"facts": self._facts_in(_section(text, "Input:"))})
+            return json.dumps({"facts": self._facts_in(prompt_section(text, "Input:"))})
         reply = self.answer(text)
         return sse_reply(reply) if body.get("stream") else reply
 

@@ -22,7 +22,13 @@ import re
 import threading
 from typing import Any
 
-from memtrace_bench.apps.openai_server import Reply, mem0_update_prompt, prompt_text, sse_reply
+from memtrace_bench.apps.openai_server import (
+    Reply,
+    mem0_update_prompt,
+    prompt_section,
+    prompt_text,
+    sse_reply,
+)
 from memtrace_bench.apps.scenario import DECLINE, Slot, World
 
 __all__ = ["MERGE_MARKER", "REVIEW_MARKER", "FaultModel"]
@@ -38,17 +44,6 @@ PERSON_SHARE = 0.3
 def _unit(vec: list[float]) -> list[float]:
     norm = math.sqrt(sum(x * x for x in vec)) or 1.0
     return [x / norm for x in vec]
-
-
-def _section(text: str, start: str, end: str | None = None) -> str:
-    """What follows the *last* ``start`` (prompts quote their own headings first), up to ``end``."""
-    at = text.rfind(start)
-    if at < 0:
-        return ""
-    rest = text[at + len(start) :]
-    if end is not None and end in rest:
-        rest = rest[: rest.find(end)]
-    return rest
 
 
 class FaultModel:
@@ -139,14 +134,14 @@ class FaultModel:
     def __call__(self, kind: str, body: dict[str, Any]) -> str | Reply:
         text = prompt_text(body)
         if "## New Messages" in text:  # mem0 2.x additive extraction
-            new = _section(text, "## New Messages", "## Observation Date")
+            new = prompt_section(text, "## New Messages", "## Observation Date")
             return json.dumps({"memory": [{"text": f} for f in self._extract(new)]})
         if "new retrieved facts" in text:  # mem0 1.x memory decisions
             return json.dumps({"memory": self._decide(text)})
         if "Input:" in text and "facts" in text:  # mem0 1.x fact extraction
-            return json.dumps({"facts": self._extract(_section(text, "Input:"))})
+            return json.dumps({"facts": self._extract(prompt_section(text, "Input:"))})
         if "Message:" in text and '"facts"' in text:  # an app's own extraction prompt
-            return json.dumps({"facts": self._extract(_section(text, "Message:"))})
+            return json.dumps({"facts": self._extract(prompt_section(text, "Message:"))})
         if REVIEW_MARKER in text:
             return json.dumps(self._review(text))
         if MERGE_MARKER in text:

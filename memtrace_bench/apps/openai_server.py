@@ -228,6 +228,17 @@ class ScriptedOpenAI:
         self._thread.join(timeout=5)
 
 
+def prompt_section(text: str, start: str, end: str | None = None) -> str:
+    """What follows the *last* ``start`` (prompts quote their own headings first), up to ``end``."""
+    at = text.rfind(start)
+    if at < 0:
+        return ""
+    rest = text[at + len(start) :]
+    if end is not None and end in rest:
+        rest = rest[: rest.find(end)]
+    return rest
+
+
 def mem0_update_prompt(text: str) -> tuple[list[dict[str, str]], list[str]]:
     """What mem0 1.x's update-decision prompt shows the model: the old memories (``id``, ``text``)
     and the new facts between its triple backticks (``[]`` when the block does not parse).
