@@ -27,14 +27,9 @@ from _util import verdict
 
 from memtrace_bench.cli.bench_evaluate import _production_cases
 from memtrace_bench.systems import generate_benchmark, generate_hard_benchmark, generate_workload
-from memtrace_otel.attribution import (
-    BatchSummary,
-    failed_cases,
-    get_method,
-    graph_index,
-    load_store_graphs,
-)
-from memtrace_otel.attribution._scoring import production_view
+from memtrace_otel.attribution import get_method, graph_index
+from memtrace_otel.job import BatchSummary, failed_cases, load_store_graphs
+from memtrace_otel.job._scoring import production_view
 
 
 def _cold() -> None:

@@ -32,7 +32,8 @@ from _util import verdict
 
 from memtrace_bench.systems import generate_hard_benchmark
 from memtrace_bench.systems.metrics import Score, evaluate, load_jsonl
-from memtrace_otel.attribution import get_method, run_batch
+from memtrace_otel.attribution import get_method
+from memtrace_otel.job import run_batch
 from tests._hard_judge import literal_judge
 from tests._openai_server import ScriptedOpenAI
 

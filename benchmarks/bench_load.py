@@ -40,11 +40,12 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from memtrace_otel.attribution import get_method, parse_summary_line, run_batch
+from memtrace_otel.attribution import get_method
 from memtrace_otel.cli import EXIT_OK
 from memtrace_otel.cli import main as cli_main
 from memtrace_otel.export import dumps_request, span_to_record
 from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
+from memtrace_otel.job import parse_summary_line, run_batch
 from memtrace_otel.processing import EvolutionGraphProcessor
 
 THREADS = 8

@@ -123,7 +123,7 @@ def run_child(folder: Path, bound: str | None) -> dict[str, object]:
 
 
 def _import_package() -> None:
-    import memtrace_otel.attribution._executors  # noqa: F401
+    import memtrace_otel.job._executors  # noqa: F401
 
 
 @dataclass
@@ -148,7 +148,8 @@ def run_dask(folder: Path, repeats: int) -> DaskRuns:
     """The same job on a 2-worker LocalCluster, ``repeats`` times."""
     from dask.distributed import Client, LocalCluster
 
-    from memtrace_otel.attribution import get_method, run_batch
+    from memtrace_otel.attribution import get_method
+    from memtrace_otel.job import run_batch
 
     runs = DaskRuns()
     with LocalCluster(
@@ -383,7 +384,7 @@ def child_env(folder: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
     subprocess.run(
-        [sys.executable, "-c", "import memtrace_otel.cli, memtrace_otel.attribution._executors"],
+        [sys.executable, "-c", "import memtrace_otel.cli, memtrace_otel.job._executors"],
         env=env,
         check=True,
     )

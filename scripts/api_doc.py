@@ -28,6 +28,7 @@ PACKAGES = [
     "memtrace_otel.processing",
     "memtrace_otel.sources",
     "memtrace_otel.attribution",
+    "memtrace_otel.job",
     "memtrace_otel.reporting",
     "memtrace_otel.testing",
     "memtrace_bench.systems",

@@ -23,8 +23,9 @@ from memtrace_bench.apps.openai_server import (
     prompt_text,
     sse_reply,
 )
-from memtrace_otel.attribution import Verdict, get_method, run_batch
+from memtrace_otel.attribution import Verdict, get_method
 from memtrace_otel.export import dumps_request, span_to_record
+from memtrace_otel.job import run_batch
 from memtrace_otel.semconv import attributes as A
 
 EMBEDDING_DIMS = 8

@@ -8,14 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from memtrace_otel.attribution import (
-    EvidenceMethod,
-    get_method,
-    load_cases,
-    read_verdicts,
-    run_batch,
-)
+from memtrace_otel.attribution import EvidenceMethod, get_method, load_cases
 from memtrace_otel.errors import DecodeError
+from memtrace_otel.job import read_verdicts, run_batch
 from tests._pipeline import EXPECTED, FAULTS, write_workload
 
 
@@ -274,8 +269,8 @@ def test_cli_summary_reports_truncated_values(workload: tuple[Path, Path], tmp_p
 
 
 def test_summary_table_columns_line_up_with_their_headers() -> None:
-    from memtrace_otel.attribution import BatchSummary
-    from memtrace_otel.attribution._batch import summary_table
+    from memtrace_otel.job import BatchSummary
+    from memtrace_otel.job._batch import summary_table
 
     summary = BatchSummary()
     summary.by_error_type = {"RetrievalError": 3, "UpdateError": 12}

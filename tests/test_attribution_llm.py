@@ -22,18 +22,11 @@ from typing import Any
 import networkx as nx
 import pytest
 
-from memtrace_otel.attribution import (
-    Case,
-    LLMMethod,
-    get_method,
-    load_cases,
-    load_store_graphs,
-    method_names,
-    run_batch,
-)
+from memtrace_otel.attribution import Case, LLMMethod, get_method, load_cases, method_names
 from memtrace_otel.attribution._model_client import ModelSession, OpenAIChatModel
 from memtrace_otel.errors import ModelError
 from memtrace_otel.instrumentation import is_tracing_suppressed
+from memtrace_otel.job import load_store_graphs, run_batch
 from tests._pipeline import EXPECTED, write_workload
 
 Responder = Callable[[dict[str, Any]], str]

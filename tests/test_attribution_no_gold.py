@@ -13,11 +13,11 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from memtrace_otel.attribution import Case, EvidenceMethod, Verdict
-from memtrace_otel.attribution._scoring import production_view
 from memtrace_otel.attribution._text import is_non_answer
 from memtrace_otel.export import span_to_record
 from memtrace_otel.graph import build_graph
 from memtrace_otel.instrumentation import MemTracer
+from memtrace_otel.job._scoring import production_view
 from tests.test_attribution_evidence import CASE, Pipe
 
 

@@ -9,8 +9,9 @@ import pytest
 
 import memtrace_bench.methods  # noqa: F401  (registers the replay method)
 from memtrace_bench.systems import generate_benchmark, generate_workload
-from memtrace_otel.attribution import get_method, run_batch
+from memtrace_otel.attribution import get_method
 from memtrace_otel.cli import main
+from memtrace_otel.job import run_batch
 
 
 @pytest.fixture(scope="module")

@@ -20,11 +20,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from memtrace_otel.attribution import EvidenceMethod, run_batch
+from memtrace_otel.attribution import EvidenceMethod
 from memtrace_otel.cli import main
 from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry, send_feedback
 from memtrace_otel.instrumentation._capture import META_CONTENT_REF, redact_pii
 from memtrace_otel.instrumentation._content import ContentWriter, digest_of_name, key_id
+from memtrace_otel.job import run_batch
 from memtrace_otel.semconv import Category
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.semconv import env as E
@@ -354,7 +355,7 @@ def test_reference_gives_the_same_verdicts_and_no_text_reaches_the_spans(tmp_pat
     # Verdict spans written back from these verdicts carry labels and refs, no text.
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from memtrace_otel.attribution._writeback import send_verdicts
+    from memtrace_otel.job._writeback import send_verdicts
 
     os.environ[E.ENV_MEMTRACE_DIGEST_KEY] = KEY
     try:
@@ -577,7 +578,7 @@ def test_refs_written_by_the_upstream_upload_hook_are_resolved(tmp_path: Path) -
 
 def test_written_back_reasons_name_labels_and_refs_only() -> None:
     from memtrace_otel.attribution import Verdict
-    from memtrace_otel.attribution._writeback import verdict_attributes
+    from memtrace_otel.job._writeback import verdict_attributes
 
     verdict = Verdict(
         "case-1",

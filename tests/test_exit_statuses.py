@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 import memtrace_otel.cli as cli
-from memtrace_otel.attribution import parse_summary_line
 from memtrace_otel.cli import main
 from memtrace_otel.instrumentation import AnswerRef
+from memtrace_otel.job import parse_summary_line
 from tests._otlp_receiver import otlp_receiver
 from tests._pipeline import write_workload
 

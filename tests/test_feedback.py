@@ -9,9 +9,10 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from memtrace_otel.attribution import EvidenceMethod, run_batch
+from memtrace_otel.attribution import EvidenceMethod
 from memtrace_otel.export import OtlpJsonLinesExporter
 from memtrace_otel.instrumentation import AnswerRef, CaptureConfig, FeedbackKey, send_feedback
+from memtrace_otel.job import run_batch
 from memtrace_otel.semconv import EventRecord, LinkRecord, SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.semconv import env as E
@@ -231,7 +232,7 @@ def test_feedback_flags_failed_cases_by_traceparent(
 def test_failed_case_carries_question_prediction_expected_and_feedback(
     production: tuple[Path, dict[str, AnswerRef]], tmp_path: Path
 ) -> None:
-    from memtrace_otel.attribution import BatchSummary, failed_cases, load_store_graphs
+    from memtrace_otel.job import BatchSummary, failed_cases, load_store_graphs
 
     traces, answers = production
     feedback = _feedback_file(
@@ -361,7 +362,7 @@ def test_answers_without_case_ids_take_their_trace_id(tmp_path: Path) -> None:
             ),
         ),
     )
-    from memtrace_otel.attribution import feedback_cases
+    from memtrace_otel.job import feedback_cases
 
     decided, stats = feedback_cases({"": G}, read_outcomes([feedback]))
     assert list(decided) == [TRACE] and stats.failures == 1

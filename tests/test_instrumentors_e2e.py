@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from memtrace_otel.attribution import load_store_graphs
 from memtrace_otel.instrumentors import message_ref
+from memtrace_otel.job import load_store_graphs
 from tests._instrumentor_helpers import APP, LLMScript, attribute, mem0_config
 from tests._openai_server import ScriptedOpenAI
 

@@ -229,7 +229,7 @@ def test_out_refuses_a_foreign_file_unchanged_and_a_second_run(
     assert main(["attribute", traces, "--cases", cases, "--out", str(foreign), "--quiet"]) == 2
     assert "not a verdict line" in capsys.readouterr().err
     assert foreign.read_bytes() == before
-    from memtrace_otel.attribution._verdict_log import VerdictLog
+    from memtrace_otel.job._verdict_log import VerdictLog
 
     out = tmp_path / "v.jsonl"
     with VerdictLog(out):  # another run holds the lock
@@ -258,7 +258,8 @@ def test_exact_duplicates_pass_and_conflicts_fail(
 def test_progress_in_a_log_is_plain_lines(small: Path, tmp_path: Path) -> None:
     import io
 
-    from memtrace_otel.attribution import get_method, run_batch
+    from memtrace_otel.attribution import get_method
+    from memtrace_otel.job import run_batch
 
     log = io.StringIO()
     run_batch([str(small / "traces.jsonl")], get_method("evidence"), progress=log)

@@ -20,8 +20,9 @@ import pytest
 
 from memtrace_bench.memtracebench import export_memtracebench
 from memtrace_bench.methods import compare_recordings
-from memtrace_otel.attribution import get_method, run_batch
+from memtrace_otel.attribution import get_method
 from memtrace_otel.cli import main
+from memtrace_otel.job import run_batch
 from memtrace_otel.semconv import attributes as attr
 from memtrace_otel.sources import load_memtracebench, open_source
 from tests._smartcomment import smartcomment_python as find_smartcomment_python

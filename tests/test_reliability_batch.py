@@ -25,8 +25,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memtrace_otel.attribution import load_cases, parse_case, read_verdicts
+from memtrace_otel.attribution import load_cases, parse_case
 from memtrace_otel.errors import DecodeError
+from memtrace_otel.job import read_verdicts
 from memtrace_otel.sources import HttpOptions, open_source
 from tests._openai_server import chat_completion
 from tests._pipeline import write_workload
@@ -495,8 +496,9 @@ def test_truncated_values_are_reported_and_do_not_fail_the_run(
 ) -> None:
     from types import MappingProxyType
 
-    from memtrace_otel.attribution import EvidenceMethod, run_batch, summary_table
+    from memtrace_otel.attribution import EvidenceMethod
     from memtrace_otel.export import dumps_request
+    from memtrace_otel.job import run_batch, summary_table
     from memtrace_otel.semconv import SpanRecord
     from memtrace_otel.semconv import env as E
 

@@ -283,7 +283,8 @@ def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_an_over_long_line_reaches_the_batch_summary_and_fails_the_run(
     workload: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run: str
 ) -> None:
-    from memtrace_otel.attribution import EvidenceMethod, run_batch, summary_table
+    from memtrace_otel.attribution import EvidenceMethod
+    from memtrace_otel.job import run_batch, summary_table
 
     traces, cases = workload
     bombed = _write(tmp_path / "traces.jsonl", iter([traces.read_bytes(), *_bomb_parts(MB)]))

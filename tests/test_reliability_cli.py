@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from memtrace_otel.attribution import _partitions, read_verdicts
 from memtrace_otel.cli import main
 from memtrace_otel.errors import BackendError
+from memtrace_otel.job import _partitions, read_verdicts
 from memtrace_otel.sources import HttpOptions, _files, open_source
 from tests._pipeline import write_workload
 from tests._reporting import write_hostile_workload

@@ -430,7 +430,8 @@ def test_a_user_s_test_suite_gets_the_production_behaviour(
 def test_production_capture_keeps_the_memory_verdicts_right(
     tmp_path: Path, with_cases: bool
 ) -> None:
-    from memtrace_otel.attribution import EvidenceMethod, run_batch
+    from memtrace_otel.attribution import EvidenceMethod
+    from memtrace_otel.job import run_batch
     from tests._pipeline import EXPECTED, write_workload
 
     traces, cases = write_workload(tmp_path, capture=CaptureConfig.for_production())

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from memtrace_otel.attribution import read_verdicts
 from memtrace_otel.export import encode_request
+from memtrace_otel.job import read_verdicts
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.semconv import env as E
 from memtrace_otel.sources import open_source

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from memtrace_otel.attribution import read_verdicts
 from memtrace_otel.attribution._model import Verdict
 from memtrace_otel.cli import main
+from memtrace_otel.job import read_verdicts
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.semconv import env as E
 

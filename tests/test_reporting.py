@@ -10,16 +10,11 @@ from typing import Any
 import networkx as nx
 import pytest
 
-from memtrace_otel.attribution import (
-    EvidenceMethod,
-    Verdict,
-    load_store_graphs,
-    read_verdicts,
-    run_batch,
-)
+from memtrace_otel.attribution import EvidenceMethod, Verdict
 from memtrace_otel.cli import main
 from memtrace_otel.errors import DecodeError
 from memtrace_otel.graph import case_subgraph, from_node_link_json
+from memtrace_otel.job import load_store_graphs, read_verdicts, run_batch
 from memtrace_otel.reporting import (
     Label,
     case_view,

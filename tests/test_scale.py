@@ -15,8 +15,11 @@ from typing import Any
 
 import pytest
 
-from memtrace_otel.attribution import EvidenceMethod, get_method, run_batch
-from memtrace_otel.attribution._executors import (
+from memtrace_otel.attribution import EvidenceMethod, get_method
+from memtrace_otel.attribution._model import Case, Verdict
+from memtrace_otel.cli import main
+from memtrace_otel.job import run_batch
+from memtrace_otel.job._executors import (
     SpillIndex,
     make_partitions,
     parse_executor,
@@ -24,8 +27,6 @@ from memtrace_otel.attribution._executors import (
     plan_sources,
     run_scaled,
 )
-from memtrace_otel.attribution._model import Case, Verdict
-from memtrace_otel.cli import main
 from tests.conftest import shared_path
 
 distributed = pytest.importorskip("dask.distributed")
@@ -298,7 +299,7 @@ def _hostile_copy(workload: Path, folder: Path) -> Path:
 def test_bad_input_is_counted_once_by_the_scans_and_partitions(
     workload: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, executor: str
 ) -> None:
-    from memtrace_otel.attribution import _executors
+    from memtrace_otel.job import _executors
 
     monkeypatch.setattr(_executors, "_MIN_RANGE", 64 << 10)  # many small ranges
     monkeypatch.setenv("MEMTRACE_MAX_ATTRIBUTE_BYTES", "4096")
@@ -364,8 +365,8 @@ def test_cli_streams_by_default_with_the_same_verdicts_and_report(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from memtrace_otel.attribution import _executors
-    from memtrace_otel.attribution._executors import default_executor
+    from memtrace_otel.job import _executors
+    from memtrace_otel.job._executors import default_executor
 
     traces = str(workload / "traces.jsonl")
     assert default_executor([traces]) == (None, None)  # small: read into memory

@@ -108,6 +108,7 @@ STAGES = [
     "processing",
     "sources",
     "attribution",
+    "job",
     "reporting",
     "cli",
 ]

@@ -255,7 +255,8 @@ def test_hard_rejects_bad_sizes(tmp_path: Path, capsys: pytest.CaptureFixture[st
 def test_llm_method_runs_on_the_hard_benchmark_with_a_cache(hard: Path, tmp_path: Path) -> None:
     """The ``llm`` method against the scripted judge over real HTTP: a verdict per case, a
     bounded number of calls per case, and a rerun served from the cache."""
-    from memtrace_otel.attribution import get_method, run_batch
+    from memtrace_otel.attribution import get_method
+    from memtrace_otel.job import run_batch
     from tests._hard_judge import literal_judge
     from tests._openai_server import ScriptedOpenAI
 

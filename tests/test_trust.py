@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Link, NonRecordingSpan
 
-from memtrace_otel.attribution import EvidenceMethod, run_batch
+from memtrace_otel.attribution import EvidenceMethod
 from memtrace_otel.cli import main
 from memtrace_otel.export import OtlpJsonLinesExporter
 from memtrace_otel.instrumentation import (
@@ -26,6 +26,7 @@ from memtrace_otel.instrumentation import (
     parse_traceparent,
     send_feedback,
 )
+from memtrace_otel.job import run_batch
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.semconv import env as E
 from memtrace_otel.sources import OutcomeRule, TrustPolicy, open_source, read_outcomes

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from memtrace_otel.attribution import EvidenceMethod, read_verdicts, run_batch
-from memtrace_otel.attribution._batch import load_store_graphs
-from memtrace_otel.attribution._writeback import send_verdicts, verdict_span_writer
+from memtrace_otel.attribution import EvidenceMethod
 from memtrace_otel.export import OtlpJsonLinesExporter
+from memtrace_otel.job import read_verdicts, run_batch
+from memtrace_otel.job._batch import load_store_graphs
+from memtrace_otel.job._writeback import send_verdicts, verdict_span_writer
 from memtrace_otel.semconv import attributes as A
 from tests._otlp_receiver import otlp_receiver
 from tests._pipeline import write_workload
@@ -168,7 +169,7 @@ def test_verdict_spans_in_an_upstream_apps_culprit_traces_change_nothing(tmp_pat
 def test_reviews_in_files_give_precision_and_change_no_verdict(
     workload: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    from memtrace_otel.attribution._reviews import send_review, verdict_span_index
+    from memtrace_otel.job._reviews import send_review, verdict_span_index
     from memtrace_otel.sources import open_source
 
     traces, cases = workload

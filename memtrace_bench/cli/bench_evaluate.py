@@ -21,14 +21,15 @@ from typing import Any
 
 from memtrace_bench.cli.bench_annotations import ANNOTATION, bench_folder, score_annotations
 from memtrace_bench.systems.metrics import evaluate, format_report, load_jsonl
-from memtrace_otel.attribution import get_method, load_store_graphs, method_names, run_batch
-from memtrace_otel.attribution._scoring import (
+from memtrace_otel.attribution import get_method, method_names
+from memtrace_otel.cli import EXIT_FAILURES, EXIT_OK, EXIT_USAGE
+from memtrace_otel.job import load_store_graphs, run_batch
+from memtrace_otel.job._scoring import (
     ProductionScore,
     format_production,
     production_view,
     score_verdicts,
 )
-from memtrace_otel.cli import EXIT_FAILURES, EXIT_OK, EXIT_USAGE
 
 BASELINES = ("blame-generate", "blame-retrieve")
 """Constant baselines added by ``--baselines`` (no model, no network)."""

@@ -21,7 +21,7 @@ from typing import Any
 from memtrace_bench.systems.metrics import evaluate, load_jsonl
 from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._model import Verdict
-from memtrace_otel.attribution._run import run_batch
+from memtrace_otel.job._run import run_batch
 from memtrace_otel.sources import export_source, open_source
 
 

@@ -42,7 +42,7 @@ from memtrace_bench.systems import (
     run_conversation,
 )
 from memtrace_bench.systems._base import turn_ref
-from memtrace_otel.attribution import ChatModel, Verdict, get_method, load_store_graphs, run_batch
+from memtrace_otel.attribution import ChatModel, Verdict, get_method
 from memtrace_otel.errors import ModelError
 from memtrace_otel.export import OtlpJsonLinesExporter
 from memtrace_otel.instrumentation import (
@@ -52,6 +52,7 @@ from memtrace_otel.instrumentation import (
     WriterRegistry,
     suppress_tracing,
 )
+from memtrace_otel.job import load_store_graphs, run_batch
 from memtrace_otel.semconv import Category
 from memtrace_otel.semconv import attributes as A
 

@@ -10,27 +10,12 @@ from typing import Any
 
 from memtrace_otel.attribution._base import Method, blame, no_verdict
 from memtrace_otel.attribution._baselines import BlameGenerate, BlameRetrieve
-from memtrace_otel.attribution._batch import (
-    CONTENT_NOTICE,
-    BatchSummary,
-    completed_case_ids,
-    failed_cases,
-    load_store_graphs,
-    parse_summary_line,
-    read_verdicts,
-    store_of,
-    summary_markdown,
-    summary_table,
-    write_summary,
-)
 from memtrace_otel.attribution._evidence import EvidenceMethod
-from memtrace_otel.attribution._feedback import FeedbackStats, feedback_cases
 from memtrace_otel.attribution._index import GraphIndex, graph_index
 from memtrace_otel.attribution._literature import AllAtOnce, BinarySearch, StepByStep
 from memtrace_otel.attribution._llm import LLMMethod, ModelMethod
 from memtrace_otel.attribution._model import Case, Verdict, load_cases, parse_case
 from memtrace_otel.attribution._model_client import ChatModel, ModelSession, OpenAIChatModel
-from memtrace_otel.attribution._run import run_batch
 
 _FACTORIES: dict[str, Callable[..., Method]] = {
     "evidence": EvidenceMethod,
@@ -70,16 +55,13 @@ def get_method(name: str, **options: Any) -> Method:
 
 
 __all__ = [
-    "CONTENT_NOTICE",
     "AllAtOnce",
-    "BatchSummary",
     "BinarySearch",
     "BlameGenerate",
     "BlameRetrieve",
     "Case",
     "ChatModel",
     "EvidenceMethod",
-    "FeedbackStats",
     "GraphIndex",
     "LLMMethod",
     "Method",
@@ -89,22 +71,11 @@ __all__ = [
     "StepByStep",
     "Verdict",
     "blame",
-    "completed_case_ids",
-    "failed_cases",
-    "feedback_cases",
     "get_method",
     "graph_index",
     "load_cases",
-    "load_store_graphs",
     "method_names",
     "no_verdict",
     "parse_case",
-    "parse_summary_line",
-    "read_verdicts",
     "register_method",
-    "run_batch",
-    "store_of",
-    "summary_markdown",
-    "summary_table",
-    "write_summary",
 ]

@@ -11,29 +11,22 @@ from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from memtrace_otel.attribution import (
-    BatchSummary,
-    Verdict,
-    failed_cases,
-    get_method,
-    load_store_graphs,
-    method_names,
-    run_batch,
-    summary_table,
-)
-from memtrace_otel.attribution._batch import QuietHeap
-from memtrace_otel.attribution._executors import default_executor, parse_executor, parse_size
+from memtrace_otel.attribution import Verdict, get_method, method_names
 from memtrace_otel.attribution._semantic import default_encoder
-from memtrace_otel.attribution._verdict_log import VerdictLog
-from memtrace_otel.attribution._writeback import (
-    VERDICT_TRACES,
-    otlp_target,
-    protocol_hint,
-    send_verdicts,
-)
 from memtrace_otel.cli import EXIT_FAILURES, EXIT_NOTHING_TO_ATTRIBUTE, EXIT_OK, EXIT_USAGE
 from memtrace_otel.cli._backend import add_backend_options, http_options
 from memtrace_otel.export._configure import ENDPOINT_VARS, resolve_exporter
+from memtrace_otel.job import (
+    BatchSummary,
+    failed_cases,
+    load_store_graphs,
+    run_batch,
+    summary_table,
+)
+from memtrace_otel.job._batch import QuietHeap
+from memtrace_otel.job._executors import default_executor, parse_executor, parse_size
+from memtrace_otel.job._verdict_log import VerdictLog
+from memtrace_otel.job._writeback import VERDICT_TRACES, otlp_target, protocol_hint, send_verdicts
 from memtrace_otel.reporting import (
     ReportViews,
     check_base_url,

@@ -31,11 +31,12 @@ from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from memtrace_otel.attribution import BatchSummary, get_method, load_store_graphs, run_batch
-from memtrace_otel.attribution._batch import failed_cases
-from memtrace_otel.attribution._reviews import send_review, verdict_span_index
+from memtrace_otel.attribution import get_method
 from memtrace_otel.cli._backend import add_backend_options, http_options
 from memtrace_otel.export._configure import ENDPOINT_VARS, resolve_exporter
+from memtrace_otel.job import BatchSummary, load_store_graphs, run_batch
+from memtrace_otel.job._batch import failed_cases
+from memtrace_otel.job._reviews import send_review, verdict_span_index
 from memtrace_otel.reporting import check_base_url, write_report
 from memtrace_otel.semconv import ReviewLabel, SpanRecord
 

@@ -27,7 +27,8 @@ import jinja2
 import networkx as nx
 
 from memtrace_otel._internal import finite_json
-from memtrace_otel.attribution import CONTENT_NOTICE, BatchSummary, Case, Verdict, write_summary
+from memtrace_otel.attribution import Case, Verdict
+from memtrace_otel.job import CONTENT_NOTICE, BatchSummary, write_summary
 from memtrace_otel.reporting._labels import Label, load_labels
 from memtrace_otel.reporting._links import check_base_url
 from memtrace_otel.reporting._view import (

@@ -48,7 +48,11 @@ import networkx as nx
 
 from memtrace_otel._shim import nodes_of
 from memtrace_otel.attribution._base import Method
-from memtrace_otel.attribution._batch import (
+from memtrace_otel.attribution._index import graph_index
+from memtrace_otel.attribution._model import Case, Verdict, load_cases
+from memtrace_otel.errors import BackendError, MemtraceError
+from memtrace_otel.graph import build_graph
+from memtrace_otel.job._batch import (
     BatchSummary,
     LineageJoin,
     QuietHeap,
@@ -60,10 +64,8 @@ from memtrace_otel.attribution._batch import (
     store_of,
     take_outcomes,
 )
-from memtrace_otel.attribution._feedback import Pick, StoreCases, decide_failed
-from memtrace_otel.attribution._index import graph_index
-from memtrace_otel.attribution._model import Case, Verdict, load_cases
-from memtrace_otel.attribution._partitions import (
+from memtrace_otel.job._feedback import Pick, StoreCases, decide_failed
+from memtrace_otel.job._partitions import (
     Found,
     Key,
     Partition,
@@ -82,9 +84,7 @@ from memtrace_otel.attribution._partitions import (
     shared_stores,
     split_ranges,
 )
-from memtrace_otel.attribution._verdict_log import VerdictLog
-from memtrace_otel.errors import BackendError, MemtraceError
-from memtrace_otel.graph import build_graph
+from memtrace_otel.job._verdict_log import VerdictLog
 from memtrace_otel.semconv import JudgeVerdict, SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (
@@ -1164,7 +1164,7 @@ class _DaskEngine(_Engine):
 
 async def _import_on_worker() -> None:
     # A coroutine: Dask runs only those without waiting for them.
-    import memtrace_otel.attribution._executors  # noqa: F401  (and everything it imports)
+    import memtrace_otel.job._executors  # noqa: F401  (and everything it imports)
 
 
 @contextlib.contextmanager

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from memtrace_otel._internal import GcPaused
-from memtrace_otel.attribution._batch import store_of
 from memtrace_otel.errors import DecodeError, SourceError
+from memtrace_otel.job._batch import store_of
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (

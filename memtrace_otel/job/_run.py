@@ -14,10 +14,10 @@ from typing import Any, TextIO
 import networkx as nx
 
 from memtrace_otel.attribution._base import Method
-from memtrace_otel.attribution._batch import BatchSummary, QuietHeap, _run_in_process
-from memtrace_otel.attribution._executors import ViewMaker, run_scaled
 from memtrace_otel.attribution._model import Verdict
-from memtrace_otel.attribution._verdict_log import VerdictLog
+from memtrace_otel.job._batch import BatchSummary, QuietHeap, _run_in_process
+from memtrace_otel.job._executors import ViewMaker, run_scaled
+from memtrace_otel.job._verdict_log import VerdictLog
 from memtrace_otel.sources import DEFAULT_RULE, Outcome, OutcomeRule
 
 __all__ = ["run_batch"]
