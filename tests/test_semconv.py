@@ -104,9 +104,9 @@ STAGES = [
     "instrumentation",
     "instrumentors",
     "export",
+    "sources",
     "graph",
     "processing",
-    "sources",
     "attribution",
     "job",
     "reporting",
@@ -115,10 +115,13 @@ STAGES = [
 """The product's stages in the order data travels; each imports only from earlier ones.
 
 The manual API does not import ``export`` (a test checks that importing the API loads no SDK
-module); instrumentors are built on the manual API. ``graph`` (the one builder: span records in,
-networkx out) comes before ``processing`` because the live processor folds with that builder;
-``sources`` (wire formats in, span records out) is independent of both. The bench wing
-(``memtrace_bench``) sits on top of all of them.
+module); instrumentors are built on the manual API. ``sources`` (wire formats in, span records
+and evaluations out) comes before ``graph`` (the one builder: span records in, networkx out, and
+the one query layer over it, whose cases carry their evaluations); ``graph`` comes before
+``processing`` because the live processor folds with that builder. ``attribution`` is the method
+(one case, one graph, one verdict); ``job`` the batch run around it (load, find failed cases,
+attribute, record, write back, score). The bench wing (``memtrace_bench``) sits on top of all of
+them.
 """
 RANK = {name: i for i, name in enumerate(STAGES)}
 FOUNDATION = {"_internal", "_settings", "_shim", "_version", "_openai", "_progress", "errors"}

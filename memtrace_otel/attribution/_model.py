@@ -1,46 +1,23 @@
-"""Cases and verdicts: the batch job's input and output records (contract section 5)."""
+"""Cases and verdicts: the method's input and output records (contract section 5); the cases file.
+
+:class:`Case` lives with the graph (:mod:`memtrace_otel.graph`), which reads cases from traces.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from memtrace_otel.errors import DecodeError
+from memtrace_otel.graph._case import Case as Case
 from memtrace_otel.semconv import ErrorType, JudgeVerdict
 from memtrace_otel.semconv import env as E
-from memtrace_otel.sources import DEFAULT_MAX_LINE_BYTES, LineReader, Outcome
+from memtrace_otel.sources import DEFAULT_MAX_LINE_BYTES, LineReader
 from memtrace_otel.sources._common import json_line
 from memtrace_otel.sources._limits import resolve_cap
-
-
-@dataclass(frozen=True)
-class Case:
-    """One question whose answer is judged.
-
-    Attributes:
-        case_id: the ``memtrace.case.id`` of the question's ops.
-        question: the question text ("" when unknown).
-        gold_answers: acceptable answers.
-        evidence_refs: refs of the source messages holding the answer (``msg:...@1``), if known.
-        verdict: ``correct``/``incorrect`` when known (from the cases file or a judge op).
-        prediction: the system's answer, when known.
-        feedback: the evaluations that flagged it (``memtrace.feedback`` spans, evaluation events
-            or log records), oldest first; the last one decided. An expected answer given with
-            that one is also in ``gold_answers``.
-        source: where the case came from (``cases.jsonl:12``, ``trace`` or ``feedback``).
-    """
-
-    case_id: str
-    question: str = ""
-    gold_answers: tuple[str, ...] = ()
-    evidence_refs: tuple[str, ...] = ()
-    verdict: str | None = None
-    prediction: str | None = None
-    feedback: tuple[Outcome, ...] = ()
-    source: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
