@@ -27,7 +27,8 @@ from _util import verdict
 
 from memtrace_bench.cli.bench_evaluate import _production_cases
 from memtrace_bench.systems import generate_benchmark, generate_hard_benchmark, generate_workload
-from memtrace_otel.attribution import get_method, graph_index
+from memtrace_otel.attribution import get_method
+from memtrace_otel.graph import graph_index
 from memtrace_otel.job import BatchSummary, failed_cases, load_store_graphs
 from memtrace_otel.job._scoring import production_view
 
@@ -35,7 +36,8 @@ from memtrace_otel.job._scoring import production_view
 def _cold() -> None:
     """Empty the attribution caches (per-store corpora, token caches, sentence vectors), as at a
     run's start."""
-    from memtrace_otel.attribution import _index, _semantic, _text, _tokens
+    from memtrace_otel.attribution import _semantic, _text, _tokens
+    from memtrace_otel.graph import _index
 
     for index in list(_index._cache.values()):
         index.memo.clear()

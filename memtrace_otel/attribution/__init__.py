@@ -11,7 +11,6 @@ from typing import Any
 from memtrace_otel.attribution._base import Method, blame, no_verdict
 from memtrace_otel.attribution._baselines import BlameGenerate, BlameRetrieve
 from memtrace_otel.attribution._evidence import EvidenceMethod
-from memtrace_otel.attribution._index import GraphIndex, graph_index
 from memtrace_otel.attribution._literature import AllAtOnce, BinarySearch, StepByStep
 from memtrace_otel.attribution._llm import LLMMethod, ModelMethod
 from memtrace_otel.attribution._model import Case, Verdict, load_cases, parse_case
@@ -62,7 +61,6 @@ __all__ = [
     "Case",
     "ChatModel",
     "EvidenceMethod",
-    "GraphIndex",
     "LLMMethod",
     "Method",
     "ModelMethod",
@@ -72,7 +70,6 @@ __all__ = [
     "Verdict",
     "blame",
     "get_method",
-    "graph_index",
     "load_cases",
     "method_names",
     "no_verdict",

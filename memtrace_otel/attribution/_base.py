@@ -7,8 +7,8 @@ from typing import Protocol, runtime_checkable
 
 import networkx as nx
 
-from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case, Verdict
+from memtrace_otel.graph import graph_index
 from memtrace_otel.semconv import ERROR_TYPE_BY_KIND, OpKind
 from memtrace_otel.semconv.attributes import MEMTRACE_SOURCE_OP_ID
 

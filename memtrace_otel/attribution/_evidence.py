@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from memtrace_otel.attribution._base import blame, last_op_of_kind, no_verdict
-from memtrace_otel.attribution._index import GraphIndex, graph_index, order_key
 from memtrace_otel.attribution._locate import (
     NAME,
     NUMBER,
@@ -75,6 +74,8 @@ from memtrace_otel.attribution._text import (
     says_undated,
     segment_words,
 )
+from memtrace_otel.graph import GraphIndex, graph_index
+from memtrace_otel.graph import op_order_key as order_key
 from memtrace_otel.semconv import Category, OpKind
 
 # Ops whose job is to carry memory content forward; a loss there is their fault.

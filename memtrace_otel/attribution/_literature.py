@@ -26,7 +26,6 @@ from collections.abc import Sequence
 import networkx as nx
 
 from memtrace_otel.attribution._base import blame, no_verdict
-from memtrace_otel.attribution._index import GraphIndex, graph_index, order_key
 from memtrace_otel.attribution._llm import (
     CaseScope,
     ModelMethod,
@@ -40,6 +39,8 @@ from memtrace_otel.attribution._llm import (
 )
 from memtrace_otel.attribution._model import Case, Verdict
 from memtrace_otel.attribution._model_client import ChatModel, ReplyError
+from memtrace_otel.graph import GraphIndex, graph_index
+from memtrace_otel.graph import op_order_key as order_key
 
 _HISTORY_STEPS = 10  # earlier steps step-by-step shows: the prompt must not grow without bound
 _LOG_LIMITS = RenderLimits(value_chars=400, max_vars=8)

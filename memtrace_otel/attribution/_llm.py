@@ -39,7 +39,6 @@ import networkx as nx
 
 from memtrace_otel.attribution._base import blame, last_op_of_kind, no_verdict
 from memtrace_otel.attribution._evidence import EvidenceMethod, _merge
-from memtrace_otel.attribution._index import GraphIndex, graph_index, order_key
 from memtrace_otel.attribution._model import Case, Verdict
 from memtrace_otel.attribution._model_client import (
     ChatModel,
@@ -48,6 +47,8 @@ from memtrace_otel.attribution._model_client import (
     OpenAIChatModel,
     ReplyError,
 )
+from memtrace_otel.graph import GraphIndex, graph_index
+from memtrace_otel.graph import op_order_key as order_key
 from memtrace_otel.semconv import ERROR_TYPE_BY_KIND, Category, ErrorType, OpKind
 from memtrace_otel.semconv import env as E
 

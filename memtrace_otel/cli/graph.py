@@ -12,10 +12,10 @@ from typing import Any
 
 import networkx as nx
 
-from memtrace_otel.attribution import Verdict, get_method, graph_index, load_cases, method_names
+from memtrace_otel.attribution import Verdict, get_method, load_cases, method_names
 from memtrace_otel.cli import EXIT_FAILURES, EXIT_OK, EXIT_USAGE
 from memtrace_otel.errors import GraphError
-from memtrace_otel.graph import case_subgraph, to_dot, to_node_link_json, write_graphml
+from memtrace_otel.graph import case_subgraph, graph_index, to_dot, to_node_link_json, write_graphml
 from memtrace_otel.job import BatchSummary, load_store_graphs, read_verdicts
 from memtrace_otel.reporting import case_html, case_view, check_base_url
 from memtrace_otel.semconv import JudgeVerdict

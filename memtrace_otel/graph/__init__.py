@@ -19,9 +19,12 @@ from memtrace_otel.graph._build import (
     add_records,
     build_graph,
     new_graph,
+    op_order_key,
     remove_ops,
 )
+from memtrace_otel.graph._case import Case
 from memtrace_otel.graph._example import example_graph, example_records
+from memtrace_otel.graph._index import GraphIndex, graph_index
 from memtrace_otel.graph._io import from_node_link_json, to_dot, to_node_link_json, write_graphml
 from memtrace_otel.graph._queries import (
     canonical_form,
@@ -40,6 +43,8 @@ __all__ = [
     "READ",
     "VERSION",
     "WRITE",
+    "Case",
+    "GraphIndex",
     "add_records",
     "build_graph",
     "canonical_form",
@@ -49,11 +54,13 @@ __all__ = [
     "execution_order",
     "failed_case_ids",
     "from_node_link_json",
+    "graph_index",
     "is_op",
     "is_variable",
     "lineage",
     "linked_trace_ids",
     "new_graph",
+    "op_order_key",
     "readers_of",
     "remove_ops",
     "to_dot",

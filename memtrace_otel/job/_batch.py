@@ -27,10 +27,9 @@ import networkx as nx
 
 from memtrace_otel._internal import GcPaused, finite_json
 from memtrace_otel.attribution._base import Method
-from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case, Verdict, load_cases
 from memtrace_otel.errors import DecodeError, MemtraceError
-from memtrace_otel.graph import build_graph
+from memtrace_otel.graph import build_graph, graph_index
 from memtrace_otel.job._feedback import StoreCases, decide_failed
 from memtrace_otel.job._reviews import review_of, review_precision, verdict_span_index
 from memtrace_otel.job._verdict_log import PENDING_CAPPED, PENDING_NOT_IN_TRACES, Entry, VerdictLog

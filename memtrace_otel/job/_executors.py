@@ -48,10 +48,9 @@ import networkx as nx
 
 from memtrace_otel._shim import nodes_of
 from memtrace_otel.attribution._base import Method
-from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case, Verdict, load_cases
 from memtrace_otel.errors import BackendError, MemtraceError
-from memtrace_otel.graph import build_graph
+from memtrace_otel.graph import build_graph, graph_index
 from memtrace_otel.job._batch import (
     BatchSummary,
     LineageJoin,
@@ -312,7 +311,7 @@ def _forget(G: nx.MultiDiGraph, *, tokens: bool) -> None:
     otherwise live as long as the process; the evidence method's token cache holds the texts
     of the last store's records (they never recur in another store).
     """
-    from memtrace_otel.attribution import _index
+    from memtrace_otel.graph import _index
 
     _index._cache.pop(G, None)
     if tokens:

@@ -24,8 +24,8 @@ from typing import Any
 import networkx as nx
 
 from memtrace_otel._shim import nodes_of
-from memtrace_otel.attribution._index import graph_index
 from memtrace_otel.attribution._model import Case
+from memtrace_otel.graph import graph_index
 from memtrace_otel.semconv import JudgeVerdict
 from memtrace_otel.sources import DEFAULT_RULE, Outcome, OutcomeRule, latest_outcomes, outcome_key
 from memtrace_otel.sources._trust import DEFAULT_POLICY, UNVERIFIED, TrustPolicy

@@ -17,9 +17,9 @@ from typing import Any
 import networkx as nx
 
 from memtrace_otel._shim import nodes_of, pred_of, succ_of
-from memtrace_otel.attribution import Case, Verdict, graph_index
+from memtrace_otel.attribution import Case, Verdict
 from memtrace_otel.errors import GraphError
-from memtrace_otel.graph import READ, WRITE, case_subgraph, execution_order
+from memtrace_otel.graph import READ, WRITE, case_subgraph, execution_order, graph_index
 from memtrace_otel.job import BatchSummary
 from memtrace_otel.reporting._labels import Label, label_accuracy
 from memtrace_otel.reporting._links import jaeger_link, tempo_link

@@ -15,8 +15,9 @@ from typing import Any
 import networkx as nx
 
 from memtrace_otel._shim import nodes_of, pred_of, succ_of
-from memtrace_otel.attribution._model import Case
-from memtrace_otel.graph import READ, VERSION, WRITE, linked_trace_ids
+from memtrace_otel.graph._build import READ, VERSION, WRITE
+from memtrace_otel.graph._case import Case
+from memtrace_otel.graph._queries import linked_trace_ids
 from memtrace_otel.semconv import Category, JudgeVerdict, OpKind
 
 _RECORD_WRITERS = frozenset({OpKind.CREATE.value, OpKind.UPDATE.value, OpKind.DELETE.value})
