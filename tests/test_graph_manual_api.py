@@ -15,8 +15,7 @@ from memtrace_otel.graph import (
     build_graph,
     canonical_form,
     case_subgraph,
-    failed_case_ids,
-    lineage,
+    graph_index,
     linked_trace_ids,
     new_graph,
 )
@@ -87,7 +86,7 @@ def test_graph_of_the_manual_api_exactly(
     assert G.nodes["fact:1@2"]["writer"] == up
     assert G.nodes["msg:1@1"]["external"] is True
     assert G.nodes["msg:1@1"]["value"] == "I moved to Porto"
-    assert failed_case_ids(G) == ["c1"]
+    assert graph_index(G).failed == {"c1"}
     assert set(case_subgraph(G, "c1")) == set(G)
 
 
@@ -138,13 +137,11 @@ def test_lineage_across_processes_through_traceparent() -> None:
     assert linked_trace_ids(G) == [first_trace]
     add_records(G, records_of(first_exporter))
     assert linked_trace_ids(G) == []
-    H = lineage(G, "mem:7")
-    assert set(H.edges(keys=True)) == {
-        (records_of(first_exporter)[0].span_id, "mem:7@1", "write"),
-        ("mem:7@1", second[0].span_id, "read"),
-        (second[0].span_id, "mem:7@2", "write"),
-        ("mem:7@1", "mem:7@2", "version"),
-    }
+    index = graph_index(G)
+    assert index.writer("mem:7@1") == records_of(first_exporter)[0].span_id
+    assert index.readers("mem:7@1") == [second[0].span_id]
+    assert index.writer("mem:7@2") == second[0].span_id
+    assert index.next_version("mem:7@1") == "mem:7@2"
     assert G.nodes["mem:7@1"]["external"] is False
 
 

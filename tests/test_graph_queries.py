@@ -12,12 +12,9 @@ from memtrace_otel.graph import (
     example_graph,
     example_records,
     execution_order,
-    failed_case_ids,
+    graph_index,
     is_op,
-    lineage,
     linked_trace_ids,
-    readers_of,
-    writers_of,
 )
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.semconv import attributes as sc
@@ -100,23 +97,21 @@ def test_case_subgraph_of_an_unknown_case_raises(G: nx.MultiDiGraph) -> None:
         case_subgraph(G, "nope")
 
 
-def test_lineage_holds_all_versions_and_their_writers(G: nx.MultiDiGraph) -> None:
-    for query in ("mem:1", "mem:1@1", "mem:1@2"):
-        H = lineage(G, query)
-        assert set(H.nodes) == {"mem:1@1", "mem:1@2", A3, B2}
-    with pytest.raises(GraphError):
-        lineage(G, "nothing:9")
+def test_the_index_follows_versions_and_their_writers(G: nx.MultiDiGraph) -> None:
+    index = graph_index(G)
+    assert index.next_version("mem:1@1") == "mem:1@2"
+    assert index.next_version("mem:1@2") is None
+    assert [index.writer(ref) for ref in ("mem:1@1", "mem:1@2")] == [A3, B2]
 
 
-def test_writers_and_readers_in_execution_order(G: nx.MultiDiGraph) -> None:
-    assert writers_of(G, "mem:1@1") == [A3]
-    assert readers_of(G, "mem:1@2") == [C1]
-    assert writers_of(G, "gold:1@1") == []
-    assert readers_of(G, "score:1@1") == []
-    with pytest.raises(GraphError):
-        writers_of(G, A1)  # an op, not a variable
-    with pytest.raises(GraphError):
-        readers_of(G, "absent@1")
+def test_the_index_names_writers_readers_inputs_and_outputs(G: nx.MultiDiGraph) -> None:
+    index = graph_index(G)
+    assert index.writer("mem:1@1") == A3
+    assert index.readers("mem:1@2") == [C1]
+    assert index.writer("gold:1@1") is None  # given, written by no loaded op
+    assert index.readers("score:1@1") == []
+    assert "mem:1@1" in index.inputs(B2) and index.outputs(B2) == ["mem:1@2"]
+    assert index.ops_of("c1") == execution_order(G, index.ops_of("c1"))
 
 
 def test_execution_order_of_all_nodes(G: nx.MultiDiGraph) -> None:
@@ -163,8 +158,8 @@ def test_linked_trace_ids_are_the_traces_not_loaded() -> None:
     ]
 
 
-def test_failed_case_ids(G: nx.MultiDiGraph) -> None:
-    assert failed_case_ids(G) == ["c1"]
+def test_the_index_names_the_failed_cases(G: nx.MultiDiGraph) -> None:
+    assert graph_index(G).failed == {"c1"}
     correct = SpanRecord(
         trace_id="1" * 32,
         span_id="1" * 16,
@@ -176,4 +171,5 @@ def test_failed_case_ids(G: nx.MultiDiGraph) -> None:
             sc.MEMTRACE_JUDGE_VERDICT: "correct",
         },
     )
-    assert failed_case_ids(build_graph([*example_records(), correct])) == ["c1"]
+    H = build_graph([*example_records(), correct])
+    assert graph_index(H).failed == {"c1"} and graph_index(H).judged == {"c1", "c7"}

@@ -6,10 +6,15 @@ The graph is a ``networkx.MultiDiGraph`` with op nodes (keyed by span id) and va
 attribute. :func:`build_graph` and :func:`add_records` (``_build.py``) are the one builder, shared
 with the live :class:`~memtrace_otel.processing.EvolutionGraphProcessor`.
 
->>> from memtrace_otel.graph import example_graph, lineage, writers_of
->>> G = example_graph()
->>> writers_of(G, "mem:1@2")
-['b000000000000002']
+Lookups go through one index per graph, :func:`graph_index` (``_index.py``), built once and
+cached while the graph does not grow; whole-graph queries (a case's subgraph, execution order,
+linked traces) are functions taking the graph first (``_queries.py``).
+
+>>> from memtrace_otel.graph import example_graph, graph_index
+>>> G = example_graph()  # the index holds its graph weakly: keep it
+>>> index = graph_index(G)
+>>> index.writer("mem:1@2"), index.readers("mem:1@1"), sorted(index.failed)
+('b000000000000002', ['b000000000000002'], ['c1'])
 """
 
 from memtrace_otel.graph._build import (
@@ -30,13 +35,9 @@ from memtrace_otel.graph._queries import (
     canonical_form,
     case_subgraph,
     execution_order,
-    failed_case_ids,
     is_op,
     is_variable,
-    lineage,
     linked_trace_ids,
-    readers_of,
-    writers_of,
 )
 
 __all__ = [
@@ -52,19 +53,15 @@ __all__ = [
     "example_graph",
     "example_records",
     "execution_order",
-    "failed_case_ids",
     "from_node_link_json",
     "graph_index",
     "is_op",
     "is_variable",
-    "lineage",
     "linked_trace_ids",
     "new_graph",
     "op_order_key",
-    "readers_of",
     "remove_ops",
     "to_dot",
     "to_node_link_json",
     "write_graphml",
-    "writers_of",
 ]

@@ -1,7 +1,18 @@
-"""A per-graph index the methods share: ops by case, messages by store, cases read from judges.
+"""The one lookup vocabulary over an evolution graph: :class:`GraphIndex`, from :func:`graph_index`.
+
+What an op read and wrote (``inputs``, ``outputs``), who wrote or read a variable (``writer``,
+``readers``), its next version, a case's ops in execution order (``ops_of``), the failed and
+judged cases, the records live in a store at a time, what the traces say about a case. The
+attribution methods, the batch job, the report and ``memtrace graph`` all ask through it.
 
 Built once per graph (cached weakly, rebuilt when the graph grows), so attributing thousands of
 cases does not rescan the whole graph for each.
+
+>>> from memtrace_otel.graph import example_graph
+>>> G = example_graph()  # the index holds its graph weakly: keep it
+>>> index = graph_index(G)
+>>> index.outputs("b000000000000002"), index.next_version("mem:1@1")
+(['mem:1@2'], 'mem:1@2')
 """
 
 from __future__ import annotations
@@ -15,7 +26,7 @@ from typing import Any
 import networkx as nx
 
 from memtrace_otel._shim import nodes_of, pred_of, succ_of
-from memtrace_otel.graph._build import READ, VERSION, WRITE
+from memtrace_otel.graph._build import READ, VERSION, WRITE, op_order_key
 from memtrace_otel.graph._case import Case
 from memtrace_otel.graph._queries import linked_trace_ids
 from memtrace_otel.semconv import Category, JudgeVerdict, OpKind
@@ -26,15 +37,12 @@ _NOT_RECORDS = frozenset(
 )
 
 
-def order_key(data: dict[str, Any]) -> tuple[int, int, str, str]:
-    """Execution order of an op node: ``(start, end, trace_id, span_id)``."""
-    return (data["start"], data["end"], data["trace_id"], data["span_id"])
-
-
 @dataclass
 class GraphIndex:
     """Lookups over one evolution graph.
 
+    ``failed`` holds the cases a judge op marked ``incorrect``, ``judged`` those any judge op
+    decided, ``missing_traces`` the linked traces not loaded (:func:`linked_trace_ids`).
     It holds its graph weakly: the index lives in a weak-keyed cache, and a strong reference from
     the value would keep every graph alive for the whole process.
     """
@@ -200,7 +208,7 @@ def graph_index(G: nx.MultiDiGraph) -> GraphIndex:
         if data.get("type") == "op":
             case = data.get("case")
             if case is not None:
-                case_ops[str(case)].append((order_key(data), node))
+                case_ops[str(case)].append((op_order_key(data), node))
                 if data.get("kind") == OpKind.JUDGE and data.get("judge_verdict"):
                     judged.add(str(case))
                     if data["judge_verdict"] == JudgeVerdict.INCORRECT:

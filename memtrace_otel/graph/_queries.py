@@ -1,7 +1,10 @@
-"""Queries on the memory evolution graph. Each takes the graph first (networkx style).
+"""Whole-graph queries on the memory evolution graph. Each takes the graph first (networkx style).
 
 Op nodes are keyed by span id, variable nodes by ref; see ``docs/graph.md`` for the schema.
 Queries never modify the graph they are given; those returning graphs return independent copies.
+Lookups of one node's neighbours (what an op read and wrote, who wrote or read a variable, a
+case's ops, the failed cases) are :class:`~memtrace_otel.graph.GraphIndex`'s, the one vocabulary
+the methods, the job and the report use.
 """
 
 from __future__ import annotations
@@ -13,20 +16,15 @@ import networkx as nx
 
 from memtrace_otel._shim import nodes_of, pred_of, succ_of
 from memtrace_otel.errors import GraphError
-from memtrace_otel.graph._build import READ, WRITE, op_order_key
-from memtrace_otel.semconv.values import JudgeVerdict, OpKind
+from memtrace_otel.graph._build import WRITE, op_order_key
 
 __all__ = [
     "canonical_form",
     "case_subgraph",
     "execution_order",
-    "failed_case_ids",
     "is_op",
     "is_variable",
-    "lineage",
     "linked_trace_ids",
-    "readers_of",
-    "writers_of",
 ]
 
 OrderKey = tuple[int, int, str, str, int, str]
@@ -89,63 +87,6 @@ def case_subgraph(G: nx.MultiDiGraph, case_id: str) -> nx.MultiDiGraph:
     return _subgraph_copy(G, keep, case_id=case_id)
 
 
-def lineage(G: nx.MultiDiGraph, ref: str) -> nx.MultiDiGraph:
-    """All versions of a variable and the ops that wrote them, as a new graph (a copy).
-
-    Args:
-        G: the evolution graph.
-        ref: a ref (``"mem:1@2"``) or a bare variable id (``"mem:1"``); a ref stands for its id.
-
-    Raises:
-        GraphError: ``G`` holds no version of that variable.
-
-    >>> from memtrace_otel.graph import example_graph
-    >>> H = lineage(example_graph(), "mem:1@2")
-    >>> sorted(H.edges(keys=True))  # doctest: +NORMALIZE_WHITESPACE
-    [('a000000000000003', 'mem:1@1', 'write'), ('b000000000000002', 'mem:1@2', 'write'),
-     ('mem:1@1', 'b000000000000002', 'read'), ('mem:1@1', 'mem:1@2', 'version')]
-    """
-    node = nodes_of(G).get(ref)
-    ident = node["id"] if node is not None and node.get("type") == "variable" else ref
-    versions = [
-        n for n, d in nodes_of(G).items() if d.get("type") == "variable" and d["id"] == ident
-    ]
-    if not versions:
-        raise GraphError(f"no variable {ref!r} in the graph")
-    keep = set(versions)
-    for version in versions:
-        keep.update(op for op, keyed in pred_of(G)[version].items() if WRITE in keyed)
-    return _subgraph_copy(G, keep, variable_id=ident)
-
-
-def writers_of(G: nx.MultiDiGraph, ref: str) -> list[str]:
-    """Span ids of the ops that wrote ``ref``, in execution order (more than one is an anomaly).
-
-    Raises:
-        GraphError: ``ref`` is not a variable of ``G``.
-
-    >>> from memtrace_otel.graph import example_graph
-    >>> writers_of(example_graph(), "mem:1@2"), writers_of(example_graph(), "q:1@1")
-    (['b000000000000002'], [])
-    """
-    _require_variable(G, ref)
-    return execution_order(G, [op for op, keyed in pred_of(G)[ref].items() if WRITE in keyed])
-
-
-def readers_of(G: nx.MultiDiGraph, ref: str) -> list[str]:
-    """Span ids of the ops that read ``ref``, in execution order.
-
-    Raises:
-        GraphError: ``ref`` is not a variable of ``G``.
-
-    >>> from memtrace_otel.graph import example_graph
-    >>> readers_of(example_graph(), "mem:1@1")
-    ['b000000000000002']
-    """
-    _require_variable(G, ref)
-    return execution_order(G, [op for op, keyed in succ_of(G)[ref].items() if READ in keyed])
-
-
 def execution_order(G: nx.MultiDiGraph, nodes: Iterable[str] | None = None) -> list[str]:
     """``nodes`` (default: all) in execution order.
 
@@ -180,25 +121,6 @@ def linked_trace_ids(G: nx.MultiDiGraph) -> list[str]:
     return sorted(linked - loaded)
 
 
-def failed_case_ids(G: nx.MultiDiGraph) -> list[str]:
-    """Case ids that a judge op marked ``incorrect``.
-
-    >>> from memtrace_otel.graph import example_graph
-    >>> failed_case_ids(example_graph())
-    ['c1']
-    """
-    return sorted(
-        {
-            str(data["case"])
-            for data in nodes_of(G).values()
-            if data.get("type") == "op"
-            and data.get("kind") == OpKind.JUDGE
-            and data.get("judge_verdict") == JudgeVerdict.INCORRECT
-            and data.get("case") is not None
-        }
-    )
-
-
 def canonical_form(G: nx.MultiDiGraph) -> dict[str, Any]:
     """A plain, sorted description of ``G``: equal graphs give equal forms (for tests and diffs).
 
@@ -229,11 +151,6 @@ def _order_key(G: nx.MultiDiGraph, node: str) -> OrderKey:
     if writer is None or writer not in nodes_of(G):
         return (-1, -1, "", "", 1, node)
     return (*op_order_key(nodes_of(G)[writer]), 1, node)
-
-
-def _require_variable(G: nx.MultiDiGraph, ref: str) -> None:
-    if not is_variable(G, ref):
-        raise GraphError(f"{ref!r} is not a variable of the graph")
 
 
 def _subgraph_copy(G: nx.MultiDiGraph, keep: set[str], **extra: Any) -> nx.MultiDiGraph:
