@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -18,13 +19,14 @@ from memtrace_otel.cli._backend import add_backend_options, http_options
 from memtrace_otel.export._configure import ENDPOINT_VARS, resolve_exporter
 from memtrace_otel.job import (
     BatchSummary,
+    RunOptions,
     failed_cases,
     load_store_graphs,
     run_batch,
     summary_table,
 )
 from memtrace_otel.job._batch import QuietHeap
-from memtrace_otel.job._executors import default_executor, parse_executor, parse_size
+from memtrace_otel.job._executors import default_executor
 from memtrace_otel.job._verdict_log import VerdictLog
 from memtrace_otel.job._writeback import VERDICT_TRACES, otlp_target, protocol_hint, send_verdicts
 from memtrace_otel.reporting import (
@@ -253,29 +255,36 @@ def run(args: argparse.Namespace) -> int:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        executor = getattr(args, "executor", None)
-        bound = getattr(args, "memory_bound", None)
-        if executor is not None and parse_executor(executor).kind == "dask":
+        # The run's options, checked here (a bad --executor or --memory-bound fails now).
+        options = RunOptions(
+            cases_file=args.cases,
+            strict=args.strict,
+            progress=None if args.quiet else sys.stderr,
+            executor=getattr(args, "executor", None),
+            memory_bound=getattr(args, "memory_bound", None),
+            redo_stale=args.redo_stale,
+        )
+        spec = options.executor_spec
+        if spec is not None and spec.kind == "dask":
             try:
                 import dask.distributed  # noqa: F401 - only checked for here
             except ImportError:
                 raise ValueError(
                     "--executor dask:// needs dask.distributed: pip install 'memtrace-otel[dask]'"
                 ) from None
-        if bound is not None:
-            parse_size(bound)
         content = getattr(args, "content", None)
-        if content and (executor is not None or bound is not None):
+        if content and options.scaled:
             raise ValueError("--content does not combine with --executor or --memory-bound yet")
         if content:
             ContentResolver(content)  # a bad URL, no fsspec or a short key fails here
         check_paths(args)
-        if executor is None and bound is None and not content:
+        if not options.scaled and not content:
             executor, bound = default_executor(args.sources)  # stream by store (docs/scale.md)
             if executor == "inline" and mentions_references(
                 [path for spec in args.sources for path in expand_paths(spec)]
             ):
                 executor = None  # content references are resolved in memory, not streamed
+            options = dataclasses.replace(options, executor=executor, memory_bound=bound)
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -304,35 +313,32 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     exporter = resolve_exporter() if args.write_back else None  # a bad protocol fails here
-    options: dict[str, Any] = {}
+    source_options: dict[str, Any] = {}
     if args.max_traces is not None:
-        options["max_traces"] = args.max_traces
+        source_options["max_traces"] = args.max_traces
     if getattr(args, "content", None):
-        options["content"] = args.content
+        source_options["content"] = args.content
     try:
-        options["http"] = http_options(args)
+        source_options["http"] = http_options(args)
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    options = dataclasses.replace(options, rule=rule, source_options=source_options)
     with contextlib.ExitStack() as stack:
         # The verdicts file is checked and locked before anything is loaded.
         log = stack.enter_context(VerdictLog(args.out)) if args.out else None
-        return _run(args, method, executor, bound, labels, log, exporter, options, rule)
+        return _run(args, method, dataclasses.replace(options, out=log), labels, exporter)
 
 
 def _run(
     args: argparse.Namespace,
     method: Any,
-    executor: str | None,
-    bound: str | None,
+    options: RunOptions,
     labels: Any,
-    log: VerdictLog | None,
     exporter: SpanExporter | None,
-    options: dict[str, Any],
-    rule: OutcomeRule,
 ) -> int:
-    scaled = executor is not None or bound is not None
-    progress = None if args.quiet else sys.stderr
+    scaled, progress, rule = options.scaled, options.progress, options.rule
+    log = options.out if isinstance(options.out, VerdictLog) else None
     # An in-memory run builds the graphs here, once, so that the report can draw each case
     # from them; a scaled run never holds every graph: it draws each case's page while the
     # case's store graph is in memory (ReportViews), and the report reuses those pages.
@@ -358,30 +364,20 @@ def _run(
             heap = stack.enter_context(QuietHeap())
             graphs = load_store_graphs(
                 args.sources,
-                strict=args.strict,
+                strict=options.strict,
                 summary=loading,
                 outcomes=outcomes,
                 progress=progress,
-                options=options,
+                options=options.source_options,
             )
             heap.loaded()
         verdicts, summary = run_batch(
             args.sources,
             method,
-            cases_file=args.cases,
-            out=log,
-            strict=args.strict,
-            progress=progress,
+            dataclasses.replace(options, view=drawer, views=views),
             graphs=graphs,
-            executor=executor,
-            memory_bound=bound,
-            outcomes=outcomes,
-            rule=rule,
-            redo_stale=args.redo_stale,
-            source_options=options,
             loaded=loading,
-            view=drawer,
-            views=views,
+            outcomes=outcomes,
         )
     if exporter is not None:
         _write_back(exporter, verdicts, log, summary, trace=args.verdict_trace)

@@ -1,6 +1,7 @@
 """The batch job around the attribution methods: load, find the failed cases, attribute, record.
 
-:func:`run_batch` is its one entry point (``memtrace attribute`` calls it): it reads the sources
+:func:`run_batch` is its one entry point (``memtrace attribute`` calls it), run as one
+:class:`RunOptions` value says (checked when it is made): it reads the sources
 into store graphs (in this process, spilled to disk, or partitioned by store over a process pool
 or Dask), finds the failed cases (feedback, evaluation events, judge ops or a cases file), asks a
 method of :mod:`memtrace_otel.attribution` for each verdict, and appends the verdicts to a
@@ -21,12 +22,14 @@ from memtrace_otel.job._batch import (
     write_summary,
 )
 from memtrace_otel.job._feedback import FeedbackStats, feedback_cases
+from memtrace_otel.job._options import RunOptions
 from memtrace_otel.job._run import run_batch
 
 __all__ = [
     "CONTENT_NOTICE",
     "BatchSummary",
     "FeedbackStats",
+    "RunOptions",
     "failed_cases",
     "feedback_cases",
     "load_store_graphs",

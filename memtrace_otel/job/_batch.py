@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.parse
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -31,6 +31,7 @@ from memtrace_otel.attribution._model import Case, Verdict, load_cases
 from memtrace_otel.errors import DecodeError, MemtraceError
 from memtrace_otel.graph import build_graph, graph_index
 from memtrace_otel.job._feedback import StoreCases, decide_failed
+from memtrace_otel.job._options import RunOptions
 from memtrace_otel.job._reviews import review_of, review_precision, verdict_span_index
 from memtrace_otel.job._verdict_log import PENDING_CAPPED, PENDING_NOT_IN_TRACES, Entry, VerdictLog
 from memtrace_otel.semconv import JudgeVerdict, SpanRecord
@@ -583,18 +584,19 @@ def _run_in_process(
     heap: QuietHeap,
     sources: Sequence[str],
     method: Method,
-    cases_file: str | None,
-    out: str | os.PathLike[str] | VerdictLog | None,
-    strict: bool,
-    progress: TextIO | None,
-    on_verdict: Callable[[Verdict], None] | None,
+    options: RunOptions,
+    *,
     graphs: dict[str, nx.MultiDiGraph] | None,
-    redo_stale: bool,
-    source_options: Mapping[str, Any],
     loaded: BatchSummary | None,
     outcomes: Sequence[Outcome] | None,
-    rule: OutcomeRule,
 ) -> tuple[list[Verdict], BatchSummary]:
+    cases_file, out, strict, progress = (
+        options.cases_file,
+        options.out,
+        options.strict,
+        options.progress,
+    )
+    on_verdict, redo_stale, rule = options.on_verdict, options.redo_stale, options.rule
     started = time.perf_counter()
     summary = BatchSummary(method=method.name)
     if loaded is not None:
@@ -607,7 +609,7 @@ def _run_in_process(
             summary=summary,
             outcomes=read,
             progress=progress,
-            options=source_options,
+            options=options.source_options,
         )
         outcomes = read
     heap.loaded()

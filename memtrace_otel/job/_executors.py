@@ -33,12 +33,11 @@ import dataclasses
 import io
 import os
 import pickle
-import re
 import sqlite3
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -64,6 +63,13 @@ from memtrace_otel.job._batch import (
     take_outcomes,
 )
 from memtrace_otel.job._feedback import Pick, StoreCases, decide_failed
+from memtrace_otel.job._options import (
+    ExecutorSpec,
+    RunOptions,
+    ViewMaker,
+    parse_executor,
+    parse_size,
+)
 from memtrace_otel.job._partitions import (
     Found,
     Key,
@@ -111,9 +117,6 @@ __all__ = [
     "run_scaled",
 ]
 
-DEFAULT_RETRIES = 2
-"""How often a partition whose worker was lost is run again before it is reported."""
-
 PARTITIONS_PER_WORKER = 4
 """More partitions than workers balance uneven stores and make a lost worker cost less."""
 
@@ -124,70 +127,6 @@ the size of the export."""
 
 _CASE_ERRORS = (MemtraceError, ValueError, KeyError, TypeError, RuntimeError)
 """What a method may raise for one case (the same list as the single-process run)."""
-
-_EXECUTOR = re.compile(r"^local(?:\[(\d+)\])?$")
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
-
-
-# --- configuration ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ExecutorSpec:
-    """A parsed ``--executor`` value.
-
-    >>> parse_executor("local[3]")
-    ExecutorSpec(kind='local', workers=3, address='')
-    >>> parse_executor("inline").kind
-    'inline'
-    >>> parse_executor("dask://127.0.0.1:8786").address
-    'tcp://127.0.0.1:8786'
-    """
-
-    kind: str
-    workers: int = 1
-    address: str = ""
-
-
-def parse_executor(spec: str) -> ExecutorSpec:
-    """Parse ``inline``, ``local``, ``local[N]``, ``dask://HOST:PORT`` or ``tcp://HOST:PORT``.
-
-    Raises:
-        ValueError: anything else.
-    """
-    text = spec.strip()
-    if text == "inline":
-        return ExecutorSpec("inline")
-    match = _EXECUTOR.match(text)
-    if match:
-        workers = int(match.group(1)) if match.group(1) else (os.cpu_count() or 1)
-        if workers < 1:
-            raise ValueError(f"executor {spec!r}: local[N] needs N >= 1")
-        return ExecutorSpec("local", workers)
-    for scheme in ("dask://", "tcp://"):
-        if text.startswith(scheme) and len(text) > len(scheme):
-            return ExecutorSpec("dask", address="tcp://" + text[len(scheme) :])
-    raise ValueError(f"executor {spec!r}: expected inline, local, local[N] or dask://HOST:PORT")
-
-
-def parse_size(text: str | int) -> int:
-    """Bytes from ``512M``, ``2G``, ``100k`` or a plain number of bytes.
-
-    >>> parse_size("1.5G"), parse_size("64M"), parse_size(4096)
-    (1610612736, 67108864, 4096)
-
-    Raises:
-        ValueError: not a size, or not positive.
-    """
-    if isinstance(text, int):
-        value = text
-    else:
-        match = _SIZE.match(text)
-        if not match:
-            raise ValueError(f"size {text!r}: expected a number with an optional K, M, G or T")
-        power = " kmgt".index(match.group(2).lower() or " ")
-        value = int(float(match.group(1)) * 1024**power)
-    if value <= 0:
-        raise ValueError(f"size {text!r} must be positive")
-    return value
 
 
 # --- attributing a store ---------------------------------------------------------------------
@@ -337,11 +276,6 @@ def forget_texts() -> None:
         _locate._read,
     ):
         cached.cache_clear()
-
-
-ViewMaker = Callable[[nx.MultiDiGraph, str, "Verdict | None", "Case | None"], Any]
-"""``(graph, case id, verdict, case) -> page``: what a run keeps of a case for its report
-(:class:`~memtrace_otel.reporting.ReportViews`); picklable, for the executors' workers."""
 
 
 @dataclass(frozen=True)
@@ -512,36 +446,14 @@ class SpillIndex:
 def run_scaled(
     sources: Sequence[str],
     method: Method,
-    *,
-    executor: str | None = None,
-    memory_bound: int | str | None = None,
-    cases_file: str | None = None,
-    out: str | os.PathLike[str] | VerdictLog | None = None,
-    strict: bool = False,
-    progress: TextIO | None = None,
-    on_verdict: Callable[[Verdict], None] | None = None,
-    retries: int = DEFAULT_RETRIES,
-    partitions: int | None = None,
-    spill_dir: str | None = None,
-    redo_stale: bool = False,
-    source_options: Mapping[str, Any] | None = None,
-    rule: OutcomeRule = DEFAULT_RULE,
-    view: ViewMaker | None = None,
-    views: dict[str, Any] | None = None,
+    options: RunOptions | None = None,
+    **fields: Any,
 ) -> tuple[list[Verdict], BatchSummary]:
     """The batch job on an executor, or in one process with bounded memory.
 
-    Same arguments and results as :func:`~memtrace_otel.attribution.run_batch`, plus:
-
-    Args:
-        executor: ``local[N]`` or ``dask://HOST:PORT``; ``None`` runs in this process.
-        memory_bound: without an executor, spill records per store to SQLite to stay near this
-            many bytes (``"512M"``).
-        retries: runs of a lost worker's partition beyond the first.
-        partitions: how many partitions (default: four per worker).
-        spill_dir: where the spill file goes.
-        view: draws each failed case's report page while its store's graph is held.
-        views: with ``view``, filled with the page of each case of this run by case id.
+    Same arguments and results as :func:`~memtrace_otel.job.run_batch`: ``options`` (or its
+    fields as keywords) must name an executor (``executor=None`` runs in this process) or a
+    memory bound; ``retries``, ``partitions`` and ``spill_dir`` apply here only.
 
     Failed cases are found as in one process (feedback spans, evaluation events and log
     records judged by ``rule``, judge ops, or the cases file): the scans collect the
@@ -554,40 +466,22 @@ def run_scaled(
     in an earlier store too gets its single-process verdict appended again at the end (the last
     line of a case counts). Verdicts another store's view could change wait for the end.
     """
+    options = RunOptions(**fields) if options is None else dataclasses.replace(options, **fields)
     started = time.perf_counter()
     summary = BatchSummary(method=method.name)
-    spec = parse_executor(executor) if executor else None
-    bound = parse_size(memory_bound) if memory_bound is not None else None
-    if spec is None and bound is None:
+    if not options.scaled:
         raise ValueError("run_scaled needs an executor or a memory bound")
+    out = options.out
     with contextlib.ExitStack() as stack:
         log = out if isinstance(out, VerdictLog) or out is None else VerdictLog(out)
         if log is not None and log is not out:
             stack.enter_context(log)
-        verdicts = _run_scaled(
-            sources,
-            method,
-            spec,
-            bound,
-            cases_file,
-            log,
-            strict,
-            progress,
-            retries,
-            partitions,
-            spill_dir,
-            summary,
-            source_options or {},
-            rule,
-            redo_stale,
-            view,
-            views,
-        )
+        verdicts = _run_scaled(sources, method, options, log, summary)
         if log is not None:
             summary.recount(log.entries.values())
-    if on_verdict is not None:
+    if options.on_verdict is not None:
         for verdict in verdicts:
-            on_verdict(verdict)
+            options.on_verdict(verdict)
     summary.seconds = round(time.perf_counter() - started, 3)
     return verdicts, summary
 
@@ -595,22 +489,13 @@ def run_scaled(
 def _run_scaled(
     sources: Sequence[str],
     method: Method,
-    spec: ExecutorSpec | None,
-    bound: int | None,
-    cases_file: str | None,
+    options: RunOptions,
     log: VerdictLog | None,
-    strict: bool,
-    progress: TextIO | None,
-    retries: int,
-    partitions: int | None,
-    spill_dir: str | None,
     summary: BatchSummary,
-    source_options: Mapping[str, Any],
-    rule: OutcomeRule,
-    redo_stale: bool,
-    view: ViewMaker | None = None,
-    views: dict[str, Any] | None = None,
 ) -> list[Verdict]:
+    spec, bound, cases_file = options.executor_spec, options.bound, options.cases_file
+    strict, progress, partitions = options.strict, options.progress, options.partitions
+    rule, redo_stale, view, views = options.rule, options.redo_stale, options.view, options.views
     cases: dict[str, Case] | None = None
     case_order: list[Case] = []
     skipped: list[str] = []
@@ -668,23 +553,13 @@ def _run_scaled(
 
     poison: list[dict[str, str]] = []
     with contextlib.ExitStack() as stack:
-        engine = stack.enter_context(_engine(spec, retries)) if spec is not None else None
+        engine = stack.enter_context(_engine(spec, options.retries)) if spec is not None else None
         plan: Plan | None = None
         no_store_graph: nx.MultiDiGraph | None = None
         if engine is None:
             assert bound is not None
             no_store_graph, shared = _run_spilled(
-                sources,
-                shared,
-                bound,
-                strict,
-                summary,
-                results,
-                spill_dir,
-                progress,
-                append,
-                source_options,
-                settle,
+                sources, shared, options, summary, results, on_result=append, settle=settle
             )
         else:
             wanted = partitions or engine.workers * PARTITIONS_PER_WORKER
@@ -789,14 +664,11 @@ def _merge(result: StoreResult, again: StoreResult) -> None:
 def _run_spilled(
     sources: Sequence[str],
     shared: _Shared,
-    bound: int,
-    strict: bool,
+    options: RunOptions,
     summary: BatchSummary,
     results: dict[str, StoreResult],
-    spill_dir: str | None,
-    progress: TextIO | None,
+    *,
     on_result: Callable[[StoreResult], None],
-    source_options: Mapping[str, Any],
     settle: Callable[[Sequence[Outcome]], dict[str, list[Pick]]],
 ) -> tuple[nx.MultiDiGraph | None, _Shared]:
     """One process, bounded memory: spill every record (collecting the evaluations), then one
@@ -806,8 +678,11 @@ def _run_spilled(
         The store-less graph, if any (for cases found in no store), and ``shared`` with the
         evaluations.
     """
+    bound, strict, progress = options.bound, options.strict, options.progress
+    source_options = options.source_options
+    assert bound is not None
     no_store_graph = None
-    spill = SpillIndex(bound, spill_dir)
+    spill = SpillIndex(bound, options.spill_dir)
     writer_store: dict[str, str] = {}
     case_stores: set[str] = set()
     outcomes: list[Outcome] = []

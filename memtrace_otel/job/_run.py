@@ -1,4 +1,5 @@
-"""``run_batch``: the batch job's one entry point, run in this process or scaled out.
+"""``run_batch``: the batch job's one entry point, run in this process or scaled out, as one
+:class:`~memtrace_otel.job.RunOptions` value says.
 
 The dispatch lives here, above both ways of running, so that neither imports the other back:
 :mod:`._batch` holds what one process does and what every way shares, :mod:`._executors` the
@@ -7,106 +8,56 @@ scaled runs (built on :mod:`._batch` and :mod:`._partitions`).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TextIO
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
 
 import networkx as nx
 
 from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._model import Verdict
 from memtrace_otel.job._batch import BatchSummary, QuietHeap, _run_in_process
-from memtrace_otel.job._executors import ViewMaker, run_scaled
-from memtrace_otel.job._verdict_log import VerdictLog
-from memtrace_otel.sources import DEFAULT_RULE, Outcome, OutcomeRule
+from memtrace_otel.job._executors import run_scaled
+from memtrace_otel.job._options import RunOptions
+from memtrace_otel.sources import Outcome
 
-__all__ = ["run_batch"]
+__all__ = ["RunOptions", "run_batch"]
 
 
 def run_batch(
     sources: Sequence[str],
     method: Method,
+    options: RunOptions | None = None,
     *,
-    cases_file: str | None = None,
-    out: str | os.PathLike[str] | VerdictLog | None = None,
-    strict: bool = False,
-    progress: TextIO | None = None,
-    on_verdict: Callable[[Verdict], None] | None = None,
     graphs: dict[str, nx.MultiDiGraph] | None = None,
-    executor: str | None = None,
-    memory_bound: int | str | None = None,
-    redo_stale: bool = False,
-    source_options: Mapping[str, Any] | None = None,
     loaded: BatchSummary | None = None,
     outcomes: Sequence[Outcome] | None = None,
-    rule: OutcomeRule = DEFAULT_RULE,
-    view: ViewMaker | None = None,
-    views: dict[str, Any] | None = None,
+    **fields: Any,
 ) -> tuple[list[Verdict], BatchSummary]:
     """Attribute every failed case of ``sources``.
 
     Args:
         sources: file paths, directories, globs or backend URLs.
         method: the attribution method.
-        cases_file: a cases file; without it failed cases come from judge ops.
-        out: a verdicts file to append to (resumable; a path, or a :class:`VerdictLog` the
-            caller opened); ``None`` keeps verdicts in memory only. Only final verdicts are
-            skipped by the next run; the summary then counts every verdict in the file.
-        strict: stop at the first bad record instead of skipping and counting it.
-        progress: where to draw a progress line (stderr in the CLI), or ``None``.
-        on_verdict: called with each new verdict (write-back, live reports).
-        graphs: already built store graphs (skips loading ``sources``).
-        executor: ``local[N]`` or ``dask://HOST:PORT``: partition the work by store and run it
-            there (``docs/scale.md``); verdicts and summary are those of the in-process run.
-        memory_bound: run in this process but spill records per store to a SQLite temp file
-            to stay near this many bytes (``"512M"``); ignored with ``graphs``.
-        redo_stale: redo final verdicts older than the newest op of their store (new traces or
-            feedback arrived since).
-        source_options: options for backend sources (``max_traces``, ``limit``).
+        options: how to run (:class:`RunOptions`: cases file, verdicts file, executor, memory
+            bound, outcome rule, ...); default: in memory, failed cases from the traces.
+        graphs: already built store graphs (skips loading ``sources``; the run stays in this
+            process whatever the executor).
         loaded: what loading ``graphs`` counted (records, skips, a capped source), when the
             caller loaded them: merged into the summary.
         outcomes: evaluations already read with ``graphs`` (see :func:`load_store_graphs`);
             without ``graphs`` they are read from ``sources`` (scaled runs too).
-        rule: which evaluations count as failures (default: ``incorrect`` or score 0).
-        view: scaled runs only: draws each failed case's report page while its store's graph
-            is held (:class:`~memtrace_otel.reporting.ReportViews`), so the report needs no
-            second load.
-        views: with ``view``, filled with those pages by case id.
+        **fields: :class:`RunOptions` fields, as a shorthand (``cases_file="cases.jsonl"``) or
+            to change some of ``options``; checked as ``RunOptions(...)`` is (a wrong name is a
+            ``TypeError``, a bad executor or size a ``ValueError``).
 
     Returns:
         The verdicts of this run (resumed cases excluded) and the summary.
     """
-    if graphs is None and (executor is not None or memory_bound is not None):
-        return run_scaled(
-            sources,
-            method,
-            executor=executor,
-            memory_bound=memory_bound,
-            cases_file=cases_file,
-            out=out,
-            strict=strict,
-            progress=progress,
-            on_verdict=on_verdict,
-            redo_stale=redo_stale,
-            source_options=source_options,
-            rule=rule,
-            view=view,
-            views=views,
-        )
+    options = RunOptions(**fields) if options is None else dataclasses.replace(options, **fields)
+    if graphs is None and options.scaled:
+        return run_scaled(sources, method, options)
     with QuietHeap() as heap:
         return _run_in_process(
-            heap,
-            sources,
-            method,
-            cases_file,
-            out,
-            strict,
-            progress,
-            on_verdict,
-            graphs,
-            redo_stale,
-            source_options or {},
-            loaded,
-            outcomes,
-            rule,
+            heap, sources, method, options, graphs=graphs, loaded=loaded, outcomes=outcomes
         )
