@@ -107,7 +107,7 @@ class BatchSummary:
     write_back_failed: int = 0
     write_back_error: str = ""
     feedback: dict[str, Any] = field(default_factory=dict)
-    """What feedback said (:class:`~memtrace_otel.attribution.FeedbackStats` as data)."""
+    """What feedback said (:class:`~memtrace_otel.job.FeedbackStats` as data)."""
     cases_by_source: dict[str, int] = field(default_factory=dict)
     """Failed cases by where they were found: ``cases-file``, ``judge``, ``feedback``."""
     content: dict[str, Any] = field(default_factory=dict)

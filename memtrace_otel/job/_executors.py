@@ -178,7 +178,7 @@ def attribute_store(
 
     The cases are those of the cases file (``shared.cases``), or the driver's own picks for this
     store (``shared.picks``, a second round), or else this store's share of the one decision of
-    :func:`~memtrace_otel.attribution._feedback.decide_failed` (judge ops and the outcomes),
+    :func:`~memtrace_otel.job._feedback.decide_failed` (judge ops and the outcomes),
     taken on this store alone: the driver takes it again over every store's view and redoes
     what differs.
 
