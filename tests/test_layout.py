@@ -44,25 +44,6 @@ def test_the_probe_sees_the_sdk_when_it_is_imported() -> None:
     assert "opentelemetry.sdk.trace" in _sdk_modules_after("from memtrace_otel import configure")
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "DEFAULT_TRACES_FILE",
-        "CountingBatchSpanProcessor",
-        "OtlpJsonLinesExporter",
-        "configure",
-        "dumps_request",
-        "encode_request",
-        "resolve_exporter",
-        "span_to_record",
-    ],
-)
-def test_names_moved_to_export_still_import_from_instrumentation_with_a_warning(name: str) -> None:
-    with pytest.warns(DeprecationWarning, match=rf"memtrace_otel\.export\.{name}"):
-        old = getattr(memtrace_otel.instrumentation, name)
-    assert old is getattr(memtrace_otel.export, name)
-
-
 def test_configure_from_the_package_is_the_export_one_without_a_warning() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -75,18 +56,6 @@ def test_an_unknown_name_is_still_an_attribute_error() -> None:
         memtrace_otel.instrumentation.nope  # noqa: B018
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         memtrace_otel.nope  # noqa: B018
-
-
-@pytest.mark.parametrize(
-    "name", ["READ", "VERSION", "WRITE", "add_records", "build_graph", "new_graph", "remove_ops"]
-)
-def test_the_builder_names_still_import_from_processing_with_a_warning(name: str) -> None:
-    import memtrace_otel.graph
-    import memtrace_otel.processing
-
-    with pytest.warns(DeprecationWarning, match=rf"memtrace_otel\.graph\.{name}"):
-        old = getattr(memtrace_otel.processing, name)
-    assert old is getattr(memtrace_otel.graph, name)
 
 
 # --- import circles ----------------------------------------------------------------------------

@@ -1,13 +1,10 @@
 """The live span processor: folding spans into the memory evolution graph as the app runs.
 
 :class:`EvolutionGraphProcessor` feeds finished spans to the one builder in
-:mod:`memtrace_otel.graph`. The builder's names (``build_graph``, ``add_records``, ...) used to be
-exported here; they still import from here, with a ``DeprecationWarning``.
+:mod:`memtrace_otel.graph`; the builder's own names (``build_graph``, ``add_records``, ...) are
+imported from there.
 """
 
-from typing import Any
-
-from memtrace_otel._internal import lazy_names
 from memtrace_otel.processing._processor import (
     DEFAULT_FOLD_INTERVAL,
     DEFAULT_MAX_BUFFER,
@@ -21,18 +18,3 @@ __all__ = [
     "DEFAULT_MAX_OPS",
     "EvolutionGraphProcessor",
 ]
-
-_moved = lazy_names(
-    __name__,
-    {
-        **dict.fromkeys(
-            ["READ", "VERSION", "WRITE", "add_records", "build_graph", "new_graph", "remove_ops"],
-            "memtrace_otel.graph",
-        ),
-        "op_order_key": "memtrace_otel.graph._build",
-    },
-)
-
-
-def __getattr__(name: str) -> Any:
-    return _moved(name)
