@@ -13,7 +13,6 @@ from memtrace_otel.attribution._baselines import BlameGenerate, BlameRetrieve
 from memtrace_otel.attribution._batch import (
     CONTENT_NOTICE,
     BatchSummary,
-    completed_case_ids,
     failed_cases,
     load_store_graphs,
     parse_summary_line,
@@ -89,7 +88,6 @@ __all__ = [
     "StepByStep",
     "Verdict",
     "blame",
-    "completed_case_ids",
     "failed_cases",
     "feedback_cases",
     "get_method",

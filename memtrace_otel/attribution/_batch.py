@@ -14,7 +14,6 @@ import gc
 import json
 import os
 import re
-import sys
 import time
 import urllib.parse
 from collections import Counter, defaultdict
@@ -490,21 +489,6 @@ def note_inferred(G: nx.MultiDiGraph, verdict: Verdict) -> Verdict:
     return dataclasses.replace(verdict, unchecked=(*verdict.unchecked, note))
 
 
-def completed_case_ids(out: Path) -> tuple[set[str], bool]:
-    """Case ids with a final verdict in ``out``; a torn last line (a killed run) is cut off.
-
-    Returns:
-        The ids, and whether the file had to be repaired.
-
-    Raises:
-        VerdictFileError: ``out`` is not a verdicts file, or another run is writing it.
-    """
-    if not out.exists():
-        return set(), False
-    with VerdictLog(out) as log:
-        return log.done(), log.repaired
-
-
 def failed_cases(
     graphs: dict[str, nx.MultiDiGraph],
     cases_file: str | None,
@@ -921,8 +905,3 @@ def read_verdicts(path: str | os.PathLike[str]) -> Iterable[Verdict]:
                     raise DecodeError(
                         f"not a verdict ({exc})", path=str(path), line=number
                     ) from None
-
-
-def eprint(*parts: object) -> None:
-    """Print to stderr."""
-    print(*parts, file=sys.stderr)

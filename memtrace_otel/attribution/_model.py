@@ -185,8 +185,3 @@ def load_cases(
                     raise
                 if skipped is not None:
                     skipped.append(str(exc))
-
-
-def is_error_type(value: object) -> bool:
-    """Whether ``value`` is one of the five labels."""
-    return value in _ERROR_TYPES
