@@ -11,9 +11,9 @@ from typing import Any
 from memtrace_otel.errors import DecodeError
 from memtrace_otel.semconv import ErrorType, JudgeVerdict
 from memtrace_otel.semconv import env as E
-from memtrace_otel.sources import DEFAULT_MAX_LINE_BYTES, LineReader, Outcome
+from memtrace_otel.sources import LineReader, Outcome
 from memtrace_otel.sources._common import json_line
-from memtrace_otel.sources._limits import resolve_cap
+from memtrace_otel.sources._limits import DEFAULT_MAX_LINE_BYTES, resolve_cap
 
 
 @dataclass(frozen=True)

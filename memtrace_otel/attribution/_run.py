@@ -18,7 +18,8 @@ from memtrace_otel.attribution._batch import BatchSummary, QuietHeap, _run_in_pr
 from memtrace_otel.attribution._executors import ViewMaker, run_scaled
 from memtrace_otel.attribution._model import Verdict
 from memtrace_otel.attribution._verdict_log import VerdictLog
-from memtrace_otel.sources import DEFAULT_RULE, Outcome, OutcomeRule
+from memtrace_otel.sources import Outcome, OutcomeRule
+from memtrace_otel.sources._outcomes import DEFAULT_RULE
 
 __all__ = ["run_batch"]
 
