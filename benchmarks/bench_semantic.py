@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memtrace_bench.systems import default_locomo_path
+from memtrace_bench.systems._locomo import default_locomo_path
 from memtrace_otel.attribution._semantic import SentenceEncoder, model_dir
 from memtrace_otel.attribution._text import SEMANTIC_FLOOR, Corpus
 from memtrace_otel.semconv import env as E

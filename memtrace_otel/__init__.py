@@ -33,7 +33,7 @@ __all__ = [
     "suppress_tracing",
 ]
 
-_lazy = lazy_names(__name__, {"configure": "memtrace_otel.export"}, moved=False)
+_lazy = lazy_names(__name__, {"configure": "memtrace_otel.export"})
 
 
 def __getattr__(name: str) -> Any:

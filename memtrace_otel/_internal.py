@@ -24,7 +24,6 @@ import os
 import random
 import sys
 import threading
-import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -114,24 +113,17 @@ def data_warning(key: str, message: str, *args: object) -> None:
         logger.warning(message, *args)
 
 
-def lazy_names(package: str, homes: dict[str, str], *, moved: bool = True) -> Callable[[str], Any]:
+def lazy_names(package: str, homes: dict[str, str]) -> Callable[[str], Any]:
     """A module ``__getattr__`` serving names that live in other modules, imported on first use.
 
     ``homes`` maps each name to its module. A package that must not import the OpenTelemetry SDK
-    can so still offer names from :mod:`memtrace_otel.export`. ``moved=True`` marks old import
-    paths: they keep working, with a ``DeprecationWarning`` naming the new one.
+    can so still offer names from :mod:`memtrace_otel.export`.
     """
 
     def __getattr__(name: str) -> Any:
         home = homes.get(name)
         if home is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        if moved:
-            warnings.warn(
-                f"{package}.{name} moved to {home}.{name}; import it from there",
-                DeprecationWarning,
-                stacklevel=2,
-            )
         return getattr(importlib.import_module(home), name)
 
     return __getattr__

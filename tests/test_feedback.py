@@ -16,14 +16,8 @@ from memtrace_otel.job import run_batch
 from memtrace_otel.semconv import EventRecord, LinkRecord, SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.semconv import env as E
-from memtrace_otel.sources import (
-    Outcome,
-    OutcomeRule,
-    TrustPolicy,
-    latest_outcomes,
-    open_source,
-    read_outcomes,
-)
+from memtrace_otel.sources import Outcome, OutcomeRule, TrustPolicy, open_source, read_outcomes
+from memtrace_otel.sources._outcomes import latest_outcomes
 from tests._pipeline import EXPECTED, write_workload
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"

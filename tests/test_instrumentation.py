@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
 import logging
 from typing import Any
@@ -332,6 +333,56 @@ def test_decorators_sync_and_async() -> None:
     assert second["attributes"][A.MEMTRACE_OP_INPUTS] == ["chunk:1@1"]
     assert second["attributes"][A.GEN_AI_REQUEST_MODEL] == "offline"
     assert second["links"][0]["span_id"] == first["span_id"]
+
+
+@pytest.mark.parametrize("kind", list(OpKind))
+def test_each_kind_has_a_context_manager_and_a_decorator_that_are_op_with_the_kind_fixed(
+    kind: OpKind,
+) -> None:
+    mt, exporter = make_tracer()
+    options: dict[str, Any] = {"case_id": "c1", "stage": "evaluation", "attributes": {"k": 1}}
+    with getattr(mt, kind.value)("t.block", inputs=[mt.variable("m:1", "x")], **options) as op:
+        op.output(mt.variable("o:1", "y"))
+
+    @getattr(mt, f"trace_{kind.value}")("t.function", **options)
+    def step(var: Variable) -> Variable:
+        return var.next("z")
+
+    step(mt.variable("m:2", "x"))
+    block, function = spans_as_dicts(exporter.get_finished_spans())
+    for span, name, inputs, outputs in (
+        (block, "t.block", ["m:1@1"], ["o:1@1"]),
+        (function, "t.function", ["m:2@1"], ["m:2@2"]),
+    ):
+        attrs = span["attributes"]
+        assert attrs[A.MEMTRACE_OP_KIND] == kind.value
+        assert attrs[A.MEMTRACE_OP_NAME] == name
+        assert (attrs[A.MEMTRACE_STAGE], attrs[A.MEMTRACE_CASE_ID], attrs["k"]) == (
+            "evaluation",
+            "c1",
+            1,
+        )
+        assert (attrs[A.MEMTRACE_OP_INPUTS], attrs[A.MEMTRACE_OP_OUTPUTS]) == (inputs, outputs)
+    # The run-time context manager spells out op's keywords (no re-packing): the same ones.
+    like_op = [p for p in inspect.signature(MemTracer.op).parameters.values() if p.name != "kind"]
+    made = inspect.signature(getattr(MemTracer, kind.value)).parameters.values()
+    assert [(p.name, p.kind, p.default) for p in made] == [
+        (p.name, p.kind, p.default) for p in like_op
+    ]
+    with pytest.raises(ValueError, match="unknown stage"):
+        getattr(mt, f"trace_{kind.value}")("t.bad", stage="nope")
+
+
+def test_the_per_kind_table_has_one_row_per_op_kind() -> None:
+    per_kind = {name for name in vars(MemTracer) if name.startswith("trace_")} - {"trace_op"}
+    assert per_kind == {f"trace_{kind.value}" for kind in OpKind}
+    for kind in OpKind:
+        manager, decorator = vars(MemTracer)[kind.value], vars(MemTracer)[f"trace_{kind.value}"]
+        assert (manager.__qualname__, decorator.__qualname__) == (
+            f"MemTracer.{kind.value}",
+            f"MemTracer.trace_{kind.value}",
+        )
+        assert manager.__doc__ and decorator.__doc__ == f"Decorator form of :meth:`{kind.value}`."
 
 
 def test_async_context_manager_and_concurrent_tasks_keep_their_own_op() -> None:

@@ -21,7 +21,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from memtrace_bench.systems import generate_benchmark, generate_workload
 from memtrace_otel.cli import main
-from memtrace_otel.sources import JaegerSource, open_source
+from memtrace_otel.sources import open_source
+from memtrace_otel.sources._backends import JaegerSource
 from tests._backends import JaegerServer, free_ports, http_get, wait_until
 
 USERS = 13  # about 550 traces: more than five default pages
@@ -274,7 +275,7 @@ def test_tempo_search_is_sliced_until_every_slice_holds_less_than_a_page() -> No
     import urllib.parse
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from memtrace_otel.sources import TempoSource
+    from memtrace_otel.sources._backends import TempoSource
 
     now = int(time.time())
     starts = {f"{n + 1:032x}": now - 3000 + 10 * n for n in range(250)}

@@ -31,15 +31,10 @@ from memtrace_otel.errors import BackendError, DecodeError
 from memtrace_otel.export import dumps_request
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.semconv import env as E
-from memtrace_otel.sources import (
-    DEFAULT_MAX_ARRAY_ITEMS,
-    DEFAULT_MAX_ATTRIBUTE_BYTES,
-    FileSource,
-    HttpOptions,
-    load_memtracebench,
-    open_source,
-)
+from memtrace_otel.sources import HttpOptions, load_memtracebench, open_source
 from memtrace_otel.sources._http import HttpClient
+from memtrace_otel.sources._limits import DEFAULT_MAX_ARRAY_ITEMS, DEFAULT_MAX_ATTRIBUTE_BYTES
+from memtrace_otel.sources._source import FileSource
 from tests._pipeline import write_workload
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -61,7 +61,8 @@ FORK_SCRIPT = r"""
 import os, sys, threading, time
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from memtrace_otel.instrumentation import MemTracer, OtlpJsonLinesExporter, WriterRegistry
+from memtrace_otel.export import OtlpJsonLinesExporter
+from memtrace_otel.instrumentation import MemTracer, WriterRegistry
 
 out = sys.argv[1]
 exporter = OtlpJsonLinesExporter(out)

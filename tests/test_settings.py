@@ -22,7 +22,7 @@ from memtrace_otel.processing._processor import (
 )
 from memtrace_otel.semconv import CaptureMode
 from memtrace_otel.semconv import env as E
-from memtrace_otel.sources import FileSource
+from memtrace_otel.sources._source import FileSource
 from tests.conftest import REPO
 
 CAPTURE_VARIABLES = (

@@ -31,7 +31,8 @@ from memtrace_otel.cli import main
 from memtrace_otel.errors import BackendError, DecodeError
 from memtrace_otel.export import encode_request
 from memtrace_otel.semconv import LinkRecord, SpanRecord
-from memtrace_otel.sources import HttpOptions, JaegerSource, TempoSource, open_source
+from memtrace_otel.sources import HttpOptions, open_source
+from memtrace_otel.sources._backends import JaegerSource, TempoSource
 from tests.conftest import shared_path
 
 FAST = HttpOptions(timeout=5, retries=3, backoff=0.001, max_backoff=0.01)

@@ -28,19 +28,16 @@ from memtrace_otel.errors import DecodeError, SourceError, UnsupportedFormatErro
 from memtrace_otel.export import OtlpJsonLinesExporter, dumps_request, span_to_record
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.sources import (
-    NO_STORE,
-    FileSource,
     SourceStats,
     _files,
     decode_document,
     decode_otlp_json,
     decode_otlp_proto,
     iter_records,
-    line_stores,
     open_source,
-    prune_stores,
-    raw_store,
 )
+from memtrace_otel.sources._source import FileSource
+from memtrace_otel.sources._stores import NO_STORE, line_stores, prune_stores, raw_store
 from tests.conftest import shared_path
 
 # file -> (records in lenient mode, skipped by kind, what strict mode raises or None)

@@ -18,18 +18,17 @@ import pytest
 from memtrace_otel.export import dumps_request
 from memtrace_otel.semconv import EventRecord, LinkRecord, SpanRecord
 from memtrace_otel.semconv import env as E
-from memtrace_otel.sources import (
+from memtrace_otel.sources import LineReader, ValueLimits, open_source
+from memtrace_otel.sources._limits import (
     DEFAULT_MAX_ARRAY_ITEMS,
     DEFAULT_MAX_ATTRIBUTE_BYTES,
     DEFAULT_MAX_DOCUMENT_BYTES,
     DEFAULT_MAX_LINE_BYTES,
-    FileSource,
-    LineReader,
     ReadLimits,
-    ValueLimits,
-    open_source,
+    cap_value,
+    cut_text,
 )
-from memtrace_otel.sources._limits import cap_value, cut_text
+from memtrace_otel.sources._source import FileSource
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 

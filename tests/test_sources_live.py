@@ -25,7 +25,8 @@ from opentelemetry.trace import Link
 from memtrace_otel.export import span_to_record
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.semconv import attributes as A
-from memtrace_otel.sources import HttpOptions, JaegerSource, open_source
+from memtrace_otel.sources import HttpOptions, open_source
+from memtrace_otel.sources._backends import JaegerSource
 from tests._backends import CollectorServer, JaegerServer
 
 HTTP = HttpOptions(timeout=10, retries=2, backoff=0.2)

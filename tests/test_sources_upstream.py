@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from memtrace_otel.graph import build_graph
-from memtrace_otel.semconv import EventRecord, SpanRecord
+from memtrace_otel.semconv import ERROR_TYPE_BY_KIND, EventRecord, OpKind, SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import adapt_upstream, open_source
 from memtrace_otel.sources._upstream import is_upstream_op
@@ -283,18 +283,28 @@ def test_the_upstream_app_traces_are_read_whole(tmp_path: Path) -> None:
     from tests._upstream_app import run_app
 
     run = run_app(tmp_path, users=2, seed=3)
-    raw = list(open_source(str(run.traces)).records())
-    adapted = adapt_upstream(raw)
-    G = build_graph(adapted)
-    assert G.graph["anomalies"] == [] or all(
-        a["type"] not in ("cycle", "duplicate_write") for a in G.graph["anomalies"]
-    )
-    cases = {d.get("case") for _, d in G.nodes(data=True) if d.get("type") == "op"}
-    assert set(run.failed) | set(run.correct) <= cases
-    # Every planted culprit is an op of the graph.
-    assert {t.span_id for t in run.failed.values()} <= set(G.nodes)
-    kinds = {G.nodes[t.span_id]["kind"] for t in run.failed.values()}
-    assert kinds <= {"extract", "update", "delete", "retrieve", "generate"}
+    written = [
+        span["spanId"]
+        for line in run.traces.read_text().splitlines()
+        for resource in json.loads(line)["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+    ]
+    source = open_source(str(run.traces))
+    raw = list(source.records())
+    # Every span the app wrote is read, once, and none is skipped.
+    assert sorted(r.span_id for r in raw) == sorted(written) and source.stats.skipped == 0
+    G = build_graph(adapt_upstream(raw))
+    # One connected run: no span lost its parent, no ref written twice, no cycle.
+    assert G.graph["anomalies"] == []
+    ops = {n: d for n, d in G.nodes(data=True) if d.get("type") == "op"}
+    assert len(ops) + len(G.graph["non_op_spans"]) == len(written)
+    assert set(run.failed) | set(run.correct) <= {d.get("case") for d in ops.values()}
+    # Every planted culprit is an op whose kind yields the planted label.
+    assert run.failed and all(t.span_id in ops for t in run.failed.values())
+    assert {
+        case: ERROR_TYPE_BY_KIND[OpKind(ops[t.span_id]["kind"])] for case, t in run.failed.items()
+    } == {case: t.label for case, t in run.failed.items()}
 
 
 @pytest.mark.parametrize("seed", [0, 1])

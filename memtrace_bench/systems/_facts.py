@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from memtrace_otel.attribution._tokens import (
     DATE_PATTERN,
@@ -503,8 +503,3 @@ def _answer_by_overlap(question: str, items: list[ContextFact]) -> str:
     if question.lower().startswith(("when", "what date", "what year")):
         return best.fact.date or best.line_date or ABSTAIN
     return best.fact.render()
-
-
-def with_date(fact: Fact, date: str | None) -> Fact:
-    """The fact with an event date filled in when it has none."""
-    return replace(fact, date=date) if fact.event and fact.date is None and date else fact

@@ -15,9 +15,9 @@ from memtrace_otel.errors import DecodeError
 from memtrace_otel.graph._case import Case as Case
 from memtrace_otel.semconv import ErrorType, JudgeVerdict
 from memtrace_otel.semconv import env as E
-from memtrace_otel.sources import DEFAULT_MAX_LINE_BYTES, LineReader
+from memtrace_otel.sources import LineReader
 from memtrace_otel.sources._common import json_line
-from memtrace_otel.sources._limits import resolve_cap
+from memtrace_otel.sources._limits import DEFAULT_MAX_LINE_BYTES, resolve_cap
 
 
 @dataclass(frozen=True)
@@ -162,8 +162,3 @@ def load_cases(
                     raise
                 if skipped is not None:
                     skipped.append(str(exc))
-
-
-def is_error_type(value: object) -> bool:
-    """Whether ``value`` is one of the five labels."""
-    return value in _ERROR_TYPES

@@ -31,7 +31,6 @@ __all__ = [
     "SEMANTIC_FLOOR",
     "Corpus",
     "asks_for_time",
-    "bm25_ranking",
     "content_tokens",
     "date_numbers",
     "entity_tokens",
@@ -309,12 +308,3 @@ class Corpus:
         if n <= 2:
             return {w for w, df in found.items() if df}
         return {w for w, df in found.items() if 0 < df * 2 <= n}
-
-
-def bm25_ranking(docs: Sequence[str], query: str) -> list[tuple[int, float]]:
-    """Indexes of the documents sharing a word with ``query``, best BM25+ score first.
-
-    >>> bm25_ranking(["Ana lives in Porto", "Bob has a cat"], "Where does Ana live?")
-    [(0, ...)]
-    """
-    return Corpus(docs).ranking(query)

@@ -49,8 +49,8 @@ EXIT_FAILURES = 1
 """Done, with losses: some records or cases skipped, feedback refused, a source capped, a case
 that failed to run, a span (feedback, verdict) not exported. The summary says which."""
 EXIT_USAGE = 2
-"""A usage or input error (bad argument, unreadable file, unusable model directory): one line on
-stderr, nothing done."""
+"""A usage or input error (bad argument, unreadable file, unusable model directory, the ``batch``
+extra not installed): one line on stderr, nothing done."""
 EXIT_NOTHING_TO_ATTRIBUTE = 3
 """``memtrace attribute`` found no failed case: no traces for the sources, or no feedback, judge
 op or cases file marking an answer wrong (stderr says which)."""
@@ -93,9 +93,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+BATCH_INSTALL = "pip install 'memtrace-otel[batch]'"
+"""How the command's own packages are installed (an app's ``pip install memtrace-otel`` has none)."""
+
+
+def _missing_package(exc: ModuleNotFoundError) -> int:
+    """A package of the batch job not installed: one line naming it and the install, exit 2."""
+    if (exc.name or "").split(".")[0] in ("memtrace_otel", "memtrace_bench"):
+        raise exc  # one of our own modules missing: a bug, not an install choice
+    print(
+        f"memtrace: error: {exc}: the memtrace command runs the batch job, whose packages "
+        f"come with {BATCH_INSTALL}",
+        file=sys.stderr,
+    )
+    return EXIT_USAGE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except ModuleNotFoundError as exc:
+        return _missing_package(exc)
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:
@@ -106,6 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("memtrace: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except ModuleNotFoundError as exc:
+        return _missing_package(exc)
     except MemtraceError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -9,13 +9,9 @@
 'doc:1@2'
 
 Only ``opentelemetry-api`` is needed here, as in opentelemetry-python-contrib: the SDK pieces
-(``configure``, the file exporter, ``span_to_record``) live in :mod:`memtrace_otel.export`. Their
-old names here still work, with a ``DeprecationWarning``, and import the SDK only when used.
+(``configure``, the file exporter, ``span_to_record``) live in :mod:`memtrace_otel.export`.
 """
 
-from typing import Any
-
-from memtrace_otel._internal import lazy_names
 from memtrace_otel.instrumentation._capture import (
     DEFAULT_MAX_VALUE_LENGTH,
     CaptureConfig,
@@ -67,24 +63,3 @@ __all__ = [
     "send_feedback",
     "suppress_tracing",
 ]
-
-_moved = lazy_names(
-    __name__,
-    dict.fromkeys(
-        [
-            "DEFAULT_TRACES_FILE",
-            "CountingBatchSpanProcessor",
-            "OtlpJsonLinesExporter",
-            "configure",
-            "dumps_request",
-            "encode_request",
-            "resolve_exporter",
-            "span_to_record",
-        ],
-        "memtrace_otel.export",
-    ),
-)
-
-
-def __getattr__(name: str) -> Any:
-    return _moved(name)

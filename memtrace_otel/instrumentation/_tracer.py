@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypedDict, TypeVar, Unpack
+from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -59,7 +59,9 @@ from memtrace_otel.semconv import (
 from memtrace_otel.semconv import attributes as A
 
 P = ParamSpec("P")
+Q = ParamSpec("Q")
 R = TypeVar("R")
+T = TypeVar("T")
 
 _DEFAULT_REGISTRY = WriterRegistry()
 _current_op: ContextVar[Op | None] = ContextVar("memtrace_current_op", default=None)
@@ -571,8 +573,21 @@ def _input_events(
             )
 
 
-def _kind_factory(kind: OpKind, doc: str) -> Callable[..., Op]:
-    """``MemTracer.<kind>(name, **options)``: :meth:`MemTracer.op` with the kind fixed."""
+def _per_kind(
+    op: Callable[Concatenate[MemTracer, OpKind, P], Op],
+    trace_op: Callable[Concatenate[MemTracer, OpKind, Q], T],
+    kind: OpKind,
+    doc: str,
+) -> tuple[Callable[Concatenate[MemTracer, P], Op], Callable[Concatenate[MemTracer, Q], T]]:
+    """One row of :class:`MemTracer`'s per-kind table: ``mt.<kind>(name, **options)``, which is
+    :meth:`MemTracer.op` with the kind fixed, and ``mt.trace_<kind>(name, **options)``, which is
+    :meth:`MemTracer.trace_op` with it.
+
+    The type checker reads both signatures from ``op`` and ``trace_op`` (their ``kind`` taken
+    out). At run time the context manager spells out ``op``'s keywords and calls the op maker
+    directly, re-packing nothing, since it runs once per op (a test checks the two signatures
+    agree); the decorator runs once per decorated function and just forwards.
+    """
 
     def make(
         self: MemTracer,
@@ -602,9 +617,19 @@ def _kind_factory(kind: OpKind, doc: str) -> Callable[..., Op]:
             span,
         )
 
-    make.__name__ = make.__qualname__ = kind.value
-    make.__doc__ = doc
-    return make
+    forward: Callable[..., Any] = trace_op  # typed by the return annotation below
+
+    def decorator(self: MemTracer, name: str, **options: Any) -> Any:
+        return forward(self, kind, name, **options)
+
+    for made, name, text in (
+        (make, kind.value, doc),
+        (decorator, f"trace_{kind.value}", f"Decorator form of :meth:`{kind.value}`."),
+    ):
+        made.__name__ = name
+        made.__qualname__ = f"MemTracer.{name}"
+        made.__doc__ = text
+    return make, decorator  # type: ignore[return-value]
 
 
 class MemTracer:
@@ -802,48 +827,6 @@ class MemTracer:
             span,
         )
 
-    # One per kind, with :meth:`op`'s keyword arguments (no re-packing: they run per op). The
-    # type checker sees their signatures; at run time each is made by _kind_factory.
-    if TYPE_CHECKING:
-
-        def ingest(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
-        def extract(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
-        def create(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
-        def update(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
-        def delete(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
-        def retrieve(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
-        def filter(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
-        def assemble(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
-        def generate(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
-        def judge(self, name: str, **options: Unpack[SpanOpOptions]) -> Op: ...
-
-    else:
-        ingest = _kind_factory(
-            OpKind.INGEST, "A raw input (message, document) enters the memory system."
-        )
-        extract = _kind_factory(
-            OpKind.EXTRACT,
-            "Memory content derived from inputs: fact extraction, chunking, segmentation.",
-        )
-        create = _kind_factory(OpKind.CREATE, "A new record written to the store.")
-        update = _kind_factory(
-            OpKind.UPDATE, "A record rewritten: merge, overwrite, summarise, trim a window."
-        )
-        delete = _kind_factory(
-            OpKind.DELETE, "A record removed (its output is a tombstone: ``var.tombstone()``)."
-        )
-        retrieve = _kind_factory(OpKind.RETRIEVE, "A query turned into candidate records.")
-        filter = _kind_factory(
-            OpKind.FILTER, "Candidates reranked, thresholded, deduplicated or cut."
-        )
-        assemble = _kind_factory(
-            OpKind.ASSEMBLE, "The answer prompt or context built from records."
-        )
-        generate = _kind_factory(OpKind.GENERATE, "The answer produced.")
-        judge = _kind_factory(
-            OpKind.JUDGE, "The answer scored against the gold answer (use ``op.set_verdict``)."
-        )
-
     # -- decorators ------------------------------------------------------------------------
     def trace_op(
         self, kind: OpKind | str, name: str, **kwargs: Unpack[OpOptions]
@@ -910,65 +893,50 @@ class MemTracer:
             internal_error("op.decorator")
             return None
 
-    def trace_ingest(
-        self, name: str, **kwargs: Unpack[OpOptions]
-    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
-        """Decorator form of :meth:`ingest`."""
-        return self.trace_op(OpKind.INGEST, name, **kwargs)
-
-    def trace_extract(
-        self, name: str, **kwargs: Unpack[OpOptions]
-    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
-        """Decorator form of :meth:`extract`."""
-        return self.trace_op(OpKind.EXTRACT, name, **kwargs)
-
-    def trace_create(
-        self, name: str, **kwargs: Unpack[OpOptions]
-    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
-        """Decorator form of :meth:`create`."""
-        return self.trace_op(OpKind.CREATE, name, **kwargs)
-
-    def trace_update(
-        self, name: str, **kwargs: Unpack[OpOptions]
-    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
-        """Decorator form of :meth:`update`."""
-        return self.trace_op(OpKind.UPDATE, name, **kwargs)
-
-    def trace_delete(
-        self, name: str, **kwargs: Unpack[OpOptions]
-    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
-        """Decorator form of :meth:`delete`."""
-        return self.trace_op(OpKind.DELETE, name, **kwargs)
-
-    def trace_retrieve(
-        self, name: str, **kwargs: Unpack[OpOptions]
-    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
-        """Decorator form of :meth:`retrieve`."""
-        return self.trace_op(OpKind.RETRIEVE, name, **kwargs)
-
-    def trace_filter(
-        self, name: str, **kwargs: Unpack[OpOptions]
-    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
-        """Decorator form of :meth:`filter`."""
-        return self.trace_op(OpKind.FILTER, name, **kwargs)
-
-    def trace_assemble(
-        self, name: str, **kwargs: Unpack[OpOptions]
-    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
-        """Decorator form of :meth:`assemble`."""
-        return self.trace_op(OpKind.ASSEMBLE, name, **kwargs)
-
-    def trace_generate(
-        self, name: str, **kwargs: Unpack[OpOptions]
-    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
-        """Decorator form of :meth:`generate`."""
-        return self.trace_op(OpKind.GENERATE, name, **kwargs)
-
-    def trace_judge(
-        self, name: str, **kwargs: Unpack[OpOptions]
-    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
-        """Decorator form of :meth:`judge`."""
-        return self.trace_op(OpKind.JUDGE, name, **kwargs)
+    # -- one context manager and one decorator per op kind ---------------------------------
+    # The table: each row makes ``mt.<kind>`` (a context manager, :meth:`op` with the kind fixed)
+    # and ``mt.trace_<kind>`` (its decorator form, :meth:`trace_op` with it), both typed from
+    # those two. A test checks the rows are the op kinds, one each.
+    ingest, trace_ingest = _per_kind(
+        op, trace_op, OpKind.INGEST, "A raw input (message, document) enters the memory system."
+    )
+    extract, trace_extract = _per_kind(
+        op,
+        trace_op,
+        OpKind.EXTRACT,
+        "Memory content derived from inputs: fact extraction, chunking, segmentation.",
+    )
+    create, trace_create = _per_kind(
+        op, trace_op, OpKind.CREATE, "A new record written to the store."
+    )
+    update, trace_update = _per_kind(
+        op,
+        trace_op,
+        OpKind.UPDATE,
+        "A record rewritten: merge, overwrite, summarise, trim a window.",
+    )
+    delete, trace_delete = _per_kind(
+        op,
+        trace_op,
+        OpKind.DELETE,
+        "A record removed (its output is a tombstone: ``var.tombstone()``).",
+    )
+    retrieve, trace_retrieve = _per_kind(
+        op, trace_op, OpKind.RETRIEVE, "A query turned into candidate records."
+    )
+    filter, trace_filter = _per_kind(
+        op, trace_op, OpKind.FILTER, "Candidates reranked, thresholded, deduplicated or cut."
+    )
+    assemble, trace_assemble = _per_kind(
+        op, trace_op, OpKind.ASSEMBLE, "The answer prompt or context built from records."
+    )
+    generate, trace_generate = _per_kind(op, trace_op, OpKind.GENERATE, "The answer produced.")
+    judge, trace_judge = _per_kind(
+        op,
+        trace_op,
+        OpKind.JUDGE,
+        "The answer scored against the gold answer (use ``op.set_verdict``).",
+    )
 
 
 def _record_result(op: Op, result: Any) -> None:

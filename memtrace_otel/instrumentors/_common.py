@@ -1115,18 +1115,8 @@ def inside_memory_system() -> bool:
     return _inside_memory_system.get()
 
 
-@contextlib.contextmanager
-def memory_system_call() -> Iterator[None]:
-    """Mark the block as a memory system's internal work."""
-    token = _inside_memory_system.set(True)
-    try:
-        yield
-    finally:
-        _inside_memory_system.reset(token)
-
-
 def enter_memory_system() -> object:
-    """:func:`memory_system_call` split in two, for calls whose start and end are separate."""
+    """Mark what follows as a memory system's internal work until :func:`leave_memory_system`."""
     return _inside_memory_system.set(True)
 
 
@@ -1325,7 +1315,6 @@ __all__ = [
     "leaf_text",
     "leave_memory_system",
     "make_tracer",
-    "memory_system_call",
     "message_ref",
     "normalise",
     "produced_by",

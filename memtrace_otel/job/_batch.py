@@ -14,7 +14,6 @@ import gc
 import json
 import os
 import re
-import sys
 import time
 import urllib.parse
 from collections import Counter, defaultdict
@@ -26,6 +25,7 @@ from typing import Any, TextIO
 import networkx as nx
 
 from memtrace_otel._internal import GcPaused, finite_json
+from memtrace_otel._progress import Progress
 from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._model import Case, Verdict, load_cases
 from memtrace_otel.errors import DecodeError, MemtraceError
@@ -38,21 +38,19 @@ from memtrace_otel.semconv import JudgeVerdict, SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (
     BACKEND_SCHEMES,
-    DEFAULT_RULE,
-    NO_STORE,
     ContentResolver,
-    FileSource,
     Outcome,
     OutcomeRule,
-    Progress,
     Source,
     SourceStats,
     adapt_upstream,
     expand_paths,
-    is_verdict_span,
     open_source,
     outcomes_of,
 )
+from memtrace_otel.sources._outcomes import DEFAULT_RULE, is_verdict_span
+from memtrace_otel.sources._source import FileSource
+from memtrace_otel.sources._stores import NO_STORE
 
 _SHOWN_ERRORS = 5
 """Skip messages the summary table shows (``summary.json`` keeps 20)."""
@@ -111,7 +109,7 @@ class BatchSummary:
     cases_by_source: dict[str, int] = field(default_factory=dict)
     """Failed cases by where they were found: ``cases-file``, ``judge``, ``feedback``."""
     content: dict[str, Any] = field(default_factory=dict)
-    """What resolving content references did (:class:`~memtrace_otel.sources.ContentStats`
+    """What resolving content references did (:class:`~memtrace_otel.sources._content.ContentStats`
     as data); empty when the traces carried none."""
 
     @property
@@ -248,7 +246,7 @@ def load_store_graphs(
         outcomes: when given, collects every evaluation found (feedback spans, evaluation
             events, OTLP log records), judged by the default rule; ``memtrace.feedback`` spans
             then stay out of the graphs.
-        progress: where to show the loading progress (see :class:`~memtrace_otel.sources.Progress`).
+        progress: where to show the loading progress (see :class:`~memtrace_otel._progress.Progress`).
         options: backend source options (``max_traces``, ``limit``), ignored for files, and
             ``content``: the content store URL references are read from (``--content``; else
             where each reference points).
@@ -343,7 +341,7 @@ def erased_verdict(G: nx.MultiDiGraph, case: Case, store: str, method: str) -> V
 def take_outcomes(record: SpanRecord, outcomes: list[Outcome]) -> bool:
     """Add the evaluations ``record`` carries to ``outcomes``; return whether the record joins
     the graphs (a ``memtrace.feedback`` span carrying evaluations does not: it is no op; nor
-    does a written-back verdict span, :func:`~memtrace_otel.sources.is_verdict_span`)."""
+    does a written-back verdict span, :func:`~memtrace_otel.sources._outcomes.is_verdict_span`)."""
     if is_verdict_span(record):
         return False
     if record.events:
@@ -483,21 +481,6 @@ def note_inferred(G: nx.MultiDiGraph, verdict: Verdict) -> Verdict:
         return verdict
     note = "inferred from upstream GenAI spans: " + "; ".join(sorted(inferred))
     return dataclasses.replace(verdict, unchecked=(*verdict.unchecked, note))
-
-
-def completed_case_ids(out: Path) -> tuple[set[str], bool]:
-    """Case ids with a final verdict in ``out``; a torn last line (a killed run) is cut off.
-
-    Returns:
-        The ids, and whether the file had to be repaired.
-
-    Raises:
-        VerdictFileError: ``out`` is not a verdicts file, or another run is writing it.
-    """
-    if not out.exists():
-        return set(), False
-    with VerdictLog(out) as log:
-        return log.done(), log.repaired
 
 
 def failed_cases(
@@ -917,8 +900,3 @@ def read_verdicts(path: str | os.PathLike[str]) -> Iterable[Verdict]:
                     raise DecodeError(
                         f"not a verdict ({exc})", path=str(path), line=number
                     ) from None
-
-
-def eprint(*parts: object) -> None:
-    """Print to stderr."""
-    print(*parts, file=sys.stderr)

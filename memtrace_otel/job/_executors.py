@@ -45,6 +45,7 @@ from typing import Any, TextIO, TypeVar
 
 import networkx as nx
 
+from memtrace_otel._progress import Progress
 from memtrace_otel._shim import nodes_of
 from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._model import Case, Verdict, load_cases
@@ -94,17 +95,16 @@ from memtrace_otel.semconv import JudgeVerdict, SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (
     BACKEND_SCHEMES,
-    DEFAULT_RULE,
-    NO_STORE,
     Outcome,
     OutcomeRule,
-    Progress,
     SourceStats,
     expand_paths,
     open_source,
     outcomes_of,
 )
 from memtrace_otel.sources._common import NOT_A_REGULAR_FILE, make_error
+from memtrace_otel.sources._outcomes import DEFAULT_RULE
+from memtrace_otel.sources._stores import NO_STORE
 
 __all__ = [
     "ExecutorSpec",

@@ -10,7 +10,7 @@ resolved against the loaded graphs, in this order:
 Outcomes that resolve to no case are counted as *unknown* and reported, never raised: the answer's
 trace may not be loaded yet (it arrives later, or lies outside the query window), so such a case
 is not marked done and the next run picks it up. Several outcomes for one case: the latest wins
-(:func:`~memtrace_otel.sources.latest_outcomes`); a success overrides earlier failures and a
+(:func:`~memtrace_otel.sources._outcomes.latest_outcomes`); a success overrides earlier failures and a
 judge op's ``incorrect``.
 """
 
@@ -27,7 +27,8 @@ from memtrace_otel._shim import nodes_of
 from memtrace_otel.attribution._model import Case
 from memtrace_otel.graph import graph_index
 from memtrace_otel.semconv import JudgeVerdict
-from memtrace_otel.sources import DEFAULT_RULE, Outcome, OutcomeRule, latest_outcomes, outcome_key
+from memtrace_otel.sources import Outcome, OutcomeRule
+from memtrace_otel.sources._outcomes import DEFAULT_RULE, latest_outcomes, outcome_key
 from memtrace_otel.sources._trust import DEFAULT_POLICY, UNVERIFIED, TrustPolicy
 
 FEEDBACK_SOURCE = "feedback"

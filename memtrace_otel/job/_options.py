@@ -17,7 +17,8 @@ import networkx as nx
 
 from memtrace_otel.attribution._model import Case, Verdict
 from memtrace_otel.job._verdict_log import VerdictLog
-from memtrace_otel.sources import DEFAULT_RULE, OutcomeRule
+from memtrace_otel.sources import OutcomeRule
+from memtrace_otel.sources._outcomes import DEFAULT_RULE
 
 __all__ = ["DEFAULT_RETRIES", "ExecutorSpec", "RunOptions", "parse_executor", "parse_size"]
 

@@ -40,18 +40,17 @@ from memtrace_otel.sources import (
     RecordCapper,
     SourceStats,
     ValueLimits,
-    is_verdict_span,
     iter_records,
-    line_stores,
     open_source,
     outcomes_of,
-    prune_stores,
 )
 from memtrace_otel.sources._common import DUPLICATE_SPAN, MAX_ERROR_MESSAGES, SURROGATE_HINT
 from memtrace_otel.sources._documents import BenchSink
 from memtrace_otel.sources._files import FileReader, open_binary
 from memtrace_otel.sources._limits import LineReader, ReadLimits
+from memtrace_otel.sources._outcomes import is_verdict_span
 from memtrace_otel.sources._source import content_digest, duplicate_span_error
+from memtrace_otel.sources._stores import line_stores, prune_stores
 
 
 def _stdlib_loads(raw: bytes) -> Any:

@@ -1,19 +1,26 @@
 """The live span processor: folding spans into the memory evolution graph as the app runs.
 
 :class:`EvolutionGraphProcessor` feeds finished spans to the one builder in
-:mod:`memtrace_otel.graph`. The builder's names (``build_graph``, ``add_records``, ...) used to be
-exported here; they still import from here, with a ``DeprecationWarning``.
+:mod:`memtrace_otel.graph`; the builder's own names (``build_graph``, ``add_records``, ...) are
+imported from there. The graph is a networkx one: ``pip install 'memtrace-otel[graph]'`` in an app
+(``[batch]`` has it too).
 """
 
-from typing import Any
-
-from memtrace_otel._internal import lazy_names
-from memtrace_otel.processing._processor import (
-    DEFAULT_FOLD_INTERVAL,
-    DEFAULT_MAX_BUFFER,
-    DEFAULT_MAX_OPS,
-    EvolutionGraphProcessor,
-)
+try:
+    from memtrace_otel.processing._processor import (
+        DEFAULT_FOLD_INTERVAL,
+        DEFAULT_MAX_BUFFER,
+        DEFAULT_MAX_OPS,
+        EvolutionGraphProcessor,
+    )
+except ModuleNotFoundError as exc:  # an app installed without the graph
+    if exc.name != "networkx":
+        raise
+    raise ModuleNotFoundError(
+        "memtrace_otel.processing keeps the app's memory evolution graph in networkx, which the "
+        "app-side install leaves out: pip install 'memtrace-otel[graph]'",
+        name=exc.name,
+    ) from exc
 
 __all__ = [
     "DEFAULT_FOLD_INTERVAL",
@@ -21,18 +28,3 @@ __all__ = [
     "DEFAULT_MAX_OPS",
     "EvolutionGraphProcessor",
 ]
-
-_moved = lazy_names(
-    __name__,
-    {
-        **dict.fromkeys(
-            ["READ", "VERSION", "WRITE", "add_records", "build_graph", "new_graph", "remove_ops"],
-            "memtrace_otel.graph",
-        ),
-        "op_order_key": "memtrace_otel.graph._build",
-    },
-)
-
-
-def __getattr__(name: str) -> Any:
-    return _moved(name)

@@ -30,39 +30,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from memtrace_otel._progress import Progress
 from memtrace_otel.errors import SourceSpecError
-from memtrace_otel.sources._backends import (
-    JaegerSource,
-    TempoSource,
-    backend_from_url,
-)
-from memtrace_otel.sources._common import (
-    SourceStats,
-)
-from memtrace_otel.sources._content import (
-    ContentResolver,
-    ContentStats,
-    ContentStoreError,
-    EraseResult,
-    erase_store,
-    parse_age,
-)
+from memtrace_otel.sources._backends import backend_from_url
+from memtrace_otel.sources._common import SourceStats
+from memtrace_otel.sources._content import ContentResolver, erase_store, parse_age
 from memtrace_otel.sources._documents import decode_document, decode_jaeger, decode_otlp_json
-from memtrace_otel.sources._export import ExportResult, export_source
+from memtrace_otel.sources._export import export_source
 from memtrace_otel.sources._files import expand_paths
 from memtrace_otel.sources._http import HttpOptions
 from memtrace_otel.sources._jaeger import ARRAY_ATTRIBUTES
-from memtrace_otel.sources._limits import (
-    DEFAULT_MAX_ARRAY_ITEMS,
-    DEFAULT_MAX_ATTRIBUTE_BYTES,
-    DEFAULT_MAX_DOCUMENT_BYTES,
-    DEFAULT_MAX_LINE_BYTES,
-    LineReader,
-    ReadLimits,
-    RecordCapper,
-    ValueLimits,
-)
+from memtrace_otel.sources._limits import LineReader, RecordCapper, ValueLimits
 from memtrace_otel.sources._memtracebench import (
     OTHER_KIND,
     BenchGraph,
@@ -70,22 +47,10 @@ from memtrace_otel.sources._memtracebench import (
     load_memtracebench,
 )
 from memtrace_otel.sources._otlp_proto import decode_otlp_proto
-from memtrace_otel.sources._outcomes import (
-    DEFAULT_RULE,
-    Outcome,
-    OutcomeRule,
-    is_verdict_span,
-    latest_outcomes,
-    outcome_key,
-    outcomes_of,
-    read_outcomes,
-)
+from memtrace_otel.sources._outcomes import Outcome, OutcomeRule, outcomes_of, read_outcomes
 from memtrace_otel.sources._source import FileSource, Source, iter_records
-from memtrace_otel.sources._stores import NO_STORE, line_stores, prune_stores, raw_store
-from memtrace_otel.sources._trust import DEFAULT_SKEW_SECONDS, REFUSALS, TrustPolicy
-from memtrace_otel.sources._upstream import (
-    adapt_upstream,
-)
+from memtrace_otel.sources._trust import DEFAULT_SKEW_SECONDS, TrustPolicy
+from memtrace_otel.sources._upstream import adapt_upstream
 
 BACKEND_SCHEMES = ("jaeger+http://", "jaeger+https://", "tempo+http://", "tempo+https://")
 
@@ -154,33 +119,17 @@ def _without_credentials(spec: str) -> str:
 __all__ = [
     "ARRAY_ATTRIBUTES",
     "BACKEND_SCHEMES",
-    "DEFAULT_MAX_ARRAY_ITEMS",
-    "DEFAULT_MAX_ATTRIBUTE_BYTES",
-    "DEFAULT_MAX_DOCUMENT_BYTES",
-    "DEFAULT_MAX_LINE_BYTES",
-    "DEFAULT_RULE",
     "DEFAULT_SKEW_SECONDS",
-    "NO_STORE",
     "OTHER_KIND",
-    "REFUSALS",
     "BenchGraph",
     "ContentResolver",
-    "ContentStats",
-    "ContentStoreError",
-    "EraseResult",
-    "ExportResult",
-    "FileSource",
     "HttpOptions",
-    "JaegerSource",
     "LineReader",
     "Outcome",
     "OutcomeRule",
-    "Progress",
-    "ReadLimits",
     "RecordCapper",
     "Source",
     "SourceStats",
-    "TempoSource",
     "TrustPolicy",
     "ValueLimits",
     "adapt_upstream",
@@ -192,16 +141,10 @@ __all__ = [
     "erase_store",
     "expand_paths",
     "export_source",
-    "is_verdict_span",
     "iter_records",
-    "latest_outcomes",
-    "line_stores",
     "load_memtracebench",
     "open_source",
-    "outcome_key",
     "outcomes_of",
     "parse_age",
-    "prune_stores",
-    "raw_store",
     "read_outcomes",
 ]

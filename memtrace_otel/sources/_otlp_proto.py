@@ -165,14 +165,6 @@ def decode_request_message(
     return records
 
 
-def looks_like_request(data: bytes) -> bool:
-    """Whether ``data`` starts like an ``ExportTraceServiceRequest`` (field 1, length-delimited).
-
-    An empty message is valid protobuf too; callers only ask about non-empty payloads.
-    """
-    return len(data) > 0 and data[0] == 0x0A
-
-
 def decode_otlp_proto(
     data: bytes,
     *,

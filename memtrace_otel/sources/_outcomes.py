@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memtrace_otel.instrumentation._signing import answer_traceparent, canonical_feedback
-from memtrace_otel.semconv import EventRecord, SpanRecord
+from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.semconv.record import Attributes
 from memtrace_otel.sources._common import Bad, otlp_span_id, otlp_trace_id, time_nanos
@@ -394,11 +394,6 @@ def read_outcomes(records: Iterable[SpanRecord], rule: OutcomeRule = DEFAULT_RUL
     return found
 
 
-def is_evaluation_event(event: EventRecord) -> bool:
-    """Whether a span event is an evaluation (``gen_ai.evaluation.result``)."""
-    return event.name == A.GEN_AI_EVALUATION_RESULT_EVENT
-
-
 def decode_outcome_logs(
     blocks: Any, *, rule: OutcomeRule = DEFAULT_RULE, path: str = "", line: int | None = None
 ) -> tuple[list[Outcome], list[tuple[str, str]]]:
@@ -521,7 +516,6 @@ __all__ = [
     "OutcomeRule",
     "TrustPolicy",
     "decode_outcome_logs",
-    "is_evaluation_event",
     "latest_outcomes",
     "outcome_key",
     "outcomes_of",
