@@ -17,6 +17,7 @@ from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._batch import BatchSummary, QuietHeap, _run_in_process
 from memtrace_otel.attribution._executors import ViewMaker, run_scaled
 from memtrace_otel.attribution._model import Verdict
+from memtrace_otel.attribution._reviews import precision_of, read_verdict_spans
 from memtrace_otel.attribution._verdict_log import VerdictLog
 from memtrace_otel.sources import DEFAULT_RULE, Outcome, OutcomeRule
 
@@ -75,9 +76,13 @@ def run_batch(
 
     Returns:
         The verdicts of this run (resumed cases excluded) and the summary.
+
+    People's reviews of verdict spans give ``summary.review_precision`` in every way of running,
+    screened by ``rule.trust``; a scaled run reads them in a pass of their own
+    (:func:`~memtrace_otel.attribution._reviews.read_verdict_spans`).
     """
     if graphs is None and (executor is not None or memory_bound is not None):
-        return run_scaled(
+        verdicts, summary = run_scaled(
             sources,
             method,
             executor=executor,
@@ -93,6 +98,10 @@ def run_batch(
             view=view,
             views=views,
         )
+        precision = precision_of(list(read_verdict_spans(sources)), rule.trust)
+        if precision is not None:
+            summary.review_precision = precision
+        return verdicts, summary
     with QuietHeap() as heap:
         return _run_in_process(
             heap,

@@ -370,6 +370,7 @@ def _run(
                 outcomes=outcomes,
                 progress=progress,
                 options=options,
+                trust=rule.trust,
             )
             heap.loaded()
         verdicts, summary = run_batch(
