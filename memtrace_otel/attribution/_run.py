@@ -19,6 +19,7 @@ from memtrace_otel.attribution._executors import ViewMaker, run_scaled
 from memtrace_otel.attribution._model import Verdict
 from memtrace_otel.attribution._reviews import precision_of, read_verdict_spans
 from memtrace_otel.attribution._verdict_log import VerdictLog
+from memtrace_otel.errors import MemtraceError
 from memtrace_otel.sources import DEFAULT_RULE, Outcome, OutcomeRule
 
 __all__ = ["run_batch"]
@@ -98,7 +99,11 @@ def run_batch(
             view=view,
             views=views,
         )
-        precision = precision_of(list(read_verdict_spans(sources)), rule.trust)
+        try:
+            precision = precision_of(list(read_verdict_spans(sources)), rule.trust)
+        except (MemtraceError, OSError) as exc:  # the run read these files: rare, and said
+            summary.source_errors.append(f"reviews not read: {exc}")
+            precision = None
         if precision is not None:
             summary.review_precision = precision
         return verdicts, summary
