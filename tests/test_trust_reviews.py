@@ -224,6 +224,7 @@ def test_the_cli_refuses_forged_reviews_and_exits_1_in_memory_and_streamed(
     verdicts: tuple[Path, Path, Path, dict[str, Any]],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
     streamed: bool,
 ) -> None:
     traces, cases, written, spans = verdicts
@@ -242,7 +243,11 @@ def test_the_cli_refuses_forged_reviews_and_exits_1_in_memory_and_streamed(
     argv = [str(traces), str(written), str(reviews), "--cases", str(cases)]
     if streamed:
         argv += ["--executor", "inline"]
+    capsys.readouterr()
     code, summary = _attribute(argv, tmp_path / "report")
+    err = capsys.readouterr().err
+    assert "verdict precision from people's reviews: 1/2 confirmed = 50.0%" in err
+    assert "reviews refused by the trust policy (not used): 1 (unsigned 1); e.g. unsigned: " in err
     precision = summary["review_precision"]
     assert code == 1
     assert (precision["reviews"], precision["confirmed"], precision["rejected"]) == (2, 1, 1)
