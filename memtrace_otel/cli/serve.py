@@ -305,6 +305,15 @@ def run(args: argparse.Namespace) -> int:
             "memtrace serve: no OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT): reviews are off",
             file=sys.stderr,
         )
+    key = app.trust().key
+    print(
+        f"memtrace serve: reviews are signed with key id {key.key_id}; unsigned feedback and "
+        "reviews are refused"
+        if key is not None
+        else "memtrace serve: no MEMTRACE_FEEDBACK_KEY: reviews are sent unsigned, and feedback "
+        "and reviews are read as unverified (docs/feedback.md)",
+        file=sys.stderr,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:
