@@ -33,6 +33,8 @@ from tests._openai_server import Reply, ScriptedOpenAI, chat_completion
 
 NS = ("memories", "dana")
 STORE = "memories/dana"
+QUESTION = {"messages": [{"role": "user", "content": "Where does Ana live?"}]}
+CONFIG = {"configurable": {"user_id": "dana"}}
 
 
 @pytest.fixture
@@ -294,19 +296,30 @@ def test_extraction_node_is_an_extract_op_and_puts_link_to_it(
     assert asked.case_id == last["case"] and f"{last['span_id']:016x}" in asked.traceparent
 
 
+@pytest.mark.parametrize("run", ["invoke", "stream"])
 def test_distorted_extraction_is_an_extraction_error(
-    instrumented: None, memtrace_exporter: InMemorySpanExporter, tmp_path: Path
+    instrumented: None, memtrace_exporter: InMemorySpanExporter, tmp_path: Path, run: str
 ) -> None:
+    """Invoked, or streamed by an app that shows the answer as it comes (the answer made on
+    LangGraph's thread pool, beside a log node): the same verdict, on the case last_answer()
+    names."""
     turn = "My sister Ana moved to Porto last spring."
     script = _agent_script(
         {"Ana moved": ["User's sister Ana lives in Lisbon"]}, {"Ana": "She lives in Lisbon."}
     )
     with ScriptedOpenAI(script) as server:
         client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
-        graph = _agent(client, InMemoryStore())
         config = {"configurable": {"user_id": "dana"}}
-        graph.invoke({"messages": [{"role": "user", "content": turn}]}, config)
-        graph.invoke({"messages": [{"role": "user", "content": "Where does Ana live?"}]}, config)
+        if run == "invoke":
+            graph = _agent(client, InMemoryStore())
+            graph.invoke({"messages": [{"role": "user", "content": turn}]}, config)
+            graph.invoke(QUESTION, config)
+        else:
+            graph = _parallel_agent(client, InMemoryStore())
+            for _ in graph.stream({"messages": [{"role": "user", "content": turn}]}, config):
+                pass
+            for _ in graph.stream(QUESTION, config):
+                pass
         asked = last_answer()
     assert asked is not None
     spans = memtrace_exporter.get_finished_spans()
@@ -474,3 +487,133 @@ def test_raw_responses_are_read(
     [answer] = by_op(memtrace_exporter.get_finished_spans())["openai.chat.completions"]
     [prediction] = answer["outputs"]
     assert prediction.startswith("prediction:") and answer["case"]
+
+
+# -- Pregel.stream / astream: the answer noted as invoke notes it (issue 29) ----------------------
+
+
+def _plain_chunks(graph: Any, mode: str) -> list[Any]:
+    """What an uninstrumented graph yields (tracing suppressed), for comparison."""
+    with suppress_tracing():
+        return list(graph.stream(QUESTION, CONFIG, stream_mode=mode))
+
+
+def _parallel_agent(client: openai.OpenAI, store: InMemoryStore) -> Any:
+    """The memory agent with a second branch beside the answer (a log node): LangGraph then
+    runs the step's nodes on its thread pool, so the answer is made in another thread."""
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    agent = _agent(client, store)
+    builder = StateGraph(MessagesState)
+    builder.add_node("extract", agent.nodes["extract"].bound)
+    builder.add_node("log", lambda state: {})
+    builder.add_node("answer", agent.nodes["answer"].bound)
+    builder.add_edge(START, "extract")
+    builder.add_edge("extract", "answer")
+    builder.add_edge("extract", "log")
+    return builder.compile(store=store)
+
+
+@pytest.mark.parametrize("mode", ["updates", "values"])
+def test_stream_notes_the_answer_and_yields_what_langgraph_yields(
+    instrumented: None, memtrace_exporter: InMemorySpanExporter, mode: str
+) -> None:
+    """Issue 29: ``graph.stream`` recorded no answer for ``last_answer()`` when the answer was
+    made off the caller's thread (invoke did)."""
+    script = _agent_script({}, {"Ana": "In Porto."})
+    with ScriptedOpenAI(script) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        graph = _parallel_agent(client, InMemoryStore())
+        expected = _plain_chunks(graph, mode)
+        memtrace_exporter.clear()
+        before = len(server.chat_prompts())
+        stream = graph.stream(QUESTION, CONFIG, stream_mode=mode)
+        first = next(stream)
+        # Not buffered: the first chunk comes before the answer node asks the model.
+        assert len(server.chat_prompts()) - before < 2
+        chunks = [first, *stream]
+        asked = last_answer()
+    assert _dump(chunks) == _dump(expected)
+    [answer] = by_op(memtrace_exporter.get_finished_spans())["openai.chat.completions"]
+    assert asked is not None and asked.case_id == answer["case"]
+    assert f"{answer['span_id']:016x}" in asked.traceparent
+
+
+def _dump(chunks: list[Any]) -> str:
+    return json.dumps(chunks, default=lambda o: getattr(o, "content", repr(o)), sort_keys=True)
+
+
+def test_astream_notes_the_answer(
+    instrumented: None, memtrace_exporter: InMemorySpanExporter
+) -> None:
+    script = _agent_script({}, {"Ana": "In Porto."})
+    with ScriptedOpenAI(script) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        graph = _parallel_agent(client, InMemoryStore())
+
+        async def run() -> tuple[list[Any], Any]:
+            chunks = [chunk async for chunk in graph.astream(QUESTION, CONFIG)]
+            return chunks, last_answer()
+
+        chunks, asked = asyncio.run(run())
+    assert sorted(next(iter(c)) for c in chunks) == ["answer", "extract", "log"]
+    [answer] = by_op(memtrace_exporter.get_finished_spans())["openai.chat.completions"]
+    assert asked is not None and asked.case_id == answer["case"]
+
+
+def test_a_stream_left_early_closes_and_notes_what_ran(
+    instrumented: None, memtrace_exporter: InMemorySpanExporter
+) -> None:
+    """A ``break`` closes the graph's generator (no answer node runs); the next run in the same
+    context is traced as its own run."""
+    script = _agent_script({}, {"Ana": "In Porto."})
+    with ScriptedOpenAI(script) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        graph = _parallel_agent(client, InMemoryStore())
+        for chunk in graph.stream(QUESTION, CONFIG):
+            assert "extract" in chunk
+            break
+        assert not [k for k, _ in server.requests if k == "chat"][1:]  # the answer never ran
+        for _ in graph.stream(QUESTION, CONFIG):
+            pass
+        asked = last_answer()
+    answers = by_op(memtrace_exporter.get_finished_spans())["openai.chat.completions"]
+    assert len(answers) == 1 and asked is not None and asked.case_id == answers[0]["case"]
+
+
+def test_a_stream_never_raises_telemetry_errors_and_passes_the_apps_own(
+    instrumented: None, memtrace_exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memtrace_otel._internal import internal_error_counts, quiet_internal_errors
+    from memtrace_otel.instrumentors._common import current_app_run
+    from memtrace_otel.instrumentors.langgraph import patch
+
+    script = _agent_script({}, {"Ana": "In Porto."})
+    with ScriptedOpenAI(script) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        graph = _parallel_agent(client, InMemoryStore())
+        expected = _plain_chunks(graph, "updates")
+
+        def broken(run: Any) -> object:
+            raise RuntimeError("telemetry bug")
+
+        monkeypatch.setattr(patch, "enter_app_run", broken)
+        before = internal_error_counts().get("langgraph.stream.step", 0)
+        with quiet_internal_errors():
+            chunks = list(graph.stream(QUESTION, CONFIG))
+        assert _dump(chunks) == _dump(expected)  # the app got every item, unchanged
+        assert internal_error_counts()["langgraph.stream.step"] > before
+        monkeypatch.undo()
+
+        def failing(state: Any) -> dict[str, Any]:
+            raise ValueError("the app's own error")
+
+        from langgraph.graph import START, MessagesState, StateGraph
+
+        builder = StateGraph(MessagesState)
+        builder.add_node("fail", failing)
+        builder.add_edge(START, "fail")
+        with pytest.raises(ValueError, match="the app's own error"):
+            for _ in builder.compile().stream(QUESTION):
+                pass
+        assert current_app_run() is None  # the run was left, in the caller's context too

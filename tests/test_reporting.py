@@ -475,6 +475,31 @@ def test_case_numbers_follow_answer_order_and_timelines_are_in_time_order(tmp_pa
         assert failed and all(keys[e["case"]] == e["key"] for e in failed)
 
 
+def _timelines(report: Path) -> dict[str, Any]:
+    found = {}
+    for entry in _report_data(report)["timelines"]:
+        text = (report / "timelines" / f"{entry['key']}.js").read_text()
+        found[entry["store"]] = (entry, json.loads(text[len("window.__memtraceTimeline(") : -3]))
+    return found
+
+
+@pytest.mark.parametrize("executor", ["inline", "local[2]"])
+def test_streamed_runs_draw_the_same_timelines_as_in_memory_runs(
+    tmp_path: Path, executor: str
+) -> None:
+    """Issue 33: the per-store timelines were drawn from the graphs of an in-memory run only,
+    so an export streamed by store (large ones, by default) had none."""
+    traces, cases = write_workload(tmp_path)
+    args = ["attribute", str(traces), "--cases", str(cases), "--quiet", "--report"]
+    assert main([*args, str(tmp_path / "memory")]) == 0
+    assert main([*args, str(tmp_path / "streamed"), "--executor", executor]) == 0
+    in_memory = _timelines(tmp_path / "memory")
+    assert len(in_memory) >= 5 and all(t["events"] for _, t in in_memory.values())
+    assert _timelines(tmp_path / "streamed") == in_memory
+    for page in (tmp_path / "streamed" / "cases").glob("*.js"):
+        assert '"timeline"' not in page.read_text()  # carried to the report, not into a page
+
+
 def test_short_ids_cut_long_hex_runs_only() -> None:
     from memtrace_otel.reporting._view import short_id
 

@@ -369,6 +369,7 @@ def _run(
                 outcomes=outcomes,
                 progress=progress,
                 options=options.source_options,
+                trust=rule.trust,
             )
             heap.loaded()
         verdicts, summary = run_batch(

@@ -10,6 +10,10 @@ Security: the server binds 127.0.0.1 unless ``--host`` says otherwise. Every wri
 reload) needs the server's token in the ``X-Memtrace-Token`` header (a header a cross-origin page
 cannot send without a preflight the server never grants). On loopback the served page carries the
 token; bound beyond loopback it does not, ``--write-token`` is required, and the reviewer types it in.
+
+Trust: feedback and reviews are read under the trust policy of ``memtrace attribute`` (the same
+``MEMTRACE_FEEDBACK_KEY``, ``--feedback-skew`` and ``--feedback-allow-service``; docs/feedback.md),
+and with the key set every review the server sends is signed.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from memtrace_otel.job._batch import failed_cases
 from memtrace_otel.job._reviews import send_review, verdict_span_index
 from memtrace_otel.reporting import check_base_url, write_report
 from memtrace_otel.semconv import ReviewLabel, SpanRecord
+from memtrace_otel.sources import DEFAULT_SKEW_SECONDS, OutcomeRule, TrustPolicy
 
 DEFAULT_PORT = 8765
 MAX_BODY = 64 * 1024
@@ -62,6 +67,21 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--jaeger-url", metavar="URL", help="Jaeger UI base URL, for span links")
     parser.add_argument("--tempo-url", metavar="URL", help="Grafana base URL or a link template")
+    parser.add_argument(
+        "--feedback-skew",
+        type=float,
+        default=DEFAULT_SKEW_SECONDS,
+        metavar="SECONDS",
+        help="refuse feedback and reviews timestamped later than the load plus SECONDS (300)",
+    )
+    parser.add_argument(
+        "--feedback-allow-service",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="accept unsigned feedback and reviews naming a case or verdict by id alone from "
+        "this service.name (repeatable; a convenience, not a defence, docs/feedback.md)",
+    )
     add_backend_options(parser)
     parser.set_defaults(func=run)
 
@@ -100,6 +120,8 @@ class App:
     def reload(self) -> BatchSummary:
         """Read the sources again, attribute, and rewrite the report."""
         with self.lock:
+            # A policy per load: its clock (the future bound) is the time of this load.
+            rule = OutcomeRule(trust=self.trust())
             loading = BatchSummary()
             outcomes: list[Any] = []
             spans: list[SpanRecord] = []
@@ -109,6 +131,7 @@ class App:
                 outcomes=outcomes,
                 options=self.options,
                 reviews_out=spans,
+                trust=rule.trust,
             )
             verdicts, summary = run_batch(
                 self.args.sources,
@@ -118,10 +141,11 @@ class App:
                 outcomes=outcomes,
                 loaded=loading,
                 source_options=self.options,
+                rule=rule,
             )
             cases = {
                 case.case_id: case
-                for _, case in failed_cases(graphs, self.args.cases, BatchSummary(), outcomes)
+                for _, case in failed_cases(graphs, self.args.cases, BatchSummary(), outcomes, rule)
             }
             # The newest verdict span of each case is the one a review is parented to.
             by_case: dict[str, dict[str, Any]] = {}
@@ -147,6 +171,14 @@ class App:
             )
             return summary
 
+    def trust(self) -> TrustPolicy:
+        """The trust policy, with ``MEMTRACE_FEEDBACK_KEY`` read now (raises ``ValueError`` on
+        a bad skew)."""
+        return TrustPolicy.from_env(
+            skew_seconds=getattr(self.args, "feedback_skew", DEFAULT_SKEW_SECONDS),
+            allowed_services=getattr(self.args, "feedback_allow_service", None) or (),
+        )
+
     def review(self, body: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
         """Send one review; the HTTP status and the JSON answer."""
         case_id, label, op_id = body.get("case_id"), body.get("label"), body.get("op_id")
@@ -169,6 +201,7 @@ class App:
                 verdict_span_id=span["span_id"],
                 label=str(label),
                 op_id=op_id,
+                key=self.trust().key,  # signed when a key is set, as memtrace feedback signs
             )
         except ValueError as exc:
             return 400, {"error": str(exc)}
@@ -248,6 +281,7 @@ def prepare(args: argparse.Namespace) -> tuple[App, http.server.ThreadingHTTPSer
     for url, option in ((args.jaeger_url, "--jaeger-url"), (args.tempo_url, "--tempo-url")):
         if url:
             check_base_url(url, option)
+    TrustPolicy(skew_seconds=args.feedback_skew)  # a bad --feedback-skew fails here
     exporter = resolve_exporter() if any(os.environ.get(v) for v in ENDPOINT_VARS) else None
     options: dict[str, Any] = {"http": http_options(args)}
     app = App(
@@ -272,6 +306,15 @@ def run(args: argparse.Namespace) -> int:
             "memtrace serve: no OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT): reviews are off",
             file=sys.stderr,
         )
+    key = app.trust().key
+    print(
+        f"memtrace serve: reviews are signed with key id {key.key_id}; unsigned feedback and "
+        "reviews are refused"
+        if key is not None
+        else "memtrace serve: no MEMTRACE_FEEDBACK_KEY: reviews are sent unsigned, and feedback "
+        "and reviews are read as unverified (docs/feedback.md)",
+        file=sys.stderr,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -14,6 +14,11 @@ fields that decide what the feedback does:
   (the expected answer after redaction and cuts);
 - ``time``: the evaluation event's time, integer nanoseconds since the epoch.
 
+A person's review of a verdict (``memtrace.review``) is signed the same way, in the same
+attribute, over :func:`canonical_review`: ``evaluation`` (``"memtrace.review"``, so that a
+feedback's signature never verifies as a review's, nor the other way round), ``traceparent``
+(the verdict span it judges), ``label``, ``op_id`` (``null`` when absent) and ``time``.
+
 >>> key = FeedbackKey(b"s3cret", "k1")
 >>> body = canonical_feedback(traceparent="00-" + "a" * 32 + "-" + "b" * 16 + "-01",
 ...     case_id=None, label="incorrect", score=0.0, expected=None, comment=None, time_unix_nano=5)
@@ -34,6 +39,7 @@ import json
 from dataclasses import dataclass, field
 
 from memtrace_otel._settings import resolve
+from memtrace_otel.semconv import attributes as A
 from memtrace_otel.semconv import env as E
 
 ALGORITHM = "hmac-sha256"
@@ -67,6 +73,25 @@ def canonical_feedback(
         payload["traceparent"] = traceparent
     if case_id:
         payload["case_id"] = case_id
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def canonical_review(
+    *, traceparent: str, label: str | None, op_id: str | None, time_unix_nano: int
+) -> str:
+    """The canonical JSON a review's signature covers (see the module docstring).
+
+    >>> canonical_review(traceparent="00-" + "a" * 32 + "-" + "c" * 16 + "-01",
+    ...     label="confirmed", op_id=None, time_unix_nano=5)
+    '{"evaluation":"memtrace.review","label":"confirmed","op_id":null,"time":5,"traceparent":"00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-cccccccccccccccc-01"}'
+    """
+    payload: dict[str, object] = {
+        "evaluation": A.MEMTRACE_REVIEW_SPAN,  # the review's gen_ai.evaluation.name
+        "traceparent": traceparent,
+        "label": label,
+        "op_id": op_id,
+        "time": int(time_unix_nano),
+    }
     return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
@@ -135,4 +160,10 @@ class FeedbackKey:
         return None
 
 
-__all__ = ["ALGORITHM", "FeedbackKey", "answer_traceparent", "canonical_feedback"]
+__all__ = [
+    "ALGORITHM",
+    "FeedbackKey",
+    "answer_traceparent",
+    "canonical_feedback",
+    "canonical_review",
+]

@@ -32,7 +32,7 @@ from memtrace_otel.errors import DecodeError, MemtraceError
 from memtrace_otel.graph import build_graph, graph_index
 from memtrace_otel.job._feedback import StoreCases, decide_failed
 from memtrace_otel.job._options import RunOptions
-from memtrace_otel.job._reviews import review_of, review_precision, verdict_span_index
+from memtrace_otel.job._reviews import precision_of
 from memtrace_otel.job._verdict_log import PENDING_CAPPED, PENDING_NOT_IN_TRACES, Entry, VerdictLog
 from memtrace_otel.semconv import JudgeVerdict, SpanRecord
 from memtrace_otel.semconv import attributes as A
@@ -51,6 +51,7 @@ from memtrace_otel.sources import (
 from memtrace_otel.sources._outcomes import DEFAULT_RULE, is_verdict_span
 from memtrace_otel.sources._source import FileSource
 from memtrace_otel.sources._stores import NO_STORE
+from memtrace_otel.sources._trust import DEFAULT_POLICY, TrustPolicy
 
 _SHOWN_ERRORS = 5
 """Skip messages the summary table shows (``summary.json`` keeps 20)."""
@@ -119,12 +120,14 @@ class BatchSummary:
 
     review_precision: dict[str, Any] | None = None
     """People's reviews of verdict spans read with the traces (``review_precision``), or
-    ``None`` when the sources held no review."""
+    ``None`` when the sources held no review. Screened by the trust policy as feedback is:
+    its ``refused`` counts the reviews it refused, by reason."""
 
     @property
     def ok(self) -> bool:
         """No case failed to run, no record or cases-file line was skipped, no source was
-        capped, every verdict span was written back and the trust policy refused no feedback."""
+        capped, every verdict span was written back and the trust policy refused no feedback
+        and no review."""
         return (
             not self.failed
             and self.skipped_records == 0
@@ -132,6 +135,7 @@ class BatchSummary:
             and not self.capped
             and self.write_back_failed == 0
             and not self.feedback.get("refused")
+            and not (self.review_precision or {}).get("refused")
         )
 
     def recount(self, entries: Iterable[Entry]) -> None:
@@ -231,6 +235,7 @@ def load_store_graphs(
     progress: TextIO | None = None,
     options: Mapping[str, Any] | None = None,
     reviews_out: list[SpanRecord] | None = None,
+    trust: TrustPolicy = DEFAULT_POLICY,
 ) -> dict[str, nx.MultiDiGraph]:
     """Read every source and build one evolution graph per memory store.
 
@@ -252,6 +257,8 @@ def load_store_graphs(
             where each reference points).
         reviews_out: when given, collects the verdict spans and review spans read (they join no
             graph); with ``summary``, their reviews also set ``summary.review_precision``.
+        trust: the trust policy the reviews are screened by (the one feedback is screened by:
+            ``rule.trust``).
 
     Raises:
         ContentStoreError: a content store the references name cannot be read at all.
@@ -287,9 +294,9 @@ def load_store_graphs(
             if store_of(original) in incomplete:
                 records[index] = original
     if summary is not None:
-        reviews = [r for r in map(review_of, verdict_spans) if r is not None]
-        if reviews:
-            summary.review_precision = review_precision(verdict_span_index(verdict_spans), reviews)
+        precision = precision_of(verdict_spans, trust)
+        if precision is not None:
+            summary.review_precision = precision
     by_store: dict[str, list[SpanRecord]] = defaultdict(list)
     case_stores: set[str] = set()
     for record in adapt_upstream(records):
@@ -593,6 +600,7 @@ def _run_in_process(
             outcomes=read,
             progress=progress,
             options=options.source_options,
+            trust=rule.trust,
         )
         outcomes = read
     heap.loaded()
@@ -736,8 +744,11 @@ def precision_line(precision: Mapping[str, Any]) -> str:
         )
 
     by_type = "; ".join(f"{t} {share(i)}" for t, i in precision["by_error_type"].items())
-    return f"verdict precision from people's reviews: {share(precision)}" + (
-        f"; by error type: {by_type}" if by_type else ""
+    unverified = precision.get("unverified")
+    return (
+        f"verdict precision from people's reviews: {share(precision)}"
+        + (f"; by error type: {by_type}" if by_type else "")
+        + (f"; {unverified} reviews unverified (no MEMTRACE_FEEDBACK_KEY)" if unverified else "")
     )
 
 
@@ -766,6 +777,14 @@ def summary_table(summary: BatchSummary) -> str:
         lines.append(f"redone (newer ops than the verdict, --redo-stale): {summary.redone}")
     if summary.review_precision:
         lines.append(precision_line(summary.review_precision))
+        review_refused = summary.review_precision.get("refused") or {}
+        if review_refused:
+            lines.append(
+                f"reviews refused by the trust policy (not used): {sum(review_refused.values())} ("
+                + ", ".join(f"{reason} {n}" for reason, n in sorted(review_refused.items()))
+                + "); e.g. "
+                + "; ".join(summary.review_precision.get("refused_sample", [])[:3])
+            )
     if summary.written_back or summary.write_back_failed:
         lines.append(
             f"write-back: {summary.written_back} verdict spans sent, "

@@ -322,7 +322,7 @@ def run_partition(
 STREAM_ABOVE_BYTES = 64 << 20
 """Exports smaller than this (the files' total bytes, compressed or not) are read into memory by
 default, where every feature of a run is at hand (upstream GenAI spans adapted, content references
-resolved, the report's per-store timelines, review precision); larger ones stream by store."""
+resolved); larger ones stream by store (the report's timelines and review precision are the same)."""
 
 
 def default_executor(

@@ -8,12 +8,22 @@ precision of verdicts, confirmed / (confirmed + rejected + other_op), is measure
 were made: in production.
 
 A review is read as a review, never as an answer's evaluation or as activity of a store.
+
+Reviews follow the feedback trust policy (:class:`~memtrace_otel.sources.TrustPolicy`, threat
+model in docs/feedback.md), with the same settings, the same signature attribute and the same
+refusal reasons: with ``MEMTRACE_FEEDBACK_KEY`` set only reviews whose
+``memtrace.feedback.signature`` verifies count (``memtrace serve`` signs what it sends); a review
+timestamped past the run's start plus the skew bound is refused (``future``); and an unverified
+review that names its verdict span only by id, from a trace that is not the verdict's
+(``id_only``), counts only from an allowed service. Refusals are counted, never used.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import json
+import time as _time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.context import Context
@@ -24,12 +34,25 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
 
+from memtrace_otel.errors import MemtraceError
+from memtrace_otel.instrumentation._signing import (
+    FeedbackKey,
+    answer_traceparent,
+    canonical_review,
+)
 from memtrace_otel.semconv import ReviewLabel, SpanRecord
 from memtrace_otel.semconv import attributes as A
+from memtrace_otel.sources import decode_document, expand_paths, open_source
+from memtrace_otel.sources._files import open_binary
+from memtrace_otel.sources._limits import DEFAULT_MAX_LINE_BYTES
+from memtrace_otel.sources._outcomes import is_verdict_span
+from memtrace_otel.sources._trust import DEFAULT_POLICY, UNVERIFIED, TrustPolicy
 
 __all__ = [
     "Review",
     "is_review_span",
+    "precision_of",
+    "read_verdict_spans",
     "review_of",
     "review_precision",
     "send_review",
@@ -41,13 +64,29 @@ REVIEW_SERVICE = "memtrace-review"
 
 @dataclass(frozen=True)
 class Review:
-    """One person's review of one verdict span."""
+    """One person's review of one verdict span.
+
+    ``service``, ``signature``, ``signed`` (the canonical JSON its signature would cover),
+    ``origin`` (the review span, ``trace/span``) and ``source`` are what the trust policy reads;
+    ``trust`` is what it decided (``verified``, ``allowed`` or ``unverified``).
+    """
 
     verdict_trace_id: str
     verdict_span_id: str
     label: str
     op_id: str | None
     time: int
+    service: str | None = None
+    trust: str = UNVERIFIED
+    signature: str | None = field(default=None, repr=False)
+    signed: str | None = field(default=None, repr=False)
+    origin: str = field(default="", repr=False)
+    source: str = field(default="", repr=False)
+
+    @property
+    def time_unix_nano(self) -> int:
+        """When it was given (the review event's time), as the trust policy reads it."""
+        return self.time
 
 
 def is_review_span(record: SpanRecord) -> bool:
@@ -70,12 +109,28 @@ def review_of(record: SpanRecord) -> Review | None:
         if label not in {str(v) for v in ReviewLabel}:
             return None
         op_id = attrs.get(A.MEMTRACE_REVIEW_OP_ID)
+        when = int(event.time_unix_nano or record.start_time_unix_nano or 0)
+        signature = attrs.get(A.MEMTRACE_FEEDBACK_SIGNATURE)
+        signature = str(signature) if signature else None
+        service = record.resource_attributes.get(A.SERVICE_NAME)
         return Review(
             record.trace_id,
             record.parent_span_id,
             str(label),
             str(op_id) if op_id else None,
-            int(event.time_unix_nano or record.start_time_unix_nano or 0),
+            when,
+            service=str(service) if service is not None else None,
+            signature=signature,
+            signed=canonical_review(
+                traceparent=answer_traceparent(record.trace_id, record.parent_span_id),
+                label=str(label),
+                op_id=str(op_id) if op_id else None,
+                time_unix_nano=when,
+            )
+            if signature
+            else None,
+            origin=f"{record.trace_id}/{record.span_id}",
+            source=record.source or record.span_id,
         )
     return None
 
@@ -100,25 +155,44 @@ def verdict_span_index(records: Iterable[SpanRecord]) -> dict[str, dict[str, Any
 
 
 def review_precision(
-    verdicts: Mapping[str, Mapping[str, Any]], reviews: Iterable[Review]
+    verdicts: Mapping[str, Mapping[str, Any]],
+    reviews: Iterable[Review],
+    trust: TrustPolicy = DEFAULT_POLICY,
 ) -> dict[str, Any]:
     """Precision of reviewed verdicts, overall and by error type.
 
     ``verdicts`` is :func:`verdict_span_index`'s result; a verdict's latest review counts (a
     person changing their mind); reviews of verdict spans not loaded are counted apart.
+    ``trust`` screens the reviews first, as it screens feedback (see the module docstring):
+    ``refused`` counts what it refused by reason, ``unverified`` the reviews used without a
+    verified signature, ``signed`` whether a key was set.
 
-    >>> v = {"s1": {"error_type": "UpdateError"}, "s2": {"error_type": "RetrievalError"}}
+    >>> v = {"s1": {"trace_id": "t", "error_type": "UpdateError"},
+    ...      "s2": {"trace_id": "t", "error_type": "RetrievalError"}}
     >>> r = [Review("t", "s1", "confirmed", None, 1), Review("t", "s2", "rejected", None, 1)]
     >>> p = review_precision(v, r)
     >>> p["precision"], p["reviews"], p["by_error_type"]["UpdateError"]["precision"]
     (0.5, 2, 1.0)
     """
+    used, refused, sample = trust.screen(reviews)
     latest: dict[str, Review] = {}
     orphans = 0
-    for review in reviews:
+    unverified = 0
+    for review in used:
         if review.verdict_span_id not in verdicts:
             orphans += 1
             continue
+        if (
+            review.trust == UNVERIFIED
+            and verdicts[review.verdict_span_id].get("trace_id") != review.verdict_trace_id
+        ):
+            # It names the verdict span by id alone, from another trace: a guessed (or copied)
+            # id must not decide a verdict's precision.
+            refused["id_only"] = refused.get("id_only", 0) + 1
+            if len(sample) < 5:
+                sample.append(f"id_only: {review.source or review.origin}")
+            continue
+        unverified += review.trust == UNVERIFIED
         held = latest.get(review.verdict_span_id)
         if held is None or review.time >= held.time:
             latest[review.verdict_span_id] = review
@@ -147,7 +221,75 @@ def review_precision(
     result = share(list(latest.values()))
     result["by_error_type"] = {t: share(items) for t, items in sorted(by_type.items())}
     result["reviews_of_verdicts_not_loaded"] = orphans
+    result["refused"] = refused
+    result["refused_sample"] = sample
+    result["unverified"] = unverified
+    result["signed"] = trust.key is not None
     return result
+
+
+def precision_of(
+    spans: Sequence[SpanRecord], trust: TrustPolicy = DEFAULT_POLICY
+) -> dict[str, Any] | None:
+    """:func:`review_precision` of the verdict and review spans read, screened by ``trust``;
+    ``None`` when they hold no review at all."""
+    reviews = [r for r in map(review_of, spans) if r is not None]
+    if not reviews:
+        return None
+    return review_precision(verdict_span_index(spans), reviews, trust)
+
+
+_NAMES = (A.MEMTRACE_ATTRIBUTION_SPAN.encode(), A.MEMTRACE_REVIEW_SPAN.encode())
+
+
+def read_verdict_spans(sources: Sequence[str]) -> Iterator[SpanRecord]:
+    """The verdict and review spans of file sources, for runs that stream everything else by
+    store (those never hold every record, and drop verdict spans from the stores' graphs).
+
+    A plain JSON Lines file is read line by line, and only the lines that mention a verdict or
+    review span name are decoded (a pass at the speed of reading the file); other files
+    (compressed, protobuf, whole documents) are decoded whole, keeping only those spans. Bad
+    lines and records are skipped here without a count: the run's own reading counts them.
+    """
+    for spec in sources:
+        for path in expand_paths(spec):
+            found = _json_lines_verdict_spans(path)
+            if found is None:
+                found = [r for r in open_source(path).records() if is_verdict_span(r)]
+            yield from found
+
+
+def _json_lines_verdict_spans(path: str) -> list[SpanRecord] | None:
+    """The verdict and review spans of a plain JSON Lines file; ``None`` when it is not one
+    (its first non-blank line is not a whole JSON object or array)."""
+    found: list[SpanRecord] = []
+    sniffed = False
+    with open_binary(path) as stream:
+        for number, raw in enumerate(iter(lambda: stream.readline(DEFAULT_MAX_LINE_BYTES), b""), 1):
+            if len(raw) >= DEFAULT_MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                if not sniffed:
+                    return None
+                while raw and not raw.endswith(b"\n"):  # the loaders skip an over-long line
+                    raw = stream.readline(1 << 20)
+                continue
+            if not sniffed:
+                if not raw.strip():
+                    continue
+                try:
+                    if type(json.loads(raw)) not in (dict, list):
+                        return None
+                except ValueError:
+                    return None
+                sniffed = True
+            if not any(name in raw for name in _NAMES):
+                continue
+            try:
+                value = json.loads(raw)
+                records = decode_document(value, path=path, line=number, errors=[])
+            except (ValueError, MemtraceError):
+                continue
+            found += [r for r in records if is_verdict_span(r)]
+    return found
 
 
 def send_review(
@@ -158,9 +300,11 @@ def send_review(
     label: str,
     op_id: str | None = None,
     service_name: str = REVIEW_SERVICE,
+    key: FeedbackKey | None = None,
 ) -> bool:
     """Export one review span, parented to the verdict span, synchronously; return whether the
-    endpoint accepted it.
+    endpoint accepted it. With ``key`` (the shared feedback key) the review is signed
+    (``memtrace.feedback.signature`` over :func:`canonical_review`).
 
     Raises:
         ValueError: a label outside :class:`ReviewLabel`, ``other_op`` without ``op_id``, or ids
@@ -198,11 +342,22 @@ def send_review(
         }
         if op_id:
             event[A.MEMTRACE_REVIEW_OP_ID] = op_id
+        when = _time.time_ns()
+        if key is not None:
+            event[A.MEMTRACE_FEEDBACK_SIGNATURE] = key.sign(
+                canonical_review(
+                    traceparent=answer_traceparent(verdict_trace_id, verdict_span_id),
+                    label=label,
+                    op_id=op_id or None,
+                    time_unix_nano=when,
+                )
+            )
         span = tracer.start_span(
             A.MEMTRACE_REVIEW_SPAN,
             context=set_span_in_context(NonRecordingSpan(parent), Context()),
+            start_time=when,
         )
-        span.add_event(A.GEN_AI_EVALUATION_RESULT_EVENT, event)
+        span.add_event(A.GEN_AI_EVALUATION_RESULT_EVENT, event, timestamp=when)
         span.end()
         try:
             return exporter.export(collected.get_finished_spans()) == SpanExportResult.SUCCESS

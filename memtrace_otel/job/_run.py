@@ -16,9 +16,11 @@ import networkx as nx
 
 from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._model import Verdict
+from memtrace_otel.errors import MemtraceError
 from memtrace_otel.job._batch import BatchSummary, QuietHeap, _run_in_process
 from memtrace_otel.job._executors import run_scaled
 from memtrace_otel.job._options import RunOptions
+from memtrace_otel.job._reviews import precision_of, read_verdict_spans
 from memtrace_otel.sources import Outcome
 
 __all__ = ["RunOptions", "run_batch"]
@@ -53,10 +55,22 @@ def run_batch(
 
     Returns:
         The verdicts of this run (resumed cases excluded) and the summary.
+
+    People's reviews of verdict spans give ``summary.review_precision`` in every way of running,
+    screened by ``rule.trust``; a scaled run reads them in a pass of their own
+    (:func:`~memtrace_otel.job._reviews.read_verdict_spans`).
     """
     options = RunOptions(**fields) if options is None else dataclasses.replace(options, **fields)
     if graphs is None and options.scaled:
-        return run_scaled(sources, method, options)
+        verdicts, summary = run_scaled(sources, method, options)
+        try:
+            precision = precision_of(list(read_verdict_spans(sources)), options.rule.trust)
+        except (MemtraceError, OSError) as exc:  # the run read these files: rare, and said
+            summary.source_errors.append(f"reviews not read: {exc}")
+            precision = None
+        if precision is not None:
+            summary.review_precision = precision
+        return verdicts, summary
     with QuietHeap() as heap:
         return _run_in_process(
             heap, sources, method, options, graphs=graphs, loaded=loaded, outcomes=outcomes

@@ -18,7 +18,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -127,11 +127,18 @@ class ReportViews:
         labels: ground-truth labels by case id, shown beside each verdict.
         jaeger_url: Jaeger UI base URL (checked), to link ops to their spans.
         tempo_url: Grafana base URL or Tempo link template (checked).
+
+    The first page drawn of each store also carries the store's timeline (``timeline``, its
+    report keys left for :func:`write_report` to fill in), so a streaming run's report has the
+    per-store timelines an in-memory run draws from its graphs.
     """
 
     labels: Mapping[str, Label] | None = None
     jaeger_url: str | None = None
     tempo_url: str | None = None
+    _timelines: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    """Store -> the case whose page carries its timeline (in this process; a page drawn again,
+    by a second round, carries it again)."""
 
     def __call__(
         self, G: nx.MultiDiGraph, case_id: str, verdict: Verdict | None, case: Case | None
@@ -146,7 +153,14 @@ class ReportViews:
             case=case,
         )
         view["answered"] = answer_times(G).get(case_id)  # the list's order, without the graph
+        store = verdict.store_id if verdict is not None else None
+        if store is not None and self._timelines.setdefault(store, case_id) == case_id:
+            view[TIMELINE_KEY] = dict(store_timeline(G, {}), store=store)
         return view
+
+
+TIMELINE_KEY = "timeline"
+"""The key of a drawn case page (:class:`ReportViews`) that carries its store's timeline."""
 
 
 def _key_width(count: int) -> int:
@@ -250,6 +264,13 @@ def write_report(
             times[store] = answer_times(graphs.get(store, empty))
         return times[store].get(verdict.case_id)
 
+    # Timelines a streaming run drew with the stores' graphs (ReportViews), by store.
+    drawn_timelines: dict[str, dict[str, Any]] = {}
+    for drawn_view in (views or {}).values():
+        timeline = drawn_view.get(TIMELINE_KEY)
+        if timeline is not None:
+            drawn_timelines.setdefault(str(timeline["store"]), timeline)
+
     answer_time = {v.case_id: answered(v) for v in _unique(verdicts)}
     chosen = sorted(
         _unique(verdicts),
@@ -271,7 +292,8 @@ def write_report(
                 if earlier.get("reason") == verdict.reason and "reason_text" in earlier
                 else short_id(verdict.reason or "")
             )
-            view = dict(drawn, verdict=data)
+            view = {k: v for k, v in drawn.items() if k != TIMELINE_KEY}
+            view["verdict"] = data
         else:
             G = graphs.get(verdict.store_id or "", empty)
             view = case_view(
@@ -305,7 +327,17 @@ def write_report(
     timeline_index = []
     for number, (store, failed) in enumerate(sorted(stores.items())):
         tkey = f"{number:0{_key_width(len(stores))}d}"
-        timeline = store_timeline(graphs.get(store, empty), failed)
+        drawn_timeline = drawn_timelines.get(store)
+        if store in graphs or drawn_timeline is None:
+            timeline = store_timeline(graphs.get(store, empty), failed)
+        else:  # drawn while the store's graph was held; the failed answers' keys are known now
+            timeline = {
+                **drawn_timeline,
+                "events": [
+                    {**e, "key": failed.get(str(e["case"])) if e["case"] is not None else None}
+                    for e in drawn_timeline["events"]
+                ],
+            }
         timeline.update(key=tkey, store=store)
         (timelines_dir / f"{tkey}.js").write_text(
             f"window.__memtraceTimeline({json_for_html(timeline)});\n", encoding="utf-8"

@@ -87,7 +87,9 @@ capture."""
 MEMTRACE_FEEDBACK_SIGNATURE: Final = "memtrace.feedback.signature"
 """(v0.3) Optional, on the evaluation event or the feedback span: ``hmac-sha256:<key id>:<hex>``
 over the canonical JSON (sorted keys, no spaces) of ``{traceparent or case_id, label, score,
-expected, comment, time}`` with a shared key; the only thing readers trust (contract section 6)."""
+expected, comment, time}`` with a shared key; the only thing readers trust (contract section 6).
+Also on a review's evaluation event, over ``{evaluation, traceparent, label, op_id, time}``
+(``memtrace_otel.instrumentation._signing.canonical_review``)."""
 MEMTRACE_FEEDBACK_EXPECTED_REF: Final = "memtrace.feedback.expected_ref"
 """(v0.3, ``REFERENCE`` capture) Instead of ``memtrace.feedback.expected``: the content store URL
 of the expected answer."""

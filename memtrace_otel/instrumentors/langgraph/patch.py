@@ -14,6 +14,12 @@ too, and are recorded once).
   query and the items found, writing a candidates variable; later LLM calls in the same trace
   can name the items their prompt used.
 
+A graph run (``Pregel.invoke``/``ainvoke``, and ``stream``/``astream`` the same way) shares one
+:class:`~memtrace_otel.instrumentors._common.AppRun` among its nodes: its user turns, and its
+answer, noted in the caller's context when the run returns (for ``last_answer()``). A streamed
+run is entered around each step of the iterator it returns, which is passed through item by
+item (nothing buffered or changed; ``close`` on an early ``break`` reaches the graph).
+
 The store keeps no history, so versions are counted in this process: a key first seen existing
 is taken to be at version 1. Whether a key exists is looked up once (a ``GetOp``, untraced)
 and then cached. The memory store id is the namespace joined with ``/`` (for ``search``, the
@@ -28,8 +34,10 @@ from collections.abc import Callable, Sequence
 from contextvars import ContextVar, Token
 from typing import Any
 
+import wrapt
 from opentelemetry import trace
 
+from memtrace_otel._internal import internal_error
 from memtrace_otel.instrumentation import MemTracer, Op, Variable, suppress_tracing
 from memtrace_otel.instrumentors._common import (
     AppRun,
@@ -94,6 +102,9 @@ TARGETS: tuple[Target, ...] = (
     # A graph run: its user turns, and its answer noted in the caller's context.
     Target(PREGEL, "Pregel.invoke", "run"),
     Target(PREGEL, "Pregel.ainvoke", "run", True),
+    # The same run, streamed: the call returns a (async) generator at once, wrapped as it is.
+    Target(PREGEL, "Pregel.stream", "stream"),
+    Target(PREGEL, "Pregel.astream", "stream"),
 )
 """Every patched method: ``(module, Class.method, handler, is_async)``."""
 
@@ -142,6 +153,8 @@ class LangGraphTelemetry:
             return wrapper_for(target, self._manager_factory)
         if target.handler == "run":
             return wrapper_for(target, self._run_factory)
+        if target.handler == "stream":
+            return wrapper_for(target, self._stream_factory)
         return wrapper_for(target, self._public_factory(target.handler, target.is_async))
 
     def close(self) -> None:
@@ -193,6 +206,12 @@ class LangGraphTelemetry:
             return None  # a subgraph: the outer run holds the turns and the answer
         bound = bind(wrapped, args, kwargs)
         return _RunCall(args, kwargs, bound.arguments.get("input") if bound else None)
+
+    def _stream_factory(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
+        if not self.active or current_app_run() is not None:
+            return None  # invoke's own stream, or a subgraph streamed inside a run
+        bound = bind(wrapped, args, kwargs)
+        return _StreamCall(args, kwargs, bound.arguments.get("input") if bound else None)
 
     def _batch_factory(self, is_async: bool) -> Callable[..., Call | None]:
         def factory(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
@@ -253,6 +272,101 @@ class _RunCall(Call):
     def end(self, exc: BaseException | None) -> None:
         if self._token is not None:
             leave_app_run(self._token, self.run)
+
+
+class _StreamCall(_RunCall):
+    """One graph run by ``stream``/``astream``. Nothing runs until the caller iterates, so the
+    run is entered around each step of the returned iterator (the graph's generator runs only
+    inside ``next``), never while the caller's loop body runs; after each step the run's answer
+    so far is noted in the caller's context, so the last one noted is the run's answer however
+    the iteration ends (exhausted, failed, or left early and closed)."""
+
+    def start(self) -> None:
+        """Nothing: the run is entered step by step (:meth:`enter`)."""
+
+    def finish(self, result: Any) -> Any:
+        if hasattr(result, "__anext__"):
+            return _AsyncRunStream(result, self)
+        if hasattr(result, "__next__"):
+            return _RunStream(result, self)
+        return result  # not an iterator (a library change): passed on untouched
+
+    def enter(self) -> object | None:
+        """Enter the run for one step (``None``: telemetry failed, the step runs untraced)."""
+        try:
+            return enter_app_run(self.run)
+        except Exception:
+            internal_error("langgraph.stream.step")
+            return None
+
+    def leave(self, token: object | None) -> None:
+        """Leave it after the step, noting the answer so far in the caller's context."""
+        if token is None:
+            return
+        try:
+            leave_app_run(token, self.run)
+        except Exception:
+            internal_error("langgraph.stream.step")
+
+
+class _RunStream(wrapt.ObjectProxy[Any]):
+    """The graph's generator, passed through item by item: nothing is buffered or changed."""
+
+    def __init__(self, stream: Any, call: _StreamCall) -> None:
+        super().__init__(stream)
+        self._self_call = call
+
+    def __iter__(self) -> _RunStream:
+        return self
+
+    def _step(self, method: Callable[..., Any], *args: Any) -> Any:
+        token = self._self_call.enter()
+        try:
+            return method(*args)
+        finally:
+            self._self_call.leave(token)
+
+    def __next__(self) -> Any:
+        return self._step(self.__wrapped__.__next__)
+
+    def send(self, value: Any) -> Any:
+        return self._step(self.__wrapped__.send, value)
+
+    def throw(self, *args: Any) -> Any:
+        return self._step(self.__wrapped__.throw, *args)
+
+    def close(self) -> None:
+        self._step(self.__wrapped__.close)
+
+
+class _AsyncRunStream(wrapt.ObjectProxy[Any]):
+    """The graph's async generator, passed through item by item."""
+
+    def __init__(self, stream: Any, call: _StreamCall) -> None:
+        super().__init__(stream)
+        self._self_call = call
+
+    def __aiter__(self) -> _AsyncRunStream:
+        return self
+
+    async def _step(self, method: Callable[..., Any], *args: Any) -> Any:
+        token = self._self_call.enter()
+        try:
+            return await method(*args)
+        finally:
+            self._self_call.leave(token)
+
+    async def __anext__(self) -> Any:
+        return await self._step(self.__wrapped__.__anext__)
+
+    async def asend(self, value: Any) -> Any:
+        return await self._step(self.__wrapped__.asend, value)
+
+    async def athrow(self, *args: Any) -> Any:
+        return await self._step(self.__wrapped__.athrow, *args)
+
+    async def aclose(self) -> None:
+        await self._step(self.__wrapped__.aclose)
 
 
 class _Request:

@@ -111,8 +111,15 @@
     var rp = s.review_precision;
     if (rp && rp.reviews) {
       stats.push(['review_precision', 'verdict precision (' + rp.reviews + ' reviews' +
+        (rp.unverified ? ', ' + rp.unverified + ' unverified' : '') +
         (typeof rp.mean_confidence === 'number' ? '; stated confidence ' + rp.mean_confidence.toFixed(2) : '') + ')',
         pct(rp.precision)]);
+    }
+    var refusedReviews = 0;
+    Object.keys((rp && rp.refused) || {}).forEach(function (k) { refusedReviews += rp.refused[k]; });
+    if (refusedReviews) {
+      // Reviews the trust policy refused (docs/feedback.md): counted, never used.
+      stats.push(['reviews_refused', 'reviews refused by the trust policy', refusedReviews, true]);
     }
     if (s.accuracy && s.accuracy.error_type_accuracy !== null) {
       stats.push(['error_type_accuracy', 'error type accuracy', pct(s.accuracy.error_type_accuracy)]);
