@@ -220,6 +220,32 @@ def test_a_full_queue_drops_instead_of_blocking() -> None:
 # --- keyed digests ----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("key", [None, KEY], ids=["sha256", "keyed"])
+def test_a_redacted_value_is_named_by_the_bytes_stored_and_an_unchanged_one_by_its_digest(
+    key: str | None,
+) -> None:
+    # The object's name is the digest of what the store holds: the redacted text when the hook
+    # changed it, the variable's own digest (computed once, reused) when it did not.
+    url = _memory_url()
+    capture = CaptureConfig(mode="REFERENCE", content_url=url, digest_key=key)
+    mt, exporter = _tracer(capture)
+    secret = "key sk-live-4eC39HqLyjWDarjtT1zdp7dcAb for Ana"
+    with mt.extract("test.extract", inputs=[]) as op:
+        op.output(mt.variable("fact:1", secret, category="memory"))
+        op.output(mt.variable("fact:2", "Ana moved to Porto", category="memory"))
+    _flush(capture)
+    fs = fsspec.filesystem("memory")
+    redacted, plain = (dict(e.attributes) for e in _events(exporter))
+    stored = fs.cat_file(redacted[A.MEMTRACE_VARIABLE_VALUE_REF].removeprefix("memory://"))
+    assert stored == b"key <api-key> for Ana"
+    name_digest = digest_of_name(redacted[A.MEMTRACE_VARIABLE_VALUE_REF])[1]
+    assert name_digest == capture.value_digest(stored.decode())
+    assert redacted[A.MEMTRACE_VARIABLE_DIGEST] == capture.value_digest(secret) != name_digest
+    assert (
+        digest_of_name(plain[A.MEMTRACE_VARIABLE_VALUE_REF])[1] == plain[A.MEMTRACE_VARIABLE_DIGEST]
+    )
+
+
 def test_a_digest_key_keys_digests_and_object_names_with_its_key_id() -> None:
     url = _memory_url()
     keyed = CaptureConfig(mode="REFERENCE", content_url=url, digest_key=KEY)

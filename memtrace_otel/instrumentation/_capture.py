@@ -47,7 +47,6 @@ from memtrace_otel.instrumentation._content import (
     ContentWriter,
     Digester,
     content_writer,
-    object_name,
     parse_key,
 )
 from memtrace_otel.instrumentation._variables import Variable
@@ -92,6 +91,7 @@ _BEARER = re.compile(r"\b(Bearer|Token|Basic)(\s+)[A-Za-z0-9._~+/=-]{8,}", re.IG
 # OpenAI (sk-..., sk-proj-...), Anthropic (sk-ant-...), Stripe (sk_live_..., rk_test_...) keys.
 _API_KEY = re.compile(r"(?<![A-Za-z0-9])(?:sk|rk|pk)[-_][A-Za-z0-9_-]{16,}")
 _AWS_PREFIXES = ("AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AROA")
+_AWS_PREFIX = re.compile(f"A(?:{'|'.join(p[1:] for p in _AWS_PREFIXES)})")
 _AWS_KEY = re.compile(rf"(?<![A-Z0-9])(?:{'|'.join(_AWS_PREFIXES)})[A-Z0-9]{{16}}(?![A-Z0-9])")
 _SECRET_WORDS = ("key", "secret", "token", "passw")
 # GitHub (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_) and Slack (xoxb-, xoxp-, ...) tokens.
@@ -114,21 +114,23 @@ def redact_secrets(text: str) -> str:
     '<aws-key>'
     """
     # Each pattern runs only when a substring it needs is there: most memory text has none,
-    # and six regex scans of every value would cost more than the rest of the capture.
+    # and the regex scans of every value would cost more than the rest of the capture. The
+    # gates go cheapest first: one-character tests (memchr) before substring scans.
     if "PRIVATE KEY-----" in text:
         text = _PEM.sub("<private-key>", text)
-    if "eyJ" in text:
+    if "J" in text and "eyJ" in text:
         text = _JWT.sub("<jwt>", text)
     lower = text.lower()
     if "bearer" in lower or "token" in lower or "basic" in lower:
         text = _BEARER.sub(r"\1\2<token>", text)
-    if "k-" in text or "k_" in text:
-        text = _API_KEY.sub("<api-key>", text)
-    if any(prefix in text for prefix in _AWS_PREFIXES):
+    if "-" in text or "_" in text:  # (sk|rk|pk)[-_], gh?_, github_pat_, xox?-
+        if "k-" in text or "k_" in text:
+            text = _API_KEY.sub("<api-key>", text)
+        if "gh" in text or "xox" in text:
+            text = _VENDOR_TOKEN.sub("<token>", text)
+    if _AWS_PREFIX.search(text):  # a literal first character: a C scan, unlike _AWS_KEY's
         text = _AWS_KEY.sub("<aws-key>", text)
-    if "gh" in text or "xox" in text:
-        text = _VENDOR_TOKEN.sub("<token>", text)
-    if any(word in lower for word in _SECRET_WORDS):
+    if ("=" in text or ":" in text) and any(word in lower for word in _SECRET_WORDS):
         text = _NAMED_SECRET.sub(_named_secret, text)
     return text
 
@@ -424,6 +426,7 @@ class CaptureConfig:
         kind: OpKind | str | None = None,
         role: Role | str | None = None,
         answer: bool = False,
+        digest: str | None = None,
     ) -> tuple[str | None, bool]:
         """What of one piece of app text of ``category`` leaves the process.
 
@@ -437,6 +440,8 @@ class CaptureConfig:
 
         Args:
             store: the memory store the text belongs to (``REFERENCE``: whose manifest lists it).
+            digest: :meth:`value_digest` of ``text`` when the caller has it: under ``REFERENCE``
+                it names the object when the redaction hook left the text as it was.
 
         Returns:
             ``(text, truncated)``; ``text`` is ``None`` when capture is off or the hook failed;
@@ -456,7 +461,7 @@ class CaptureConfig:
             return None, False
         writer = self._writer
         if writer is not None:
-            return self._to_store(writer, text, store), False
+            return self._to_store(writer, text, store, digest), False
         return self._redact_and_cut(text)
 
     def mask(self, text: str) -> tuple[str | None, bool]:
@@ -468,18 +473,27 @@ class CaptureConfig:
             return None, False
         return self._redact_and_cut(text)
 
-    def _to_store(self, writer: ContentWriter, text: str, store: str | None) -> str | None:
+    def _to_store(
+        self, writer: ContentWriter, text: str, store: str | None, known: str | None
+    ) -> str | None:
+        """Queue the (redacted) text for the store; its URL. On the app's thread only what names
+        the object: the hook and the digest (reused when the hook changed nothing); the write,
+        the manifest and the store's folder name are the writer thread's."""
         hook = self.redact
         if callable(hook):
             try:
-                text = hook(text)
-                if not isinstance(text, str):
-                    raise TypeError(f"redaction hook returned {type(text).__name__}, not str")
+                kept = hook(text)
+                if not isinstance(kept, str):
+                    raise TypeError(f"redaction hook returned {type(kept).__name__}, not str")
             except Exception:
                 internal_error("capture.redact")
                 return None
+            if kept is not text and kept != text:
+                known = None
+            text = kept
         data = text.encode("utf-8", "surrogatepass")
-        name = object_name(self._digester(data))
+        digester = self._digester
+        name = digester.name(known if known is not None else digester(data))
         writer.put(name, data, store)
         return writer.ref(name)
 
@@ -714,13 +728,15 @@ def event_attributes(
         A.MEMTRACE_VARIABLE_REF: ref,
         A.MEMTRACE_VARIABLE_ROLE: str(role),
         A.MEMTRACE_VARIABLE_CATEGORY: _CATEGORY_VALUES[category],
-        A.MEMTRACE_VARIABLE_DIGEST: digest(text) if keyed is None else keyed(text),
+        A.MEMTRACE_VARIABLE_DIGEST: (
+            value_digest := digest(text) if keyed is None else keyed(text)
+        ),
     }
     if var.deleted:
         attrs[A.MEMTRACE_VARIABLE_DELETED] = True
     else:
         value, truncated = capture.record(
-            text, category, store, kind=kind, role=role, answer=answer
+            text, category, store, kind=kind, role=role, answer=answer, digest=value_digest
         )
         if value is not None:
             if capture.reference:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import json
 import logging
 import os
 import threading
@@ -54,6 +53,8 @@ MIN_KEY_BYTES: Final = 16
 DEFAULT_MAX_QUEUE_SIZE: Final = 4096
 DEFAULT_SHUTDOWN_MILLIS: Final = 5000.0
 _BATCH: Final = 256
+_INTERVAL: Final = 0.25
+"""Seconds between the writer thread's looks at a queue shorter than a batch."""
 _REMEMBERED: Final = 1 << 16  # object names (and store/name pairs) remembered as written
 
 
@@ -91,12 +92,22 @@ class Digester:
     'b2k:f0ccd733:66b'
     """
 
-    __slots__ = ("key", "key_id", "prefix")
+    __slots__ = ("_folder", "key", "key_id", "prefix")
 
     def __init__(self, key: bytes | None) -> None:
         self.key = key
         self.key_id = key_id(key) if key else None
         self.prefix = DIGEST_SHA256 if not key else f"{DIGEST_BLAKE2B_KEYED}{self.key_id}:"
+        self._folder = object_name(self.prefix + "00").removesuffix("00")
+
+    def name(self, digest: str) -> str:
+        """:func:`object_name` of a digest this digester made (no parsing: the hot path's).
+
+        >>> d = Digester(b"0123456789abcdef")
+        >>> d.name(d(b"abc")) == object_name(d(b"abc"))
+        True
+        """
+        return self._folder + digest[len(self.prefix) :]
 
     def __call__(self, data: bytes) -> str:
         key = self.key
@@ -236,12 +247,12 @@ class ContentWriter:
         self.url = url.rstrip("/")
         self._fs, self._root = open_store(self.url)
         self._max = max_queue_size
-        self._queue: deque[tuple[str, bytes, str, int]] = deque()
+        self._queue: deque[tuple[str, bytes, str | None, int]] = deque()
         self._wake = threading.Event()
         self._idle = threading.Condition()
         self._busy = 0
         self._written: dict[str, None] = {}
-        self._listed: dict[tuple[str, str], None] = {}
+        self._listed: dict[tuple[str | None, str], None] = {}
         self._thread: threading.Thread | None = None
         self._stopped = False
         self._failed_once = False
@@ -264,17 +275,22 @@ class ContentWriter:
         return f"{self.url}/{name}"
 
     def put(self, name: str, data: bytes, store: str | None) -> None:
-        """Queue one object for writing; drops (counted) when the queue is full or stopped."""
-        key = store_key(store)
-        if name in self._written and (key, name) in self._listed:
+        """Queue one object for writing; drops (counted) when the queue is full or stopped.
+
+        The app's thread only appends: the writer thread wakes when a batch is waiting (else on
+        its timer, every :data:`_INTERVAL` seconds) and does the rest, the store's folder name
+        and the manifest included."""
+        if name in self._written and (store, name) in self._listed:
             return  # written and listed for this store already: nothing to do
-        if self._stopped or len(self._queue) >= self._max:
+        queue = self._queue
+        if self._stopped or len(queue) >= self._max:
             self._drop(1, "its queue is full" if not self._stopped else "it is shut down")
             return
-        self._queue.append((name, data, key, time.time_ns()))
+        queue.append((name, data, store, time.time_ns()))
         if self._thread is None:
             self._start()
-        self._wake.set()
+        elif len(queue) >= _BATCH:
+            self._wake.set()
 
     def _drop(self, count: int, why: str) -> None:
         self.dropped += count
@@ -299,7 +315,7 @@ class ContentWriter:
 
     def _run(self) -> None:
         while True:
-            self._wake.wait(0.5)
+            self._wake.wait(_INTERVAL)
             self._wake.clear()
             if not self._queue:
                 if self._stopped:
@@ -309,7 +325,7 @@ class ContentWriter:
 
     def _drain(self) -> None:
         while self._queue:
-            batch: list[tuple[str, bytes, str, int]] = []
+            batch: list[tuple[str, bytes, str | None, int]] = []
             with self._idle:
                 while self._queue and len(batch) < _BATCH:
                     batch.append(self._queue.popleft())
@@ -323,9 +339,9 @@ class ContentWriter:
                     self._busy -= len(batch)
                     self._idle.notify_all()
 
-    def _write(self, batch: list[tuple[str, bytes, str, int]]) -> None:
+    def _write(self, batch: list[tuple[str, bytes, str | None, int]]) -> None:
         root = self._root
-        listed: dict[str, list[tuple[str, int]]] = {}
+        listed: dict[str | None, list[tuple[str, int]]] = {}
         fresh = {f"{root}/{n}": d for n, d, _, _ in batch if n not in self._written}
         failed: set[str] = set()
         if fresh:
@@ -343,11 +359,10 @@ class ContentWriter:
                 listed.setdefault(store, []).append((name, when))
         for store, entries in listed.items():
             self._seq += 1
-            part = f"{root}/{MANIFESTS}/{store}/{time.time_ns()}-{os.getpid()}-{self._seq}.jsonl"
-            body = "".join(
-                json.dumps({"object": name, "time": when}, separators=(",", ":")) + "\n"
-                for name, when in entries
-            )
+            folder = store_key(store)
+            part = f"{root}/{MANIFESTS}/{folder}/{time.time_ns()}-{os.getpid()}-{self._seq}.jsonl"
+            # Object names are [a-z0-9/] (object_name): formatted, no JSON escaping to do.
+            body = "".join(f'{{"object":"{name}","time":{when}}}\n' for name, when in entries)
             try:
                 self._pipe(part, body.encode("utf-8"))
             except Exception as exc:
