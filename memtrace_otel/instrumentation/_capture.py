@@ -121,6 +121,7 @@ def redact_secrets(text: str) -> str:
     if "J" in text and "eyJ" in text:
         text = _sub_near(_JWT, text, text, _JWT_AT, "<jwt>")
     lower = text.lower()
+    lowered = text
     if "bearer" in lower or "token" in lower or "basic" in lower:
         text = _sub_near(_BEARER, text, lower, _BEARER_AT, r"\1\2<token>")
     if "-" in text or "_" in text:  # (sk|rk|pk)[-_], gh?_, github_pat_, xox?-
@@ -131,7 +132,8 @@ def redact_secrets(text: str) -> str:
     if _AWS_PREFIX.search(text):  # a literal first character: a C scan, unlike _AWS_KEY's
         text = _sub_near(_AWS_KEY, text, text, _AWS_AT, "<aws-key>")
     if "=" in text or ":" in text:
-        lower = text.lower()
+        if text is not lowered:
+            lower = text.lower()
         if any(word in lower for word in _SECRET_WORDS):
             text = _sub_near(_NAMED_SECRET, text, lower, _NAMED_AT, _named_secret)
     return text
