@@ -46,6 +46,7 @@ from memtrace_otel._settings import check, positive_int, resolve
 from memtrace_otel.instrumentation._content import (
     ContentWriter,
     Digester,
+    Pseudonymizer,
     content_writer,
     parse_key,
 )
@@ -59,6 +60,7 @@ from memtrace_otel.semconv.env import (
     ENV_MEMTRACE_CONTENT_URL,
     ENV_MEMTRACE_DIGEST_KEY,
     ENV_MEMTRACE_MAX_VALUE_LENGTH,
+    ENV_MEMTRACE_PSEUDONYMIZE_IDS,
 )
 
 DEFAULT_MAX_VALUE_LENGTH = 4096
@@ -334,6 +336,12 @@ class CaptureConfig:
             none, ``REFERENCE`` logs once and records no content (``NO_CONTENT``).
         digest_key: the key of keyed digests (at least 16 bytes); ``None`` reads
             ``MEMTRACE_DIGEST_KEY``, else digests are unkeyed ``sha256:``.
+        pseudonymize_ids: whether the personal parts of identifiers (e-mail addresses and phone
+            numbers in store ids, case ids and refs, the ids in ``meta.source_refs`` included)
+            go out as keyed pseudonyms (:class:`~memtrace_otel.instrumentation._content.Pseudonymizer`);
+            ``None`` reads ``MEMTRACE_PSEUDONYMIZE_IDS``, else on under ``REFERENCE`` with a
+            digest key. Needs the key (without one it is logged once and off); under
+            ``REFERENCE`` each pseudonym's original is written to the content store.
 
     Raises:
         ValueError: an unknown mode or a non-positive length given as an argument, a
@@ -357,6 +365,7 @@ class CaptureConfig:
     memory_mode: CaptureMode | str | None = None
     content_url: str | None = None
     digest_key: str | bytes | None = field(default=None, repr=False, compare=False)
+    pseudonymize_ids: bool | None = None
 
     def __post_init__(self) -> None:
         explicit = self.mode is not None
@@ -412,6 +421,26 @@ class CaptureConfig:
 
         digester = Digester(_digest_key(self.digest_key))
         object.__setattr__(self, "_digester", digester)
+        pseudonyms = resolve(
+            "pseudonymize_ids",
+            self.pseudonymize_ids,
+            ENV_MEMTRACE_PSEUDONYMIZE_IDS,
+            writer is not None and digester.key is not None,
+            _boolean,
+        )
+        if pseudonyms and digester.key is None:
+            data_warning(
+                "pseudonyms:no-key",
+                "memtrace-otel: pseudonymised identifiers need %s; identifiers are sent as they are",
+                ENV_MEMTRACE_DIGEST_KEY,
+            )
+            pseudonyms = False
+        object.__setattr__(self, "pseudonymize_ids", pseudonyms)
+        object.__setattr__(
+            self,
+            "_pseudonymizer",
+            Pseudonymizer(digester.key, writer) if pseudonyms and digester.key else None,
+        )
         object.__setattr__(
             self, "_keyed_digest", None if digester.key is None else _keyed(digester)
         )
@@ -441,6 +470,23 @@ class CaptureConfig:
     _captured: frozenset[Category] = field(default=frozenset(), init=False, repr=False)
     _writer: ContentWriter | None = field(default=None, init=False, repr=False, compare=False)
     _digester: Digester = field(init=False, repr=False, compare=False)
+    _pseudonymizer: Pseudonymizer | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def pseudonym(self, identifier: str, store: str | None = None) -> str:
+        """``identifier`` (a store id, case id or ref) as it leaves: its e-mail addresses and
+        phone numbers replaced by keyed pseudonyms when ``pseudonymize_ids`` is on, else as it
+        is. ``store``: the (raw) memory store it came with, whose manifest lists the mapping.
+
+        >>> on = CaptureConfig(digest_key="0123456789abcdef", pseudonymize_ids=True)
+        >>> on.pseudonym("ana@example.com").startswith("pii-f0ccd733-")
+        True
+        >>> CaptureConfig().pseudonym("ana@example.com")
+        'ana@example.com'
+        """
+        p = self._pseudonymizer
+        return identifier if p is None else p(identifier, store)
 
     @classmethod
     def for_production(cls, redact: Redactor | Literal["builtin"] | None = None) -> CaptureConfig:
@@ -606,6 +652,17 @@ def _keyed(digester: Digester) -> Callable[[str], str]:
     return keyed
 
 
+def _boolean(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError("expected true or false")
+
+
 def _is_reference(value: Any) -> bool:
     return isinstance(value, str) and value.strip().upper() == REFERENCE
 
@@ -733,7 +790,11 @@ def meta_json(
         if key == "source_refs" and isinstance(value, _SEQUENCES):
             refs = [r for r in value if isinstance(r, str) and is_ref(r)]
             if len(refs) == len(value):
-                out[key] = refs
+                out[key] = (
+                    refs
+                    if capture._pseudonymizer is None
+                    else [capture.pseudonym(r, store) for r in refs]
+                )
                 continue
         if key == "role" and isinstance(value, str) and _IDENTIFIER.fullmatch(value):
             out[key] = value
@@ -780,6 +841,10 @@ def event_attributes(
     text = value if isinstance(value, str) else canonical_value(value)
     category = var.category
     keyed = capture._keyed_digest
+    pseudonym = capture._pseudonymizer
+    if pseudonym is not None:
+        ref = pseudonym(ref, store)
+        store = pseudonym(store) if store else store
     attrs: dict[str, AttributeValue] = {
         A.MEMTRACE_VARIABLE_REF: ref,
         A.MEMTRACE_VARIABLE_ROLE: str(role),

@@ -47,6 +47,7 @@ from memtrace_otel.sources._content import (
     EraseResult,
     erase_store,
     parse_age,
+    store_pseudonym,
 )
 from memtrace_otel.sources._documents import decode_document, decode_jaeger, decode_otlp_json
 from memtrace_otel.sources._export import ExportResult, export_source
@@ -204,4 +205,5 @@ __all__ = [
     "prune_stores",
     "raw_store",
     "read_outcomes",
+    "store_pseudonym",
 ]
