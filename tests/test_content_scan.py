@@ -35,6 +35,7 @@ from tests._pipeline import FAULTS, run_case
 
 KEY = "k" * 32
 SECRET = "sk-live-4eC39HqLyjWDarjtT1zdp7dcAb"
+EMAIL = "ana.sousa@example.com"
 WIDTH = 12
 """The scan looks for every substring of this many characters of the texts."""
 
@@ -86,8 +87,10 @@ def _workload(
         "cannot merge 'Ana lives in Porto' with 'Ana lives abroad'",
         "Porto, in the north of Portugal",
         "the assistant forgot my sister moved",
+        EMAIL,
     }
-    mt = MemTracer(tracer_provider=provider, system="test", store_id="user-notes", capture=capture)
+    # The user's e-mail as the store id (as mem0's user_id): pseudonymised under REFERENCE.
+    mt = MemTracer(tracer_provider=provider, system="test", store_id=EMAIL, capture=capture)
     with mt.create("test.note", inputs=[]) as op:
         op.output(mt.variable("note:1", "Ana keeps her key " + SECRET + " in the notes app"))
     message = "cannot merge 'Ana lives in Porto' with 'Ana lives abroad'"
