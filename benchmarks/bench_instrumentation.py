@@ -154,7 +154,9 @@ def reference_sides(
     """The manual op under three captures, each call a distinct ~1 KB value (keyed digests):
     ``on`` (SPAN_AND_EVENT as configured by default: no redaction hook), ``on+hook`` (the same
     with REFERENCE's default hook, :func:`redact_secrets`, so the two differ by the store alone)
-    and ``reference`` (into an fsspec ``memory://`` store; a round ends with the writer's flush)."""
+    and ``reference`` (into an fsspec ``memory://`` store; a round ends with the writer's flush;
+    identifiers pseudonymised, its default with a key), and ``ref-no-pseud`` (the same with
+    ``pseudonymize_ids=False``: what the pseudonyms cost)."""
     import uuid
 
     from memtrace_otel.instrumentation import redact_secrets
@@ -165,6 +167,12 @@ def reference_sides(
         "on+hook": CaptureConfig(mode="SPAN_AND_EVENT", digest_key=key, redact=redact_secrets),
         "reference": CaptureConfig(
             mode="REFERENCE", content_url=f"memory://bench-{uuid.uuid4().hex}", digest_key=key
+        ),
+        "ref-no-pseud": CaptureConfig(
+            mode="REFERENCE",
+            content_url=f"memory://bench-{uuid.uuid4().hex}",
+            digest_key=key,
+            pseudonymize_ids=False,
         ),
     }
     counter = itertools.count()
@@ -221,7 +229,8 @@ def reference_overhead() -> None:
         best = {name: min(values) for name, values in times.items()}
         print(
             f"  {label}: capture on {best['on'] * 1e6:6.2f} us, on + REFERENCE's default hook "
-            f"{best['on+hook'] * 1e6:6.2f} us, REFERENCE {best['reference'] * 1e6:6.2f} us"
+            f"{best['on+hook'] * 1e6:6.2f} us, REFERENCE {best['reference'] * 1e6:6.2f} us "
+            f"({best['ref-no-pseud'] * 1e6:6.2f} us with identifiers as they are)"
         )
         for base in ("on", "on+hook"):
             ratios = sorted(r / o for r, o in zip(times["reference"], times[base], strict=True))
@@ -231,6 +240,11 @@ def reference_overhead() -> None:
                 f"{verdict(ratio, 1.0)}); per round min {ratios[0]:.3f}, median "
                 f"{ratios[len(ratios) // 2]:.3f}"
             )
+        ratios = sorted(r / o for r, o in zip(times["ref-no-pseud"], times["on"], strict=True))
+        print(
+            f"    REFERENCE without pseudonyms / on: per round min {ratios[0]:.3f}, median "
+            f"{ratios[len(ratios) // 2]:.3f}"
+        )
 
 
 MEM0_ROUNDS = 15
