@@ -21,6 +21,8 @@ class Receiver:
 
     def __init__(self) -> None:
         self.spans: list[Any] = []
+        self.bodies: list[bytes] = []
+        """Each request's protobuf bytes as sent (after gzip, if any, is undone)."""
         self.lock = threading.Lock()
         self.url = ""
 
@@ -38,6 +40,7 @@ def otlp_receiver() -> Iterator[Receiver]:
             request = ExportTraceServiceRequest()
             request.ParseFromString(body)
             with receiver.lock:
+                receiver.bodies.append(body)
                 for rs in request.resource_spans:
                     for ss in rs.scope_spans:
                         receiver.spans.extend(ss.spans)

@@ -221,6 +221,32 @@ def test_a_full_queue_drops_instead_of_blocking() -> None:
 # --- keyed digests ----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("key", [None, KEY], ids=["sha256", "keyed"])
+def test_a_redacted_value_is_named_by_the_bytes_stored_and_an_unchanged_one_by_its_digest(
+    key: str | None,
+) -> None:
+    # The object's name is the digest of what the store holds: the redacted text when the hook
+    # changed it, the variable's own digest (computed once, reused) when it did not.
+    url = _memory_url()
+    capture = CaptureConfig(mode="REFERENCE", content_url=url, digest_key=key)
+    mt, exporter = _tracer(capture)
+    secret = "key sk-live-4eC39HqLyjWDarjtT1zdp7dcAb for Ana"
+    with mt.extract("test.extract", inputs=[]) as op:
+        op.output(mt.variable("fact:1", secret, category="memory"))
+        op.output(mt.variable("fact:2", "Ana moved to Porto", category="memory"))
+    _flush(capture)
+    fs = fsspec.filesystem("memory")
+    redacted, plain = (dict(e.attributes) for e in _events(exporter))
+    stored = fs.cat_file(redacted[A.MEMTRACE_VARIABLE_VALUE_REF].removeprefix("memory://"))
+    assert stored == b"key <api-key> for Ana"
+    name_digest = digest_of_name(redacted[A.MEMTRACE_VARIABLE_VALUE_REF])[1]
+    assert name_digest == capture.value_digest(stored.decode())
+    assert redacted[A.MEMTRACE_VARIABLE_DIGEST] == capture.value_digest(secret) != name_digest
+    assert (
+        digest_of_name(plain[A.MEMTRACE_VARIABLE_VALUE_REF])[1] == plain[A.MEMTRACE_VARIABLE_DIGEST]
+    )
+
+
 def test_a_digest_key_keys_digests_and_object_names_with_its_key_id() -> None:
     url = _memory_url()
     keyed = CaptureConfig(mode="REFERENCE", content_url=url, digest_key=KEY)
@@ -271,6 +297,50 @@ def test_builtin_redaction_removes_each_kind_of_secret(secret: str, placeholder:
     assert (redacted.startswith("remember this: ") and redacted.endswith(" thanks")) or (
         placeholder == "<private-key>"
     )
+
+
+def test_a_github_fine_grained_token_is_redacted_without_gh_elsewhere() -> None:
+    # "github_pat_" holds no "gh": its gate must look for it by name (it was missed).
+    token = "github_pat_11ABCDEFG0123456789abcdefXYZijABCDEFGHIJ"
+    assert redact_pii(f"my pat {token} ok") == "my pat <token> ok"
+
+
+def test_redaction_near_its_needles_equals_the_patterns_own_substitution() -> None:
+    # redact_secrets tries each pattern only next to the substrings it needs; on texts with
+    # secrets packed, overlapping, cased and glued together, that is exactly pattern.sub.
+    from memtrace_otel.instrumentation import _capture as C
+
+    pieces = [
+        "sk-live-4eC39HqLyjWDarjtT1zdp7dcAb",
+        "xsk-abc_sk-live-4eC39HqLyjWDarjtT1zdp7dc",
+        "API_KEY=abcdef123456",
+        "ApiKey: 'zzzzzz99'",
+        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG",
+        "PASSWORD=hunter22x",
+        "TOKEN  abcdefgh12345",
+        "Authorization: Bearer ya29.a0AfH6SMBx-long",
+        "basic dXNlcjpwYXNzd29yZA==",
+        "AKIAIOSFODNN7EXAMPLE",
+        "XAKIAIOSFODNN7EXAMPLE",
+        "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
+        "xoxb-123456789012-abcdef",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.dozjgNryP4J3jVmNHl0w5N",
+        "keykeykey: secretsecret=tokentoken",
+        "the key to Porto is a token of love",
+    ]
+    texts = [" ".join(pieces), "".join(pieces), ";".join(reversed(pieces)), *pieces]
+    cases = [
+        (C._JWT, C._JWT_AT, "<jwt>", False),
+        (C._BEARER, C._BEARER_AT, r"\1\2<token>", True),
+        (C._API_KEY, C._API_KEY_AT, "<api-key>", False),
+        (C._VENDOR_TOKEN, C._VENDOR_AT, "<token>", False),
+        (C._AWS_KEY, C._AWS_AT, "<aws-key>", False),
+        (C._NAMED_SECRET, C._NAMED_AT, C._named_secret, True),
+    ]
+    for pattern, needles, repl, folded in cases:
+        for text in texts:
+            haystack = text.lower() if folded else text
+            assert C._sub_near(pattern, text, haystack, needles, repl) == pattern.sub(repl, text)
 
 
 def test_redaction_keeps_ordinary_text() -> None:

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from memtrace_otel.semconv.env import ENV_GENAI_UPLOAD_BASE_PATH, ENV_MEMTRACE_CONTENT_URL
-from memtrace_otel.sources import erase_store, parse_age
+from memtrace_otel.sources import erase_store, parse_age, store_pseudonym
 
 
 def register(subparsers: Any) -> None:
@@ -43,12 +43,38 @@ def register(subparsers: Any) -> None:
         help="only objects written longer ago than AGE (30d, 12h, 90m); no tombstone",
     )
     erase.set_defaults(func=run_erase)
+    pseudonym = actions.add_parser(
+        "pseudonym",
+        help="print an identifier as pseudonymised identifiers send it (search a backend by it)",
+        description=(
+            "Print ID (a store id, case id or ref) with its e-mail addresses and phone numbers "
+            "replaced by the keyed pseudonyms CaptureConfig(pseudonymize_ids=True) sends, "
+            "with the key in MEMTRACE_DIGEST_KEY."
+        ),
+    )
+    pseudonym.add_argument("id", metavar="ID")
+    pseudonym.set_defaults(func=run_pseudonym)
     parser.set_defaults(func=lambda _args: _usage(parser))
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help(sys.stderr)
     return 2
+
+
+def run_pseudonym(args: argparse.Namespace) -> int:
+    """Print one identifier's pseudonym; exit 2 without a (valid) digest key."""
+    from memtrace_otel.semconv.env import ENV_MEMTRACE_DIGEST_KEY
+
+    if not os.environ.get(ENV_MEMTRACE_DIGEST_KEY, "").strip():
+        print(f"memtrace: error: set {ENV_MEMTRACE_DIGEST_KEY} (the app's key)", file=sys.stderr)
+        return 2
+    try:
+        print(store_pseudonym(args.id))
+    except ValueError as exc:
+        print(f"memtrace: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def run_erase(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ URL) instead of into a span; the span carries the object's URL. Layout of a stor
     objects/b2k/<key id>/<hex>        keyed (MEMTRACE_DIGEST_KEY): keyed BLAKE2b of the bytes
     manifests/<store>/<part>.jsonl    per memory store: {"object": name, "time": ns} lines
     tombstones/<store>.json           written by ``memtrace content erase``
+    pseudonyms/<key id>/<hex>         a pseudonymised identifier's original text (:class:`Pseudonymizer`)
 
 An object's name is the digest of its bytes (after redaction), so a reader verifies every
 object it fetches against its own name. Manifests are written in parts (one per batch of
@@ -27,9 +28,9 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import json
 import logging
 import os
+import re
 import threading
 import time
 import urllib.parse
@@ -47,6 +48,8 @@ _log = logging.getLogger("memtrace_otel")
 OBJECTS: Final = "objects"
 MANIFESTS: Final = "manifests"
 TOMBSTONES: Final = "tombstones"
+PSEUDONYMS: Final = "pseudonyms"
+PSEUDONYM_PREFIX: Final = "pii-"
 NO_STORE_KEY: Final = "_"
 """The manifest folder of values written by ops that name no memory store."""
 MIN_KEY_BYTES: Final = 16
@@ -54,6 +57,8 @@ MIN_KEY_BYTES: Final = 16
 DEFAULT_MAX_QUEUE_SIZE: Final = 4096
 DEFAULT_SHUTDOWN_MILLIS: Final = 5000.0
 _BATCH: Final = 256
+_INTERVAL: Final = 0.25
+"""Seconds between the writer thread's looks at a queue shorter than a batch."""
 _REMEMBERED: Final = 1 << 16  # object names (and store/name pairs) remembered as written
 
 
@@ -91,12 +96,22 @@ class Digester:
     'b2k:f0ccd733:66b'
     """
 
-    __slots__ = ("key", "key_id", "prefix")
+    __slots__ = ("_folder", "key", "key_id", "prefix")
 
     def __init__(self, key: bytes | None) -> None:
         self.key = key
         self.key_id = key_id(key) if key else None
         self.prefix = DIGEST_SHA256 if not key else f"{DIGEST_BLAKE2B_KEYED}{self.key_id}:"
+        self._folder = object_name(self.prefix + "00").removesuffix("00")
+
+    def name(self, digest: str) -> str:
+        """:func:`object_name` of a digest this digester made (no parsing: the hot path's).
+
+        >>> d = Digester(b"0123456789abcdef")
+        >>> d.name(d(b"abc")) == object_name(d(b"abc"))
+        True
+        """
+        return self._folder + digest[len(self.prefix) :]
 
     def __call__(self, data: bytes) -> str:
         key = self.key
@@ -191,6 +206,104 @@ def store_key(store: str | None) -> str:
     return urllib.parse.quote(store, safe="") if store else NO_STORE_KEY
 
 
+# What in an identifier looks like personal data: an e-mail address, or a phone number (9 to 15
+# digits, an optional "+", not touching letters or digits). UUIDs are matched first and kept, so
+# their 12-digit last group is never taken for a phone number; a pseudonym is kept as it is.
+_PII_IN_ID = re.compile(
+    r"(?P<pii>pii-[0-9a-f]{8}-[0-9a-f]{20})"  # a pseudonym already: kept (idempotent)
+    r"|(?P<uuid>[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
+    r"|(?P<email>[\w.+-]+@[\w-]+(?:\.[\w-]+)*\.[A-Za-z]{2,}\b)"  # ends at its top-level domain
+    r"|(?P<phone>(?<![0-9A-Za-z])\+?\d{9,15}(?![0-9A-Za-z]))"
+)
+
+
+_KEPT: Final = frozenset(["pii", "uuid"])
+
+
+def looks_personal(identifier: str) -> bool:
+    """Whether an identifier holds an e-mail address or a phone number.
+
+    >>> looks_personal("ana@example.com"), looks_personal("+351912345678"), looks_personal("user-1")
+    (True, True, False)
+    >>> looks_personal("mem0:550e8400-e29b-41d4-a716-446655440000@1")
+    False
+    """
+    return any(m.lastgroup not in _KEPT for m in _PII_IN_ID.finditer(identifier))
+
+
+class Pseudonymizer:
+    """Keyed pseudonyms of the personal parts of identifiers (store, case and record ids, refs).
+
+    Each e-mail address or phone number inside an identifier becomes ``pii-<key id>-<hex>``
+    (20 hex of a keyed BLAKE2b under its own personalisation), the rest stays: ``msg:ana@x.org:3@1``
+    becomes ``msg:pii-<key id>-<hex>:3@1``, still a ref. The same text always gets the same
+    pseudonym, so the graph joins; without the key no one can confirm a guess. With a content
+    writer, each pseudonym's original text is written once to ``pseudonyms/<key id>/<hex>``, listed
+    in the manifest of the store it came with (so erasing the store erases the mapping); an
+    identifier that comes with no store (feedback's case id) writes none.
+
+    >>> p = Pseudonymizer(b"0123456789abcdef")
+    >>> p("ana@example.com") == p("ana@example.com") != "ana@example.com", p("user-1")
+    (True, 'user-1')
+    >>> p("msg:ana@example.com:3@1").startswith("msg:pii-f0ccd733-")
+    True
+    """
+
+    __slots__ = ("_key", "_seen", "_writer", "key_id")
+
+    def __init__(self, key: bytes, writer: ContentWriter | None = None) -> None:
+        self._key = key
+        self.key_id = key_id(key)
+        self._writer = writer
+        self._seen: dict[str, str] = {}
+
+    def __call__(self, identifier: str, store: str | None = None) -> str:
+        """``identifier`` with its personal parts pseudonymised; ``store``: the memory store it
+        came with (raw), in whose manifest (under the store's own pseudonym) the mapping is listed."""
+        seen = self._seen
+        out = seen.get(identifier)
+        if out is not None:  # seen before: its mapping is written (listed by the first store)
+            return out
+        if "@" not in identifier and not any(c.isdigit() for c in identifier):
+            out = identifier
+        else:
+            owner = self.plain(store) if store else None
+            out = _PII_IN_ID.sub(lambda m: self._token(m, owner), identifier)
+        if len(seen) >= _REMEMBERED:
+            seen.clear()
+        seen[identifier] = out
+        return out
+
+    def plain(self, identifier: str) -> str:
+        """``identifier`` pseudonymised, writing nothing (readers, ``memtrace content erase``)."""
+        if "@" not in identifier and not any(c.isdigit() for c in identifier):
+            return identifier
+        return _PII_IN_ID.sub(
+            lambda m: m.group() if m.lastgroup in _KEPT else self.token(m.group()), identifier
+        )
+
+    def token(self, text: str) -> str:
+        """The pseudonym of one personal text."""
+        hexpart = hashlib.blake2b(
+            text.encode("utf-8", "surrogatepass"),
+            key=self._key,
+            digest_size=10,
+            person=b"memtrace-pii",
+        ).hexdigest()
+        return f"{PSEUDONYM_PREFIX}{self.key_id}-{hexpart}"
+
+    def _token(self, match: re.Match[str], owner: str | None) -> str:
+        text = match.group()
+        if match.lastgroup in _KEPT:
+            return text
+        token = self.token(text)
+        writer = self._writer
+        if writer is not None and owner is not None:  # storeless (feedback): no listing to erase by
+            hexpart = token.rpartition("-")[2]
+            writer.put(f"{PSEUDONYMS}/{self.key_id}/{hexpart}", text.encode("utf-8"), owner)
+        return token
+
+
 def open_store(url: str) -> tuple[Any, str]:
     """``(filesystem, root path)`` of a content store URL, through fsspec.
 
@@ -236,12 +349,12 @@ class ContentWriter:
         self.url = url.rstrip("/")
         self._fs, self._root = open_store(self.url)
         self._max = max_queue_size
-        self._queue: deque[tuple[str, bytes, str, int]] = deque()
+        self._queue: deque[tuple[str, bytes, str | None, int]] = deque()
         self._wake = threading.Event()
         self._idle = threading.Condition()
         self._busy = 0
         self._written: dict[str, None] = {}
-        self._listed: dict[tuple[str, str], None] = {}
+        self._listed: dict[tuple[str | None, str], None] = {}
         self._thread: threading.Thread | None = None
         self._stopped = False
         self._failed_once = False
@@ -264,17 +377,22 @@ class ContentWriter:
         return f"{self.url}/{name}"
 
     def put(self, name: str, data: bytes, store: str | None) -> None:
-        """Queue one object for writing; drops (counted) when the queue is full or stopped."""
-        key = store_key(store)
-        if name in self._written and (key, name) in self._listed:
+        """Queue one object for writing; drops (counted) when the queue is full or stopped.
+
+        The app's thread only appends: the writer thread wakes when a batch is waiting (else on
+        its timer, every :data:`_INTERVAL` seconds) and does the rest, the store's folder name
+        and the manifest included."""
+        if name in self._written and (store, name) in self._listed:
             return  # written and listed for this store already: nothing to do
-        if self._stopped or len(self._queue) >= self._max:
+        queue = self._queue
+        if self._stopped or len(queue) >= self._max:
             self._drop(1, "its queue is full" if not self._stopped else "it is shut down")
             return
-        self._queue.append((name, data, key, time.time_ns()))
+        queue.append((name, data, store, time.time_ns()))
         if self._thread is None:
             self._start()
-        self._wake.set()
+        elif len(queue) >= _BATCH:
+            self._wake.set()
 
     def _drop(self, count: int, why: str) -> None:
         self.dropped += count
@@ -299,7 +417,7 @@ class ContentWriter:
 
     def _run(self) -> None:
         while True:
-            self._wake.wait(0.5)
+            self._wake.wait(_INTERVAL)
             self._wake.clear()
             if not self._queue:
                 if self._stopped:
@@ -309,7 +427,7 @@ class ContentWriter:
 
     def _drain(self) -> None:
         while self._queue:
-            batch: list[tuple[str, bytes, str, int]] = []
+            batch: list[tuple[str, bytes, str | None, int]] = []
             with self._idle:
                 while self._queue and len(batch) < _BATCH:
                     batch.append(self._queue.popleft())
@@ -323,9 +441,9 @@ class ContentWriter:
                     self._busy -= len(batch)
                     self._idle.notify_all()
 
-    def _write(self, batch: list[tuple[str, bytes, str, int]]) -> None:
+    def _write(self, batch: list[tuple[str, bytes, str | None, int]]) -> None:
         root = self._root
-        listed: dict[str, list[tuple[str, int]]] = {}
+        listed: dict[str | None, list[tuple[str, int]]] = {}
         fresh = {f"{root}/{n}": d for n, d, _, _ in batch if n not in self._written}
         failed: set[str] = set()
         if fresh:
@@ -343,11 +461,10 @@ class ContentWriter:
                 listed.setdefault(store, []).append((name, when))
         for store, entries in listed.items():
             self._seq += 1
-            part = f"{root}/{MANIFESTS}/{store}/{time.time_ns()}-{os.getpid()}-{self._seq}.jsonl"
-            body = "".join(
-                json.dumps({"object": name, "time": when}, separators=(",", ":")) + "\n"
-                for name, when in entries
-            )
+            folder = store_key(store)
+            part = f"{root}/{MANIFESTS}/{folder}/{time.time_ns()}-{os.getpid()}-{self._seq}.jsonl"
+            # Object names are [a-z0-9/] (object_name): formatted, no JSON escaping to do.
+            body = "".join(f'{{"object":"{name}","time":{when}}}\n' for name, when in entries)
             try:
                 self._pipe(part, body.encode("utf-8"))
             except Exception as exc:
@@ -500,11 +617,13 @@ def flush_content(timeout_millis: float = DEFAULT_SHUTDOWN_MILLIS) -> bool:
 __all__ = [
     "ContentWriter",
     "Digester",
+    "Pseudonymizer",
     "content_writer",
     "digest_of_name",
     "digest_with",
     "flush_content",
     "key_id",
+    "looks_personal",
     "object_name",
     "open_store",
     "parse_key",

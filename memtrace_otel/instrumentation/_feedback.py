@@ -271,6 +271,7 @@ def _emit(
             event[name] = recorded
     attributes: dict[str, AttributeValue] = {}
     if case_id:
+        case_id = capture.pseudonym(case_id)  # as the answer's op sent it (and signed so)
         attributes[A.MEMTRACE_CASE_ID] = case_id
         event[A.MEMTRACE_CASE_ID] = case_id
     when = time.time_ns()

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack
+from typing import Any, Concatenate, Final, ParamSpec, TypedDict, TypeVar, Unpack
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -240,6 +240,19 @@ class Op:
             attributes[A.MEMTRACE_PROMPT_REF] = inputs[0]
         if self._attributes:
             attributes.update(self._attributes)
+        pseudonym = mt.capture._pseudonymizer
+        if pseudonym is not None:  # identifiers as they leave (the store id is, in `static`)
+            store = self._store_id or mt.store_id
+            if inputs:
+                attributes[A.MEMTRACE_OP_INPUTS] = [pseudonym(r, store) for r in inputs]
+                if A.MEMTRACE_PROMPT_REF in attributes:
+                    attributes[A.MEMTRACE_PROMPT_REF] = pseudonym(inputs[0], store)
+            if self._case_id:
+                attributes[A.MEMTRACE_CASE_ID] = pseudonym(self._case_id, store)
+            if self._attributes:
+                _pseudonymise(attributes, mt.capture, store)
+            if links:
+                links = [(pseudonym(ref, store), writer) for ref, writer in links]
         span = self._adopted
         if span is not None:
             # Enrich a span someone else started (and will end): ours are its attributes,
@@ -302,6 +315,16 @@ class Op:
             final[A.MEMTRACE_OP_INPUTS] = self._inputs
         if self._kind in _RECORD_ID_KINDS and len(self._outputs) == 1:
             final[A.GEN_AI_MEMORY_RECORD_ID] = self._outputs[0].rpartition("@")[0]
+        pseudonym = self._mt.capture._pseudonymizer
+        if pseudonym is not None:
+            store = self._store_id or self._mt.store_id
+            if self._outputs:
+                final[A.MEMTRACE_OP_OUTPUTS] = [pseudonym(r, store) for r in self._outputs]
+            if self._inputs_changed and self._inputs:
+                final[A.MEMTRACE_OP_INPUTS] = [pseudonym(r, store) for r in self._inputs]
+            record = final.get(A.GEN_AI_MEMORY_RECORD_ID)
+            if isinstance(record, str):
+                final[A.GEN_AI_MEMORY_RECORD_ID] = pseudonym(record, store)
         span.set_attributes(final)
         if exc is not None and self._adopted is None:  # an adopted span's owner records it
             self._record_error(span, exc)
@@ -481,8 +504,11 @@ class Op:
             for item in items:
                 self._add_input(item, inputs, links, external)
             self._inputs_changed = True
+            capture = self._mt.capture
             for ref, writer in links:
-                span.add_link(writer, {_REF: ref})
+                span.add_link(
+                    writer, {_REF: capture.pseudonym(ref, self._store_id or self._mt.store_id)}
+                )
             if external:
                 _input_events(span, self._mt.capture, external, self._store_id or self._mt.store_id)
         except Exception:
@@ -509,6 +535,8 @@ class Op:
             lookup = self._mt.registry.lookup
             inputs = self._inputs
             add_link = span.add_link
+            pseudonym = self._mt.capture._pseudonymizer
+            store = self._store_id or self._mt.store_id
             unwritten: list[Variable] = []
             for ref, value, traceparent in records:
                 writer = lookup(ref)
@@ -525,7 +553,7 @@ class Op:
                         unwritten.append(Variable.from_ref(ref, value, category=category))
                 inputs.append(ref)
                 if writer is not None:
-                    add_link(writer, {_REF: ref})
+                    add_link(writer, {_REF: ref if pseudonym is None else pseudonym(ref, store)})
             self._inputs_changed = True
             if unwritten:
                 _input_events(
@@ -537,7 +565,12 @@ class Op:
     def set_attribute(self, key: str, value: AttributeValue) -> None:
         """Set one more span attribute (e.g. ``gen_ai.usage.input_tokens``)."""
         if self._span is not None and not self._ended:
-            self._span.set_attribute(key, value)
+            if key in _IDENTIFIER_KEYS and self._mt.capture._pseudonymizer is not None:
+                one = {key: value}
+                _pseudonymise(one, self._mt.capture, self._store_id or self._mt.store_id)
+                self._span.set_attribute(key, one[key])
+            else:
+                self._span.set_attribute(key, value)
             if key == A.MEMTRACE_CASE_ID and isinstance(value, str):
                 self._case_id = value  # a question-serving op: its answer is what the user saw
 
@@ -560,6 +593,37 @@ class Op:
         if self._traceparent is None:
             self._traceparent = format_traceparent(self._span.get_span_context())
         return self._traceparent
+
+
+_IDENTIFIER_KEYS: Final = frozenset(
+    [
+        A.GEN_AI_MEMORY_STORE_ID,
+        A.MEMTRACE_CASE_ID,
+        A.GEN_AI_MEMORY_RECORD_ID,
+        A.MEMTRACE_PROMPT_REF,
+        A.MEMTRACE_OP_INPUTS,
+        A.MEMTRACE_OP_OUTPUTS,
+    ]
+)
+"""The op attributes holding identifiers (store, case and record ids, refs): what
+``CaptureConfig.pseudonymize_ids`` pseudonymises as they leave."""
+
+
+def _pseudonymise(
+    attributes: dict[str, AttributeValue], capture: CaptureConfig, store: str | None
+) -> None:
+    """Pseudonymise, in place, the identifiers among ``attributes`` (:data:`_IDENTIFIER_KEYS`)."""
+    pseudonym = capture._pseudonymizer
+    if pseudonym is None:
+        return
+    for key in _IDENTIFIER_KEYS:
+        value = attributes.get(key)
+        if value is None:
+            continue
+        if isinstance(value, str):
+            attributes[key] = pseudonym(value, store)
+        elif isinstance(value, list | tuple) and value:
+            attributes[key] = [pseudonym(v, store) if isinstance(v, str) else v for v in value]
 
 
 def _input_events(
@@ -695,7 +759,7 @@ class MemTracer:
         if system:
             attributes[A.MEMTRACE_SYSTEM] = system
         if store_id:
-            attributes[A.GEN_AI_MEMORY_STORE_ID] = store_id
+            attributes[A.GEN_AI_MEMORY_STORE_ID] = self.capture.pseudonym(store_id)
         operation = gen_ai_operation or GEN_AI_OPERATION_BY_KIND.get(kind)
         if operation:
             attributes[A.GEN_AI_OPERATION_NAME] = operation

@@ -20,6 +20,10 @@ ENV_GENAI_UPLOAD_BASE_PATH: Final = "OTEL_INSTRUMENTATION_GENAI_UPLOAD_BASE_PATH
 ``MEMTRACE_CONTENT_URL`` is unset."""
 ENV_MEMTRACE_DIGEST_KEY: Final = "MEMTRACE_DIGEST_KEY"
 """(v0.3) Key of the keyed digests (at least 16 bytes): with it set, ``memtrace.variable.digest`` and content object names are ``b2k:<key id>:<hex>`` (keyed BLAKE2b)."""
+ENV_MEMTRACE_PSEUDONYMIZE_IDS: Final = "MEMTRACE_PSEUDONYMIZE_IDS"
+"""(v0.3) ``true``/``false``: whether identifiers that look like personal data (e-mail addresses,
+phone numbers) in store ids, case ids and refs go out as keyed pseudonyms (``pii-<key id>-<hex>``);
+needs ``MEMTRACE_DIGEST_KEY``. Default: on under ``REFERENCE`` with a key, else off."""
 ENV_MEMTRACE_FEEDBACK_KEY: Final = "MEMTRACE_FEEDBACK_KEY"
 """(v0.3) The shared key that signs feedback (``memtrace.feedback.signature``) where it is sent and
 verifies it where it is read; with it set, unsigned, altered and replayed feedback is refused."""

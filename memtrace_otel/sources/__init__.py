@@ -33,7 +33,7 @@ from typing import Any
 from memtrace_otel.errors import SourceSpecError
 from memtrace_otel.sources._backends import backend_from_url
 from memtrace_otel.sources._common import SourceStats
-from memtrace_otel.sources._content import ContentResolver, erase_store, parse_age
+from memtrace_otel.sources._content import ContentResolver, erase_store, parse_age, store_pseudonym
 from memtrace_otel.sources._documents import decode_document, decode_jaeger, decode_otlp_json
 from memtrace_otel.sources._export import export_source
 from memtrace_otel.sources._files import expand_paths
@@ -147,4 +147,5 @@ __all__ = [
     "outcomes_of",
     "parse_age",
     "read_outcomes",
+    "store_pseudonym",
 ]

@@ -435,6 +435,24 @@ def _manifest_entries(fs: Any, folder: str) -> dict[str, list[tuple[str, int]]]:
     return parts
 
 
+def store_pseudonym(identifier: str) -> str:
+    """``identifier`` as ``CaptureConfig(pseudonymize_ids=True)`` sends it, with the key in
+    ``MEMTRACE_DIGEST_KEY`` (``memtrace content pseudonym``); as it is without a key.
+
+    Raises:
+        ValueError: the key is shorter than 16 bytes.
+    """
+    import os
+
+    from memtrace_otel.instrumentation._content import Pseudonymizer, parse_key
+    from memtrace_otel.semconv.env import ENV_MEMTRACE_DIGEST_KEY
+
+    raw = os.environ.get(ENV_MEMTRACE_DIGEST_KEY, "").strip()
+    if not raw:
+        return identifier
+    return Pseudonymizer(parse_key(raw, source=ENV_MEMTRACE_DIGEST_KEY)).plain(identifier)
+
+
 def erase_store(
     url: str, store: str, *, older_than: float | None = None, now_ns: int | None = None
 ) -> EraseResult:
@@ -457,6 +475,9 @@ def erase_store(
     fs, root = open_store(url)
     now = _time.time_ns() if now_ns is None else now_ns
     cutoff = None if older_than is None else now - int(older_than * 1e9)
+    pseudonym = store_pseudonym(store)
+    if pseudonym != store and fs.exists(f"{root}/{MANIFESTS}/{store_key(pseudonym)}"):
+        store = pseudonym  # written with pseudonymised identifiers: its manifests go by it
     key = store_key(store)
     result = EraseResult(store=store)
     try:
