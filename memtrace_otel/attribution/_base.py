@@ -40,9 +40,10 @@ def blame(
     unchecked: Sequence[str] = (),
     missing_traces: Sequence[str] = (),
     error_type: ErrorType | None = None,
+    rule: str | None = None,
 ) -> Verdict:
     """A verdict naming ``op``; ``error_type`` is the deciding rule's label (``None``: the label
-    of ``op``'s kind, contract section 2)."""
+    of ``op``'s kind, contract section 2), ``rule`` that rule's name."""
     data = G.nodes[op]
     if error_type is None:
         try:
@@ -64,6 +65,7 @@ def blame(
         missing_traces=tuple(missing_traces),
         trace_id=data.get("trace_id"),
         source_op_id=_source_op_id(data),
+        rule=rule,
     )
 
 

@@ -32,9 +32,13 @@ Every fact of a multi-fact question is followed; the earliest culprit over them 
 nothing, stale versions read. A content loss cannot be seen, so where only content would decide
 the verdict abstains and says which values were missing.
 
-**Confidence** is the product of how sure the evidence is (given, found by its answer, or
-found by the question alone) and how the culprit was decided (a content test, structure, or
-the default of blaming the answer); see ``docs/attribution.md`` for the calibration.
+Where the evidence stops, a **named rule** (``_rules.py``: ``not_retrieved``, ``stale_read``,
+``filtered_out``, ...) gives the culprit and its error type.
+
+**Confidence** is one function (``_confidence.confidence``) of how sure the evidence is (given,
+found by its answer, or found by the question alone), how the culprit was decided (a content
+test, structure, or the default of blaming the answer) and what went unchecked; see
+``docs/attribution.md`` for the calibration.
 """
 
 from __future__ import annotations
@@ -666,6 +670,7 @@ def _blame(
         unchecked=unchecked,
         missing_traces=missing_traces,
         error_type=finding.error_type,
+        rule=finding.rule,
     )
 
 
