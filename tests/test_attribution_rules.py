@@ -8,13 +8,18 @@ rule that decided it, with that rule's error type and op.
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from memtrace_otel.attribution import Verdict, _rules
+from memtrace_otel.attribution import Case, EvidenceMethod, Verdict, _rules
 from memtrace_otel.attribution._confidence import DECIDED, FLOOR, confidence
+from memtrace_otel.attribution._scoring import production_view
+from memtrace_otel.export import span_to_record
+from memtrace_otel.graph import build_graph
 from memtrace_otel.instrumentation import MemTracer, Variable
 from memtrace_otel.semconv import ErrorType
 from tests.conftest import REPO
@@ -215,3 +220,62 @@ def test_no_other_attribution_module_names_a_label_of_its_own() -> None:
 )
 def test_confidence(found: float, decided: str, flags: dict[str, bool], expected: float) -> None:
     assert confidence(found, decided, **flags) == pytest.approx(expected)
+
+
+# -- judged from what was captured (issue 30) ----------------------------------------------------
+def _verdict_without(pipe: Pipe, uncaptured: Sequence[Variable], **case: Any) -> Verdict:
+    """The verdict when the values of ``uncaptured`` were not captured (the rest were)."""
+    records = [span_to_record(s) for s in pipe.exporter.get_finished_spans()]
+    G = production_view(build_graph(records), capture=True, judges=True)
+    for var in uncaptured:
+        G.nodes[var.ref].pop("value", None)
+    return EvidenceMethod().attribute(G, Case(CASE, **case))
+
+
+def test_a_stored_record_that_holds_the_evidence_settles_an_unseen_fact_before_it(
+    pipe: Pipe,
+) -> None:
+    # The fact between the message and the record was not captured; the record was, and holds
+    # the answer: it was stored, and the retrieve missed it.
+    msg = pipe.message("I live in Prague.")
+    other = pipe.message("I love hiking.")
+    fact = pipe.extract([msg], "Rosa lives in Prague")
+    pipe.create(fact)
+    rec2 = pipe.create(pipe.extract([other], "Rosa loves hiking"))
+    pipe.ask("Where does Rosa live?", [rec2], "I don't know")
+    verdict = _verdict_without(pipe, [fact], gold_answers=("Prague",), evidence_refs=(msg.ref,))
+    assert _named(verdict) == ("not_retrieved", ErrorType.RETRIEVAL, "t.search"), verdict.reason
+    assert f"value of {fact.ref}" in verdict.unchecked
+
+
+def test_an_update_that_read_the_seen_fact_and_wrote_a_record_without_it_is_blamed(
+    pipe: Pipe,
+) -> None:
+    # mem0 1.x: a decision (its output not captured) beside the fact, then the update that wrote
+    # the record. The update read the fact, seen to hold the answer, and wrote a captured record
+    # that does not: the unseen decision cannot have lost it before the update.
+    old = pipe.message("I work as a nurse.", date="13 January 2023")
+    msg = pipe.message("Big news: I moved to Helsinki today!")
+    rec = pipe.create(pipe.extract([old], "Rosa works as a nurse"))
+    fact = pipe.extract([msg], "Rosa moved to Helsinki")
+    mt = pipe.mt
+    with mt.extract("t.decide", inputs=[fact, rec]) as op:
+        decision = op.output(mt.variable("decision:1", '{"event": "UPDATE"}', category="other"))
+    pipe.update(rec, "Rosa works as a nurse in Lyon", name="mem0.update", inputs=[fact, decision])
+    pipe.ask("Which city did Rosa move to?", [rec], "Lyon")
+    verdict = _verdict_without(
+        pipe, [decision], gold_answers=("Helsinki",), evidence_refs=(msg.ref,)
+    )
+    assert _named(verdict) == ("overwritten", ErrorType.UPDATE, "mem0.update"), verdict.reason
+    assert f"value of {decision.ref}" in verdict.unchecked
+
+
+def test_an_unseen_value_the_captured_ones_do_not_settle_still_abstains(pipe: Pipe) -> None:
+    # The record was not captured: whether it held the answer, only its content could tell.
+    msg = pipe.message("I live in Prague.")
+    other = pipe.message("I love hiking.")
+    rec = pipe.create(pipe.extract([msg], "Rosa lives in Prague"))
+    rec2 = pipe.create(pipe.extract([other], "Rosa loves hiking"))
+    pipe.ask("Where does Rosa live?", [rec2], "I don't know")
+    verdict = _verdict_without(pipe, [rec], gold_answers=("Prague",), evidence_refs=(msg.ref,))
+    assert verdict.error_type is None, verdict.reason

@@ -30,7 +30,10 @@ Every fact of a multi-fact question is followed; the earliest culprit over them 
 
 **Without captured values** structure stands in where it decides: tombstones, ops that wrote
 nothing, stale versions read. A content loss cannot be seen, so where only content would decide
-the verdict abstains and says which values were missing.
+the verdict abstains and says which values were missing. An unseen value does not block what
+the captured values around it decide: a stored record whose captured value holds the evidence
+settles the unseen values before it, and an op that read a carrier seen to hold the evidence
+and wrote captured values that do not is the culprit; the verdict lists them in ``unchecked``.
 
 Where the evidence stops, a **named rule** (``_rules.py``: ``not_retrieved``, ``stale_read``,
 ``filtered_out``, ...) gives the culprit and its error type.
@@ -355,7 +358,7 @@ class EvidenceMethod:
                     missing_traces=missing,
                 )
             ref, finding, sure = *alternate, C.SURE_RUNNER_UP
-        unchecked.extend(finding.unchecked)
+        unchecked.extend([*finding.unchecked, *finding.unseen])
         if finding.unchecked and finding.by != C.STRUCTURE:
             return no_verdict(
                 G,
@@ -441,7 +444,7 @@ class EvidenceMethod:
             # The sureness of the evidence as located (before a supersession lowered it).
             confidence=C.confidence(evidence.sure, C.DECLINED, missing_traces=bool(missing)),
             evidence_refs=evidence.refs,
-            unchecked=sorted({*unchecked, *finding.unchecked, "expected answer"}),
+            unchecked=sorted({*unchecked, *finding.unchecked, *finding.unseen, "expected answer"}),
             missing_traces=missing,
         )
 
@@ -561,7 +564,12 @@ class EvidenceMethod:
         if trail.lost is not None:
             return trail.lost
         generate = last_op_of_kind(scope.index.G, case, OpKind.GENERATE) or scope.ops[-1]
-        return self._after_storage(scope, signature, trail, generate)
+        settled = _settled(scope, trail)
+        if settled:
+            trail.unchecked = []
+        finding = self._after_storage(scope, signature, trail, generate)
+        finding.unseen = [*settled, *finding.unseen]
+        return finding
 
     def _after_storage(
         self, scope: _Scope, signature: Signature, trail: _Trail, generate: str
@@ -644,6 +652,8 @@ class _Trail:
     unchecked: list[str] = field(default_factory=list)
     lines: dict[str, tuple[frozenset[str], ...]] = field(default_factory=dict)
     """The lines of each carrier that hold the evidence."""
+    verified: set[str] = field(default_factory=set)
+    """The carriers whose captured value was seen to carry the evidence."""
 
 
 def _blame(
@@ -712,6 +722,8 @@ def _construction(scope: _Scope, signature: Signature) -> _Trail:
     """
     index, G = scope.index, scope.index.G
     trail = _Trail(carriers={signature.ref})
+    if G.nodes[signature.ref].get("value") is not None:
+        trail.verified.add(signature.ref)
     # A carrier's consumers: the carrying-kind ops that read it and ran before the question.
     queue: list[tuple[tuple[int, int, str, str], str]] = []
     seen: set[str] = set()
@@ -740,6 +752,8 @@ def _construction(scope: _Scope, signature: Signature) -> _Trail:
             if verdict is None:
                 trail.unchecked.append(f"value of {out}")
                 verdict = not G.nodes[out].get("deleted")  # structure stands in for content
+            elif verdict:
+                trail.verified.add(out)
             if verdict:
                 trail.carriers.add(out)
                 push_readers(out)
@@ -751,18 +765,38 @@ def _construction(scope: _Scope, signature: Signature) -> _Trail:
     if len(order) == 0:
         return trail  # never read by any traced op: nothing to blame in construction
     # Nothing survives: the op that ended the last carrier's life lost the evidence.
-    deaths: list[tuple[tuple[int, int, str, str], str, str]] = []
+    deaths: list[tuple[tuple[int, int, str, str], str, str, str]] = []
     for var in trail.carriers:
         death = _death(scope, var, trail.carriers)
         if death is not None:
-            deaths.append((order_key(G.nodes[death[0]]), death[0], death[1]))
+            deaths.append((order_key(G.nodes[death[0]]), death[0], death[1], var))
     if not deaths:
         return trail
-    _, op, why = max(deaths)
+    _, op, why, _ = max(deaths)
     structural = G.nodes[op]["kind"] == OpKind.DELETE or not index.outputs(op)
     by = C.STRUCTURE if structural else C.CONTENT
     trail.lost = lost_in_construction(G, op, why, by, trail.unchecked)
+    killed = {var for _, o, _, var in deaths if o == op}
+    if killed & trail.verified and all(_captured(G, out) for out in index.outputs(op)):
+        # Judged from what was captured: the op read a carrier whose value was seen to hold the
+        # evidence and wrote captured values that do not. What went unseen elsewhere on the
+        # path cannot have lost the evidence before it; it is listed, not blocking.
+        trail.lost.unseen, trail.lost.unchecked = trail.lost.unchecked, []
     return trail
+
+
+def _captured(G: nx.MultiDiGraph, var: str) -> bool:
+    """Whether a variable's content is known: its value was captured, or it is a tombstone."""
+    data = G.nodes[var]
+    return bool(data.get("deleted")) or data.get("value") is not None
+
+
+def _settled(scope: _Scope, trail: _Trail) -> list[str]:
+    """The values construction could not check that a stored carrier made moot: a live record
+    version (or a value the question's ops read) whose captured value holds the evidence shows
+    it survived, whatever the unseen values before it did."""
+    live = set(scope.live.values()) | scope.read_by_case
+    return list(trail.unchecked) if trail.verified & live else []
 
 
 def _death(scope: _Scope, var: str, carriers: set[str]) -> tuple[str, str] | None:

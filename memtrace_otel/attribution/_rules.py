@@ -6,35 +6,25 @@ stops, one rule below says who is to blame and with which label. Each rule retur
 the label of the blamed op's kind), and its docstring says when it fires. The verdict names
 its rule in ``Verdict.rule``.
 
-=================================  ====================  ==========================================
-rule                               error type            fires when
-=================================  ====================  ==========================================
-``not_extracted``                  ``ExtractionError``   an extract/create op let the last carrier
-                                                         of the evidence die before the question
-``overwritten``                    ``UpdateError``       an update (a rewrite, a merge, a NONE
-                                                         decision) let the last carrier die
-``deleted``                        ``DeletionError``     a delete op tombstoned the last carrier
-``dropped_before_storage``         ``RetrievalError``    a filter while memory was written (a
-                                                         dedupe) kept nothing that carries it
-``lost_in_construction``           by the op's kind      another kind of op ended the last carrier
-``not_retrieved``                  ``RetrievalError``    stored and searchable, but no retrieve of
-                                                         the question returned a carrier
-``stale_read``                     ``RetrievalError``    a retrieve of the question read an older
-                                                         version while a newer one was live
-``filtered_out``                   ``RetrievalError``    a filter of the question kept nothing that
-                                                         carries the retrieved evidence
-``left_out_of_context``            ``ResponseError``     retrieved, but the assembled context does
-                                                         not carry it
-``answer_wrong``                   ``ResponseError``     the evidence reached the answer's context
-                                                         and the answer is still wrong
-``declined_with_answer_in_context``  ``ResponseError``   no expected answer; the answer declined
-                                                         while a message bearing what the question
-                                                         asks for was in its context
-``invented``                       ``ResponseError``     no evidence located; the wrong answer is
-                                                         in nothing the answer's op read
-``content_unseen``                 (abstains)            an op of the question read a carrier and
-                                                         its output's value was not captured
-=================================  ====================  ==========================================
+===================================  ===============  ============================================
+rule                                 error type       fires when
+===================================  ===============  ============================================
+``not_extracted``                    ExtractionError  an extract/create let the last carrier die
+``overwritten``                      UpdateError      an update (rewrite, merge, NONE) let it die
+``deleted``                          DeletionError    a delete tombstoned the last carrier
+``dropped_before_storage``           RetrievalError   a filter while writing kept none of it
+``lost_in_construction``             the op kind's    an op of another kind ended the last one
+``not_retrieved``                    RetrievalError   stored, searchable, no retrieve returned it
+``stale_read``                       RetrievalError   a retrieve read an older version of a record
+``filtered_out``                     RetrievalError   a filter of the question kept none of it
+``left_out_of_context``              ResponseError    retrieved, not in the assembled context
+``answer_wrong``                     ResponseError    in the answer's context, the answer wrong
+``declined_with_answer_in_context``  ResponseError    no expected answer; declined with it there
+``invented``                         ResponseError    no evidence; the answer is in nothing read
+``content_unseen``                   (abstains)       a question op's outputs were not captured
+===================================  ===============  ============================================
+
+Each rule's docstring says exactly when it fires.
 """
 
 from __future__ import annotations
@@ -60,7 +50,10 @@ class Finding:
         op: the blamed op.
         why: the reason, as the verdict gives it after the evidence's ref.
         by: what decided it (``_confidence.CONTENT``, ``STRUCTURE`` or ``DEFAULT``).
-        unchecked: the values on the path that were not captured.
+        unchecked: the values on the path that were not captured and could have decided (the
+            verdict abstains unless structure decided).
+        unseen: values not captured that the captured ones made moot (listed in the verdict's
+            ``unchecked``, never blocking it).
     """
 
     rule: str
@@ -69,6 +62,7 @@ class Finding:
     why: str
     by: str
     unchecked: list[str] = field(default_factory=list)
+    unseen: list[str] = field(default_factory=list)
 
     def because(self, why: str) -> Finding:
         """The same finding with another reason."""
