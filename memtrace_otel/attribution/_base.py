@@ -42,8 +42,11 @@ def blame(
     error_type: ErrorType | None = None,
     rule: str | None = None,
 ) -> Verdict:
-    """A verdict naming ``op``; ``error_type`` is the deciding rule's label (``None``: the label
-    of ``op``'s kind, contract section 2), ``rule`` that rule's name."""
+    """A verdict naming ``op``, its error type the deciding rule's (else taken from its kind).
+
+    ``error_type``: the label of the rule that decided (``None``: the label of ``op``'s kind,
+    contract section 2); ``rule``: that rule's name.
+    """
     data = G.nodes[op]
     if error_type is None:
         try:
