@@ -9,7 +9,7 @@ import networkx as nx
 
 from memtrace_otel.attribution._model import Case, Verdict
 from memtrace_otel.graph import graph_index
-from memtrace_otel.semconv import ERROR_TYPE_BY_KIND, OpKind
+from memtrace_otel.semconv import ERROR_TYPE_BY_KIND, ErrorType, OpKind
 from memtrace_otel.semconv.attributes import MEMTRACE_SOURCE_OP_ID
 
 
@@ -39,14 +39,20 @@ def blame(
     evidence_refs: Sequence[str] = (),
     unchecked: Sequence[str] = (),
     missing_traces: Sequence[str] = (),
+    error_type: ErrorType | None = None,
+    rule: str | None = None,
 ) -> Verdict:
-    """A verdict naming ``op``, its error type taken from its kind."""
+    """A verdict naming ``op``, its error type the deciding rule's (else taken from its kind).
+
+    ``error_type``: the label of the rule that decided (``None``: the label of ``op``'s kind,
+    contract section 2); ``rule``: that rule's name.
+    """
     data = G.nodes[op]
-    kind = data.get("kind")
-    try:
-        error_type = ERROR_TYPE_BY_KIND[OpKind(kind)]
-    except ValueError:
-        error_type = None
+    if error_type is None:
+        try:
+            error_type = ERROR_TYPE_BY_KIND[OpKind(data.get("kind"))]
+        except ValueError:
+            error_type = None
     return Verdict(
         case_id=case.case_id,
         error_type=error_type.value if error_type is not None else None,
@@ -62,6 +68,7 @@ def blame(
         missing_traces=tuple(missing_traces),
         trace_id=data.get("trace_id"),
         source_op_id=_source_op_id(data),
+        rule=rule,
     )
 
 

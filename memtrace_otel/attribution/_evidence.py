@@ -30,11 +30,18 @@ Every fact of a multi-fact question is followed; the earliest culprit over them 
 
 **Without captured values** structure stands in where it decides: tombstones, ops that wrote
 nothing, stale versions read. A content loss cannot be seen, so where only content would decide
-the verdict abstains and says which values were missing.
+the verdict abstains and says which values were missing. An unseen value does not block what
+the captured values around it decide: a stored record whose captured value holds the evidence
+settles the unseen values before it, and an op that read a carrier seen to hold the evidence
+and wrote captured values that do not is the culprit; the verdict lists them in ``unchecked``.
 
-**Confidence** is the product of how sure the evidence is (given, found by its answer, or
-found by the question alone) and how the culprit was decided (a content test, structure, or
-the default of blaming the answer); see ``docs/attribution.md`` for the calibration.
+Where the evidence stops, a **named rule** (``_rules.py``: ``not_retrieved``, ``stale_read``,
+``filtered_out``, ...) gives the culprit and its error type.
+
+**Confidence** is one function (``_confidence.confidence``) of how sure the evidence is (given,
+found by its answer, or found by the question alone), how the culprit was decided (a content
+test, structure, or the default of blaming the answer) and what went unchecked; see
+``docs/attribution.md`` for the calibration.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
+from memtrace_otel.attribution import _confidence as C
 from memtrace_otel.attribution._base import blame, last_op_of_kind, no_verdict
 from memtrace_otel.attribution._locate import (
     NAME,
@@ -61,6 +69,18 @@ from memtrace_otel.attribution._locate import (
     resolved_date,
 )
 from memtrace_otel.attribution._model import Case, Verdict
+from memtrace_otel.attribution._rules import (
+    Finding,
+    answer_wrong,
+    content_unseen,
+    declined_with_answer_in_context,
+    filtered_out,
+    invented,
+    left_out_of_context,
+    lost_in_construction,
+    not_retrieved,
+    stale_read,
+)
 from memtrace_otel.attribution._semantic import default_encoder, model_dir
 from memtrace_otel.attribution._text import (
     Corpus,
@@ -92,22 +112,16 @@ _CONTENT_CATEGORIES = frozenset(
 _TOPIC_LIMIT = 8
 _SHORT = 40  # content tokens: a fact or a record, not a window
 
-# How sure the evidence is, by how it was found.
-_SURE_GIVEN = 0.95
-_SURE_GOLD = 0.9
-_SURE_QUESTION = 0.8  # found by the question alone, well ahead of the runner-up
-_SURE_QUESTION_UNCLEAR = 0.55
-_SURE_RUNNER_UP = 0.45
-_SURE_NEAREST = 0.31  # the nearest statement of the asked kind: a weak clue, below 0.3 once decided
-_SURE_THING = 0.3  # a "what" question: any content word bears the answer
+# How sure the evidence is, by how it was found: the SURE_* factors of ``_confidence``.
+_SURE_GIVEN = C.SURE_GIVEN
+_SURE_GOLD = C.SURE_GOLD
+_SURE_NEAREST = C.SURE_NEAREST
+_SURE_QUESTION = C.SURE_QUESTION
+_SURE_QUESTION_UNCLEAR = C.SURE_QUESTION_UNCLEAR
+_SURE_RUNNER_UP = C.SURE_RUNNER_UP
+_SURE_THING = C.SURE_THING
 _SEMANTIC_LEAD = 0.05  # cosine lead of the best statement over the next (all-MiniLM-L6-v2)
 _SEMANTIC_FLOOR = 0.2  # below this cosine a statement is not about what the question asks
-# An answer-bearing message reached the context and the answer declined. A decline says the
-# context most likely lacked the fact, so the message found is often not the one needed: on the
-# hard benchmark none of these verdicts was right at x 0.75 (issue 30).
-_SURE_DECLINED = 0.35
-_UNEXPLAINED_WRONG = 0.6
-_SURE_STALE = 0.7  # a stale read without the evidence followed: structure, not content
 _CLEAR_MARGIN = 0.1  # the best match's score lead over the runner-up, relative
 _CLOSE = 0.5  # runners-up within this share of the best score stay in the running
 _FOUND_BY = {
@@ -115,17 +129,6 @@ _FOUND_BY = {
     "answer": " (found by the expected answer)",
     "question": " (found by the question; the wrong answer's sources passed over)",
 }
-# How sure the culprit is, by what decided it.
-_BY_CONTENT = "content"
-_BY_STRUCTURE = "structure"
-_BY_DEFAULT = "default"  # the evidence reached the context: the answer is to blame
-_STRUCTURE_UNSEEN = 0.3
-_DEFAULT_WHY = "the evidence reached the answer's context, yet the answer is wrong"
-_SURE_BY = {_BY_CONTENT: 0.95, _BY_STRUCTURE: 0.85, _BY_DEFAULT: 0.85}
-# Blaming the answer by default needs the evidence to be the right one: found by the question
-# alone, the message that reached the context may not be what the question needs (39 % right at
-# 0.41 on the hard benchmark without expected answers).
-_DEFAULT_SEARCHED = 0.6
 # Words that name something ("called", "name"): a question's "name" tells no message apart.
 _NAMING_WORDS = frozenset(content_tokens("name named called call"))
 
@@ -225,14 +228,6 @@ class _Evidence:
 
 
 @dataclass
-class _Finding:
-    op: str
-    why: str
-    by: str  # _BY_CONTENT, _BY_STRUCTURE or _BY_DEFAULT
-    unchecked: list[str] = field(default_factory=list)
-
-
-@dataclass
 class _Scope:
     """What every evidence message of one case is followed against."""
 
@@ -282,14 +277,13 @@ class EvidenceMethod:
             # is decided by structure alone (contract 4b).
             stale = _stale_read(scope)
             if stale is not None:
-                op, why = stale
-                return blame(
+                return _blame(
                     G,
                     case,
-                    op,
+                    stale_read(*stale, []),
                     method=self.name,
-                    reason=why,
-                    confidence=_SURE_STALE,
+                    reason=stale[1],
+                    confidence=C.confidence(C.NOTHING_FOLLOWED, C.STALE_READ),
                     unchecked=[*unchecked, "expected answer"],
                     missing_traces=missing,
                 )
@@ -297,16 +291,8 @@ class EvidenceMethod:
             return self._without_evidence(scope, case, unchecked, missing)
         if evidence.how != "given":
             unchecked.append("evidence located by search, not given")
-
-        findings: list[tuple[tuple[int, int, str, str], str, _Finding]] = []
-        for ref in evidence.refs:
-            others = [r for r in evidence.refs if r != ref]
-            signature = _signature(scope, ref, case, others)
-            if signature is None:
-                continue
-            finding = self._follow(scope, case, signature)
-            findings.append((order_key(G.nodes[finding.op]), ref, finding))
-        if not findings:
+        earliest = self._earliest(scope, case, evidence)
+        if earliest is None:
             return no_verdict(
                 G,
                 case,
@@ -316,72 +302,50 @@ class EvidenceMethod:
                 unchecked=(*unchecked, *(f"value of {r}" for r in evidence.refs)),
                 missing_traces=missing,
             )
+        return self._judge(scope, case, evidence, *earliest, unchecked, missing)
+
+    def _earliest(
+        self, scope: _Scope, case: Case, evidence: _Evidence
+    ) -> tuple[str, Finding] | None:
+        """The evidence message lost first, and its finding (``None``: no value captured)."""
+        findings: list[tuple[tuple[int, int, str, str], str, Finding]] = []
+        for ref in evidence.refs:
+            others = [r for r in evidence.refs if r != ref]
+            signature = _signature(scope, ref, case, others)
+            if signature is None:
+                continue
+            finding = self._follow(scope, case, signature)
+            findings.append((order_key(scope.index.G.nodes[finding.op]), ref, finding))
+        if not findings:
+            return None
         _, ref, finding = min(findings, key=lambda t: t[0])
+        return ref, finding
+
+    def _judge(
+        self,
+        scope: _Scope,
+        case: Case,
+        evidence: _Evidence,
+        ref: str,
+        finding: Finding,
+        unchecked: list[str],
+        missing: tuple[str, ...],
+    ) -> Verdict:
+        """The verdict of the earliest finding, weighed by how its evidence was found."""
+        G = scope.index.G
         sure = evidence.sure
-        question = Question.of(case.question)
-        if evidence.how == "question" and not (question.before or question.after):
-            # Without an expected answer, an update that followed a later statement by the
-            # user ("I eat fish again") superseded the evidence: that is no error. The later
-            # statement is then what the question needs: one that says something of the asked
-            # kind (or names something new) and that the update's new version carries (it
-            # followed the user).
-            for later in _superseding(scope, finding.op, ref):
-                signature = _signature(scope, later, case)
-                if (
-                    signature is not None
-                    and (
-                        _restates(scope, question, later)
-                        or bool(signature.strict - _speakers(scope))
-                    )
-                    and set(scope.index.outputs(finding.op))
-                    & _construction(scope, signature).carriers
-                ):
-                    ref, finding = later, self._follow(scope, case, signature)
-                    finding.why = f"it superseded an earlier statement; {finding.why}"
-                    evidence.refs = [later]
-                    sure = min(sure, _SURE_RUNNER_UP)
-                    break
-        if evidence.how == "question" and case.prediction and not _declined(case):
+        searched = evidence.how == "question"
+        if searched:
+            ref, finding, sure = self._superseded(scope, case, evidence, ref, finding, sure)
+        if searched and case.prediction and not _declined(case):
             # A wrong value came from somewhere the search did not explain: the message the
             # question matches is a weaker clue than when the answer simply declined.
-            sure *= _UNEXPLAINED_WRONG
-        if (
-            evidence.how == "question"
-            and finding.by == _BY_DEFAULT
-            and _declined(case)
-            and evidence.bearing
-            and not finding.unchecked
-        ):
-            # A message that holds content of the kind the question asks for, and that the
-            # question does not name, reached the answer's context, and the answer declined:
-            # fixing the answer fixes the case (the definition's ResponseError). Moderately sure:
-            # the message was found by the question, not by the answer.
-            confidence = evidence.sure * _SURE_DECLINED - 0.2 * bool(missing)
-            return blame(
-                G,
-                case,
-                finding.op,
-                method=self.name,
-                reason=f"{ref}{_FOUND_BY[evidence.how]}, which holds what the question asks for "
-                f"({', '.join(sorted(evidence.bearing))}), reached the answer's context and the "
-                "answer declined",
-                confidence=max(confidence, 0.1),
-                evidence_refs=evidence.refs,
-                unchecked=sorted({*unchecked, *finding.unchecked, "expected answer"}),
-                missing_traces=missing,
-            )
-        if evidence.how == "question" and finding.by == _BY_DEFAULT and _declined(case):
-            # The best match reached the context, yet the answer declined: either that message
-            # is not what the question needs, or the answer ignored it, and without the expected
-            # answer nothing tells which. A close runner-up lost on the way is the likelier
-            # evidence; with none, abstain.
-            for alternate in evidence.alternates:
-                signature = _signature(scope, alternate, case)
-                other = self._follow(scope, case, signature) if signature else None
-                if other is not None and other.by != _BY_DEFAULT and not other.unchecked:
-                    ref, finding, sure = alternate, other, _SURE_RUNNER_UP
-                    break
-            else:
+            sure *= C.UNEXPLAINED_WRONG
+        if searched and finding.by == C.DEFAULT and _declined(case):
+            if evidence.bearing and not finding.unchecked:
+                return self._declined(scope, case, evidence, ref, finding, unchecked, missing)
+            alternate = self._alternate(scope, case, evidence)
+            if alternate is None:
                 return no_verdict(
                     G,
                     case,
@@ -394,8 +358,9 @@ class EvidenceMethod:
                     unchecked=tuple(sorted({*unchecked, "expected answer"})),
                     missing_traces=missing,
                 )
-        unchecked.extend(finding.unchecked)
-        if finding.unchecked and finding.by != _BY_STRUCTURE:
+            ref, finding, sure = *alternate, C.SURE_RUNNER_UP
+        unchecked.extend([*finding.unchecked, *finding.unseen])
+        if finding.unchecked and finding.by != C.STRUCTURE:
             return no_verdict(
                 G,
                 case,
@@ -407,23 +372,95 @@ class EvidenceMethod:
                 unchecked=tuple(sorted(set(unchecked))),
                 missing_traces=missing,
             )
-        confidence = sure * _SURE_BY[finding.by] - 0.2 * bool(missing)
-        if evidence.how == "question" and finding.by == _BY_DEFAULT:
-            confidence *= _DEFAULT_SEARCHED
-        if finding.unchecked:
-            # Structure decided, but an unseen value upstream may have lost the evidence first.
-            confidence = min(confidence, _STRUCTURE_UNSEEN)
-        return blame(
+        return _blame(
             G,
             case,
-            finding.op,
+            finding,
             method=self.name,
             reason=f"{ref}{_FOUND_BY[evidence.how]}: {finding.why}",
-            confidence=max(confidence, 0.1),
+            confidence=C.confidence(
+                sure,
+                finding.by,
+                missing_traces=bool(missing),
+                searched=searched,
+                # Structure decided, but an unseen value upstream may have lost it first.
+                unseen_upstream=bool(finding.unchecked),
+            ),
             evidence_refs=evidence.refs,
             unchecked=sorted(set(unchecked)),
             missing_traces=missing,
         )
+
+    def _superseded(
+        self,
+        scope: _Scope,
+        case: Case,
+        evidence: _Evidence,
+        ref: str,
+        finding: Finding,
+        sure: float,
+    ) -> tuple[str, Finding, float]:
+        """Without an expected answer, an update that followed a later statement by the user
+        ("I eat fish again") superseded the evidence: that is no error. The later statement is
+        then what the question needs: one that says something of the asked kind (or names
+        something new) and that the update's new version carries (it followed the user)."""
+        question = Question.of(case.question)
+        if question.before or question.after:
+            return ref, finding, sure
+        for later in _superseding(scope, finding.op, ref):
+            signature = _signature(scope, later, case)
+            if (
+                signature is not None
+                and (_restates(scope, question, later) or bool(signature.strict - _speakers(scope)))
+                and set(scope.index.outputs(finding.op)) & _construction(scope, signature).carriers
+            ):
+                followed = self._follow(scope, case, signature)
+                evidence.refs = [later]
+                superseded = followed.because(f"it superseded an earlier statement; {followed.why}")
+                return later, superseded, min(sure, C.SURE_RUNNER_UP)
+        return ref, finding, sure
+
+    def _declined(
+        self,
+        scope: _Scope,
+        case: Case,
+        evidence: _Evidence,
+        ref: str,
+        finding: Finding,
+        unchecked: list[str],
+        missing: tuple[str, ...],
+    ) -> Verdict:
+        """A message that holds content of the kind the question asks for, and that the question
+        does not name, reached the answer's context, and the answer declined: fixing the answer
+        fixes the case (the definition's ResponseError). Moderately sure: the message was found
+        by the question, not by the answer."""
+        return _blame(
+            scope.index.G,
+            case,
+            declined_with_answer_in_context(finding),
+            method=self.name,
+            reason=f"{ref}{_FOUND_BY[evidence.how]}, which holds what the question asks for "
+            f"({', '.join(sorted(evidence.bearing))}), reached the answer's context and the "
+            "answer declined",
+            # The sureness of the evidence as located (before a supersession lowered it).
+            confidence=C.confidence(evidence.sure, C.DECLINED, missing_traces=bool(missing)),
+            evidence_refs=evidence.refs,
+            unchecked=sorted({*unchecked, *finding.unchecked, *finding.unseen, "expected answer"}),
+            missing_traces=missing,
+        )
+
+    def _alternate(
+        self, scope: _Scope, case: Case, evidence: _Evidence
+    ) -> tuple[str, Finding] | None:
+        """The best match reached the context, yet the answer declined: either that message is
+        not what the question needs, or the answer ignored it, and without the expected answer
+        nothing tells which. A close runner-up lost on the way is the likelier evidence."""
+        for alternate in evidence.alternates:
+            signature = _signature(scope, alternate, case)
+            other = self._follow(scope, case, signature) if signature else None
+            if other is not None and other.by != C.DEFAULT and not other.unchecked:
+                return alternate, other
+        return None
 
     def locate(self, G: nx.MultiDiGraph, case: Case) -> tuple[list[str], bool]:
         """The case's evidence messages, and whether they were found by search (not given)."""
@@ -490,13 +527,14 @@ class EvidenceMethod:
                     for v in context
                     for seg in segment_words(_text(v))
                 ):
-                    return blame(
+                    finding = invented(generate)
+                    return _blame(
                         G,
                         case,
-                        generate,
+                        finding,
                         method=self.name,
-                        confidence=0.5,
-                        reason="the wrong answer is in nothing the answer's op read: it made it up",
+                        confidence=C.confidence(C.NOTHING_FOLLOWED, C.INVENTED),
+                        reason=finding.why,
                         unchecked=[*unchecked, "evidence not located"],
                         missing_traces=missing,
                     )
@@ -522,17 +560,21 @@ class EvidenceMethod:
         )
 
     # -- following one fact --------------------------------------------------------------------
-    def _follow(self, scope: _Scope, case: Case, signature: Signature) -> _Finding:
+    def _follow(self, scope: _Scope, case: Case, signature: Signature) -> Finding:
         trail = _construction(scope, signature)
         if trail.lost is not None:
-            op, why, by = trail.lost
-            return _Finding(op, why, by, trail.unchecked)
+            return trail.lost
         generate = last_op_of_kind(scope.index.G, case, OpKind.GENERATE) or scope.ops[-1]
-        return self._after_storage(scope, signature, trail, generate)
+        settled = _settled(scope, trail)
+        if settled:
+            trail.unchecked = []
+        finding = self._after_storage(scope, signature, trail, generate)
+        finding.unseen = [*settled, *finding.unseen]
+        return finding
 
     def _after_storage(
         self, scope: _Scope, signature: Signature, trail: _Trail, generate: str
-    ) -> _Finding:
+    ) -> Finding:
         """Follow the stored carriers through the question's own ops.
 
         Values construction could not check matter only until the evidence is seen, by its
@@ -558,14 +600,7 @@ class EvidenceMethod:
             outs = index.outputs(op)
             if kind == OpKind.FILTER:
                 outs = _kept(G, index, op, reads)
-            carrying, unknown = [], False
-            for o in outs:
-                verdict = _carries(index, o, signature, carriers, lines)
-                if verdict is None:
-                    unknown = True
-                    unchecked.append(f"value of {o}")
-                elif verdict:
-                    carrying.append(o)
+            carrying, unknown = _carrying(scope, outs, signature, carriers, lines, unchecked)
             if kind == OpKind.RETRIEVE:
                 if carrying:
                     carriers.update(carrying)
@@ -574,8 +609,8 @@ class EvidenceMethod:
                     retrieved = True
                 elif unknown:
                     if stale is not None:
-                        return _Finding(*stale, _BY_STRUCTURE, unchecked)
-                    return _Finding(generate, _DEFAULT_WHY, _BY_DEFAULT, unchecked)
+                        return stale_read(*stale, unchecked)
+                    return answer_wrong(G, generate, unchecked)
                 elif first_miss is None:
                     first_miss = op
                 continue
@@ -585,46 +620,28 @@ class EvidenceMethod:
                     unchecked = []
                     reached_context = True
             elif unknown:
-                return _Finding(
-                    op, f"{kind} op: its output's content decides", _BY_CONTENT, unchecked
-                )
+                return content_unseen(G, op, unchecked)
             elif not any(G.nodes[o].get("category") in _CONTENT_CATEGORIES for o in outs):
-                if (
-                    kind == OpKind.FILTER
-                    and index.outputs(op)
-                    and any(
-                        G.nodes[o].get("category") in _CONTENT_CATEGORIES for o in index.outputs(op)
-                    )
+                if kind == OpKind.FILTER and any(
+                    G.nodes[o].get("category") in _CONTENT_CATEGORIES for o in index.outputs(op)
                 ):
-                    return _Finding(op, "a filter kept none of the retrieved evidence", _BY_CONTENT)
+                    return filtered_out(op, kept_nothing=True)
                 continue  # a check (a sufficiency decision), not a content transformation
             elif kind == OpKind.FILTER:
-                return _Finding(op, "a filter dropped the retrieved evidence", _BY_CONTENT)
+                return filtered_out(op, kept_nothing=False)
             elif kind == OpKind.ASSEMBLE:
-                return _Finding(
-                    op, "the retrieved evidence was left out of the assembled context", _BY_CONTENT
-                )
+                return left_out_of_context(op)
         if retrieves and not retrieved and not reached_context:
             if stale is not None:
-                return _Finding(*stale, _BY_STRUCTURE, unchecked)
-            return _Finding(
-                first_miss or retrieves[0],
-                "the evidence was stored but not retrieved",
-                _BY_CONTENT,
-                unchecked,
-            )
+                return stale_read(*stale, unchecked)
+            return not_retrieved(first_miss or retrieves[0], unchecked)
         if not reached_context:
             assemble = next(
                 (op for op in scope.ops if G.nodes[op]["kind"] == OpKind.ASSEMBLE), None
             )
             if assemble is not None:
-                return _Finding(
-                    assemble,
-                    "the retrieved evidence was left out of the assembled context",
-                    _BY_CONTENT,
-                    unchecked,
-                )
-        return _Finding(generate, _DEFAULT_WHY, _BY_DEFAULT, unchecked)
+                return left_out_of_context(assemble, unchecked)
+        return answer_wrong(G, generate, unchecked)
 
 
 @dataclass
@@ -632,10 +649,61 @@ class _Trail:
     """The forward trace of one evidence message through construction."""
 
     carriers: set[str]
-    lost: tuple[str, str, str] | None = None
+    lost: Finding | None = None
     unchecked: list[str] = field(default_factory=list)
     lines: dict[str, tuple[frozenset[str], ...]] = field(default_factory=dict)
     """The lines of each carrier that hold the evidence."""
+    verified: set[str] = field(default_factory=set)
+    """The carriers whose captured value was seen to carry the evidence."""
+
+
+def _blame(
+    G: nx.MultiDiGraph,
+    case: Case,
+    finding: Finding,
+    *,
+    method: str,
+    reason: str,
+    confidence: float,
+    unchecked: Sequence[str],
+    missing_traces: Sequence[str],
+    evidence_refs: Sequence[str] = (),
+) -> Verdict:
+    """The verdict of a rule's finding: its op, its label."""
+    return blame(
+        G,
+        case,
+        finding.op,
+        method=method,
+        reason=reason,
+        confidence=confidence,
+        evidence_refs=evidence_refs,
+        unchecked=unchecked,
+        missing_traces=missing_traces,
+        error_type=finding.error_type,
+        rule=finding.rule,
+    )
+
+
+def _carrying(
+    scope: _Scope,
+    outs: Iterable[str],
+    signature: Signature,
+    carriers: set[str],
+    lines: dict[str, tuple[frozenset[str], ...]],
+    unchecked: list[str],
+) -> tuple[list[str], bool]:
+    """The outputs that carry the evidence, and whether any value was not captured (each such
+    value is added to ``unchecked``)."""
+    carrying, unknown = [], False
+    for out in outs:
+        verdict = _carries(scope.index, out, signature, carriers, lines)
+        if verdict is None:
+            unknown = True
+            unchecked.append(f"value of {out}")
+        elif verdict:
+            carrying.append(out)
+    return carrying, unknown
 
 
 def _scope(index: GraphIndex, ops: list[str]) -> _Scope:
@@ -655,6 +723,8 @@ def _construction(scope: _Scope, signature: Signature) -> _Trail:
     """
     index, G = scope.index, scope.index.G
     trail = _Trail(carriers={signature.ref})
+    if G.nodes[signature.ref].get("value") is not None:
+        trail.verified.add(signature.ref)
     # A carrier's consumers: the carrying-kind ops that read it and ran before the question.
     queue: list[tuple[tuple[int, int, str, str], str]] = []
     seen: set[str] = set()
@@ -683,6 +753,8 @@ def _construction(scope: _Scope, signature: Signature) -> _Trail:
             if verdict is None:
                 trail.unchecked.append(f"value of {out}")
                 verdict = not G.nodes[out].get("deleted")  # structure stands in for content
+            elif verdict:
+                trail.verified.add(out)
             if verdict:
                 trail.carriers.add(out)
                 push_readers(out)
@@ -694,17 +766,38 @@ def _construction(scope: _Scope, signature: Signature) -> _Trail:
     if len(order) == 0:
         return trail  # never read by any traced op: nothing to blame in construction
     # Nothing survives: the op that ended the last carrier's life lost the evidence.
-    deaths: list[tuple[tuple[int, int, str, str], str, str]] = []
+    deaths: list[tuple[tuple[int, int, str, str], str, str, str]] = []
     for var in trail.carriers:
         death = _death(scope, var, trail.carriers)
         if death is not None:
-            deaths.append((order_key(G.nodes[death[0]]), death[0], death[1]))
+            deaths.append((order_key(G.nodes[death[0]]), death[0], death[1], var))
     if not deaths:
         return trail
-    _, op, why = max(deaths)
+    _, op, why, _ = max(deaths)
     structural = G.nodes[op]["kind"] == OpKind.DELETE or not index.outputs(op)
-    trail.lost = (op, why, _BY_STRUCTURE if structural else _BY_CONTENT)
+    by = C.STRUCTURE if structural else C.CONTENT
+    trail.lost = lost_in_construction(G, op, why, by, trail.unchecked)
+    killed = {var for _, o, _, var in deaths if o == op}
+    if killed & trail.verified and all(_captured(G, out) for out in index.outputs(op)):
+        # Judged from what was captured: the op read a carrier whose value was seen to hold the
+        # evidence and wrote captured values that do not. What went unseen elsewhere on the
+        # path cannot have lost the evidence before it; it is listed, not blocking.
+        trail.lost.unseen, trail.lost.unchecked = trail.lost.unchecked, []
     return trail
+
+
+def _captured(G: nx.MultiDiGraph, var: str) -> bool:
+    """Whether a variable's content is known: its value was captured, or it is a tombstone."""
+    data = G.nodes[var]
+    return bool(data.get("deleted")) or data.get("value") is not None
+
+
+def _settled(scope: _Scope, trail: _Trail) -> list[str]:
+    """The values construction could not check that a stored carrier made moot: a live record
+    version (or a value the question's ops read) whose captured value holds the evidence shows
+    it survived, whatever the unseen values before it did."""
+    live = set(scope.live.values()) | scope.read_by_case
+    return list(trail.unchecked) if trail.verified & live else []
 
 
 def _death(scope: _Scope, var: str, carriers: set[str]) -> tuple[str, str] | None:

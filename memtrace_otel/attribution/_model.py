@@ -44,6 +44,8 @@ class Verdict:
     trace_id: str | None = None
     source_op_id: str | None = None
     """The culprit's op id in the file it was imported from (MemTraceBench ``op-...``), if any."""
+    rule: str | None = None
+    """The named rule that decided the culprit (``evidence``: ``attribution/_rules.py``), if any."""
 
     def to_json(self) -> str:
         """One JSON Lines line (without the newline)."""
