@@ -17,10 +17,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from memtrace_otel.attribution import Case, EvidenceMethod, Verdict, _rules
 from memtrace_otel.attribution._confidence import DECIDED, FLOOR, confidence
-from memtrace_otel.attribution._scoring import production_view
 from memtrace_otel.export import span_to_record
 from memtrace_otel.graph import build_graph
 from memtrace_otel.instrumentation import MemTracer, Variable
+from memtrace_otel.job._scoring import production_view
 from memtrace_otel.semconv import ErrorType
 from tests.conftest import REPO
 from tests.test_attribution_evidence import CASE, Pipe
