@@ -205,8 +205,9 @@ class Plan:
     files: list[str] = field(default_factory=list)
     """Every file read, in reading order (the order records reach a store's graph)."""
     lines: dict[str, dict[str, array[int] | None]] = field(default_factory=dict)
-    """store -> file -> line numbers, in the order they were found, a line once (``None``: the
-    file cannot be addressed by line). Arrays, not sets: 8 bytes a line instead of some 60."""
+    """store -> file -> line numbers, in the order they were found (``None``: the file cannot be
+    addressed by line; a file read twice repeats its lines, which partitions take once). Arrays,
+    not sets: 8 bytes a line instead of some 60."""
     records: dict[str, int] = field(default_factory=dict)
     """store -> number of its spans (to balance the partitions)."""
     offsets: dict[str, Mapping[int, int] | array[int]] = field(default_factory=dict)
