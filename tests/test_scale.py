@@ -438,3 +438,41 @@ def test_an_export_split_by_store_reads_as_the_single_file(
     verdicts, summary = _run(workload, source=str(split), executor="inline")
     assert {v.case_id: v for v in verdicts} == {v.case_id: v for v in baseline[0]}
     assert summary["records"] == baseline[1]["records"]
+
+
+def test_the_streaming_index_holds_a_few_bytes_a_line(tmp_path: Path) -> None:
+    """The plan of a streamed run addresses every line of the export, so at a day's traffic it
+    must stay small: some 24 bytes a line (offset and line number in arrays), where sets and
+    tuples of ints took some 250 (peak memory grew 1.6x from 4x to 16x the data)."""
+    import tracemalloc
+
+    from memtrace_otel.attribution._partitions import Plan, merge_scan, scan_range, split_ranges
+
+    lines = 20_000
+    path = tmp_path / "traces.jsonl"
+    with open(path, "w") as out:
+        for n in range(lines):
+            span = {
+                "traceId": f"{n // 10 + 1:032x}",
+                "spanId": f"{n + 1:016x}",
+                "name": "memtrace.retrieve",
+                "startTimeUnixNano": "1",
+                "endTimeUnixNano": "2",
+                "attributes": [
+                    {"key": "gen_ai.memory.store.id", "value": {"stringValue": f"u{n % 40}"}}
+                ],
+            }
+            request = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+            out.write(json.dumps(request) + "\n")
+    tracemalloc.start()
+    try:
+        plan = Plan()
+        for part in split_ranges(str(path), 1):
+            merge_scan(plan, scan_range(part))
+        partitions = make_partitions(plan, 8)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert sum(p.records for p in partitions) == lines
+    assert [n for p in partitions for c in p.chunks for _, n in c.lines or ()] != []
+    assert held / lines < 64, f"{held / lines:.0f} bytes a line"

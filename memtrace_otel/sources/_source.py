@@ -245,6 +245,21 @@ def _items(mapping: Mapping[str, Any]) -> frozenset[tuple[str, Any]]:
         return frozenset((k, _hashable(v)) for k, v in mapping.items())
 
 
+_last_items: tuple[object, frozenset[tuple[str, Any]]] = (None, frozenset())
+
+
+def _shared_items(mapping: Mapping[str, Any]) -> frozenset[tuple[str, Any]]:
+    """:func:`_items` of a mapping many records share (their resource's), remembered for the
+    last one seen."""
+    global _last_items
+    held, items = _last_items
+    if mapping is held:
+        return items
+    items = _items(mapping)
+    _last_items = (mapping, items)
+    return items
+
+
 def content_digest(record: SpanRecord) -> int:
     """A hash of what a span says, ``source`` (where it was read) left out: two copies of one
     span written by a retrying exporter have the same digest."""
@@ -260,7 +275,7 @@ def content_digest(record: SpanRecord) -> int:
             _items(record.attributes),
             tuple((e.name, e.time_unix_nano, _items(e.attributes)) for e in record.events),
             tuple((li.trace_id, li.span_id, _items(li.attributes)) for li in record.links),
-            _items(record.resource_attributes),
+            _shared_items(record.resource_attributes),
             record.scope_name,
             record.scope_version,
         )
