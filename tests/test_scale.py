@@ -446,7 +446,7 @@ def test_the_streaming_index_holds_a_few_bytes_a_line(tmp_path: Path) -> None:
     tuples of ints took some 250 (peak memory grew 1.6x from 4x to 16x the data)."""
     import tracemalloc
 
-    from memtrace_otel.attribution._partitions import Plan, merge_scan, scan_range, split_ranges
+    from memtrace_otel.job._partitions import Plan, merge_scan, scan_range, split_ranges
 
     lines = 20_000
     path = tmp_path / "traces.jsonl"
