@@ -263,9 +263,9 @@ class EvidenceMethod:
         model_dir()
 
     def prepare(self, work: Iterable[tuple[nx.MultiDiGraph, Case]]) -> int:
-        """Before a run: encode, in one batched pass, the messages of every store whose case
-        may be located by the question alone (no evidence given, no expected answer), so each
-        distinct text is encoded once and in full batches. Optional: verdicts are the same
+        """Before a run: encode, in one batched pass, the questions and the messages of every
+        store whose case may be located by the question alone (no evidence given, no expected
+        answer), so each distinct text is encoded once and in full batches. Optional: verdicts are the same
         without it. Returns how many texts were encoded (0 without the sentence model)."""
         encoder = default_encoder()
         texts: dict[str, None] = {}
@@ -273,7 +273,9 @@ class EvidenceMethod:
             index = graph_index(G)
             ops = index.ops_of(case.case_id)
             if ops and not case.evidence_refs and not case.gold_answers:
-                texts.update(dict.fromkeys(_store_messages(_scope(index, ops))[1].texts))
+                corpus = _store_messages(_scope(index, ops))[1]
+                asked = (corpus.focus(case.question), Question.of(case.question).text)
+                texts.update(dict.fromkeys([*corpus.texts, *asked]))
         return encoder.prefetch(list(texts)) if encoder is not None else 0
 
     def attribute(self, G: nx.MultiDiGraph, case: Case) -> Verdict:
