@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ pytest.importorskip("tokenizers")
 
 from safetensors.numpy import load_file
 
+from memtrace_otel.attribution._model import Verdict
 from memtrace_otel.attribution._semantic import SentenceEncoder, model_dir
 
 TEXTS = [
@@ -131,3 +133,55 @@ def test_batches_respect_the_row_limit_and_give_the_same_vectors(path: str) -> N
     narrow._forward = spying  # type: ignore[method-assign]
     np.testing.assert_allclose(narrow.encode(TEXTS), wide.encode(TEXTS), atol=1e-6)
     assert widths == [1] * len(TEXTS)
+
+
+def test_prepare_encodes_the_runs_texts_up_front_and_changes_no_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memtrace_bench.cli.bench_evaluate import _production_cases
+    from memtrace_bench.systems import generate_benchmark, generate_workload
+    from memtrace_otel.attribution import (
+        BatchSummary,
+        EvidenceMethod,
+        _index,
+        _semantic,
+        failed_cases,
+        load_store_graphs,
+    )
+    from memtrace_otel.attribution._scoring import production_view
+
+    generate_benchmark(tmp_path, workload=generate_workload(3, 0), seed=0, faults="all=0.2")
+    graphs = load_store_graphs([str(tmp_path / "traces.jsonl")])
+    gs = {store: production_view(G) for store, G in graphs.items()}
+    _production_cases(tmp_path / "cases.jsonl", tmp_path / "production.jsonl")
+    work = failed_cases(gs, str(tmp_path / "production.jsonl"), BatchSummary())
+    assert work
+
+    def run(prepare: bool) -> tuple[list[Verdict], int, list[int]]:
+        for index in list(_index._cache.values()):
+            index.memo.clear()
+        monkeypatch.setattr(_semantic, "_default", None)
+        monkeypatch.setattr(_semantic, "_default_key", object())
+        encoder = _semantic.default_encoder()
+        assert encoder is not None
+        passes: list[int] = []
+        forward = encoder._encode
+
+        def counting(texts: list[str]) -> dict[str, np.ndarray]:
+            passes.append(len(texts))
+            return forward(texts)
+
+        monkeypatch.setattr(encoder, "_encode", counting)
+        method = EvidenceMethod()
+        encoded = method.prepare((gs[s], c) for s, c in work) if prepare else 0
+        verdicts = [method.attribute(gs[s], c) for s, c in work]
+        return verdicts, encoded, passes
+
+    plain, _, plain_passes = run(prepare=False)
+    prepared, encoded, passes = run(prepare=True)
+    assert prepared == plain
+    # Without prepare, each store's messages and each question are encoded as the cases meet
+    # them; with it, all in one pass up front (a superset: the question as the locator words it
+    # too, used only when a statement of the asked kind is chosen by meaning).
+    assert len(plain_passes) > 1
+    assert passes == [encoded] and encoded >= sum(plain_passes)
