@@ -258,6 +258,22 @@ class EvidenceMethod:
         # not once per case (the model itself loads on first use, without an expected answer).
         model_dir()
 
+    def prepare(self, work: Iterable[tuple[nx.MultiDiGraph, Case]]) -> int:
+        """Before a run: encode, in one batched pass, the questions and the messages of every
+        store whose case may be located by the question alone (no evidence given, no expected
+        answer), so each distinct text is encoded once and in full batches. Optional: verdicts are the same
+        without it. Returns how many texts were encoded (0 without the sentence model)."""
+        encoder = default_encoder()
+        texts: dict[str, None] = {}
+        for G, case in work if encoder is not None else ():
+            index = graph_index(G)
+            ops = index.ops_of(case.case_id)
+            if ops and not case.evidence_refs and not case.gold_answers:
+                corpus = _store_messages(_scope(index, ops))[1]
+                asked = (corpus.focus(case.question), Question.of(case.question).text)
+                texts.update(dict.fromkeys([*corpus.texts, *asked]))
+        return encoder.prefetch(list(texts)) if encoder is not None else 0
+
     def attribute(self, G: nx.MultiDiGraph, case: Case) -> Verdict:
         index = graph_index(G)
         ops = index.ops_of(case.case_id)

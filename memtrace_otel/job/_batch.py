@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import gc
 import json
+import logging
 import os
 import re
 import time
@@ -55,6 +56,25 @@ from memtrace_otel.sources._trust import DEFAULT_POLICY, TrustPolicy
 
 _SHOWN_ERRORS = 5
 """Skip messages the summary table shows (``summary.json`` keeps 20)."""
+
+logger = logging.getLogger(__name__)
+
+PREPARE_WINDOW = 256
+"""Cases a method prepares for at once (``EvidenceMethod.prepare`` batches their sentence-model
+texts): few enough that their texts stay in the encoder's cache until the cases run."""
+
+
+def prepare(method: Method, work: Sequence[tuple[nx.MultiDiGraph, Case]]) -> None:
+    """Let ``method`` prepare for ``work`` (its optional ``prepare``: one batched pass over the
+    texts those cases will need). Only speed depends on it, so a failure there is logged and the
+    cases run unprepared."""
+    hook = getattr(method, "prepare", None)
+    if hook is None or not work:
+        return
+    try:
+        hook(work)
+    except (MemtraceError, ValueError, RuntimeError, OSError) as exc:
+        logger.warning("memtrace: %s could not prepare %d cases: %s", method.name, len(work), exc)
 
 
 @dataclass
@@ -621,7 +641,12 @@ def _run_in_process(
         verdicts: list[Verdict] = []
         empty = nx.MultiDiGraph()
         bar = Progress(progress, "attributing", total=len(work), unit="case")
-        for store, case in work:
+        for i, (store, case) in enumerate(work):
+            if i % PREPARE_WINDOW == 0:
+                window = work[i : i + PREPARE_WINDOW]
+                prepare(
+                    method, [(graphs.get(s, empty), c) for s, c in window if c.case_id not in done]
+                )
             bar.update(1)
             if case.case_id in done:
                 summary.resumed += 1

@@ -52,6 +52,7 @@ from memtrace_otel.attribution._model import Case, Verdict, load_cases
 from memtrace_otel.errors import BackendError, MemtraceError
 from memtrace_otel.graph import build_graph, graph_index
 from memtrace_otel.job._batch import (
+    PREPARE_WINDOW,
     BatchSummary,
     LineageJoin,
     QuietHeap,
@@ -60,6 +61,7 @@ from memtrace_otel.job._batch import (
     load_with_progress,
     op_refs,
     pending_reason,
+    prepare,
     store_of,
     take_outcomes,
 )
@@ -226,9 +228,10 @@ def attribute_store(
             and newest > shared.attributed_at[case.case_id] * 1e9
         }
     try:
-        for case in todo:
-            if case.case_id in shared.done and case.case_id not in result.stale:
-                continue
+        pending = [c for c in todo if c.case_id not in shared.done or c.case_id in result.stale]
+        for i, case in enumerate(pending):
+            if i % PREPARE_WINDOW == 0:
+                prepare(shared.method, [(G, c) for c in pending[i : i + PREPARE_WINDOW]])
             try:
                 result.verdicts[case.case_id] = shared.method.attribute(G, case)
             except _CASE_ERRORS as exc:
