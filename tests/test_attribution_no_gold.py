@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from memtrace_otel.attribution import Case, EvidenceMethod, Verdict
 from memtrace_otel.attribution._scoring import production_view
+from memtrace_otel.attribution._semantic import default_encoder
 from memtrace_otel.attribution._text import is_non_answer
 from memtrace_otel.export import span_to_record
 from memtrace_otel.graph import build_graph
@@ -185,3 +186,97 @@ def test_the_wrong_value_beside_the_right_one_is_not_what_a_carrier_must_keep(pi
     pipe.ask("What is the name of Rosa's ferret?", [other], "The ferret is called Biscotti.")
     verdict = pipe.verdict(prediction="The ferret is called Biscotti.")
     assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason
+
+
+# --- the question's subject, the answer's kind, supersession (issue 30, the suite of real apps) -
+def test_the_subjects_messages_are_told_apart_by_meaning(pipe: Pipe) -> None:
+    # "Greer" is in every message about Greer and in the record of one of them: it tells none
+    # apart. Among Greer's messages the one that means "a living" is the job: it was never
+    # extracted.
+    if default_encoder() is None:
+        pytest.skip("no sentence model installed")
+    classes = pipe.message("My cousin Greer enrolled in evening classes for Icelandic.")
+    ferret = pipe.message("My cousin Greer brought home a ferret and named it Quasar.")
+    job = pipe.message("My cousin Greer pays the rent working as a harbour pilot.")
+    for text in (
+        "My aunt Radomir pays the rent working as a cartographer.",
+        "My landlady Dagny pays the rent working as a farrier.",
+        "My running buddy Tamsin pays the rent working as a glassblower.",
+    ):
+        pipe.create(pipe.extract([pipe.message(text)], text))
+    pipe.message("By the way, Greer celebrated turning 67 over the weekend.")
+    rec = pipe.create(pipe.extract([classes], "Greer is studying Icelandic"))
+    pipe.create(pipe.extract([ferret], "Greer has a ferret called Quasar"))
+    pipe.extract([job], "Greer has a cousin")
+    pipe.ask("What does Greer do for a living?", [rec], "I don't have that information.")
+    verdict = pipe.verdict(prediction="I don't have that information.")
+    assert verdict.evidence_refs == (job.ref,), verdict.reason
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
+def test_a_place_as_the_complement_of_the_questions_word_bears_the_answer(pipe: Pipe) -> None:
+    # "home is Tbilisi" answers "which town does she call home?" though no preposition
+    # stands before the place; the record that holds it was not retrieved.
+    msg = pipe.message("Quick update about my running buddy Tamsin: these days home is Tbilisi.")
+    noise = pipe.message("My running buddy Tamsin plays lacrosse on weekends.")
+    pipe.create(pipe.extract([msg], "Tamsin lives in Tbilisi"))
+    other = pipe.create(pipe.extract([noise], "Tamsin plays lacrosse"))
+    pipe.ask("Which town does Tamsin call home at the moment?", [other], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert verdict.evidence_refs == (msg.ref,), verdict.reason
+    assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason
+
+
+def test_the_weekday_beside_a_fact_and_its_shared_shape_are_not_what_a_carrier_keeps(
+    pipe: Pipe,
+) -> None:
+    # "practising the bassoon every Thursday evening": the weekday is not what "which
+    # instrument" asks for, and "practising every evening" is the shape another person's
+    # statement shares: the record that kept the bassoon carries the fact, and it was not
+    # retrieved.
+    msg = pipe.message("My running buddy Tamsin has been practising the bassoon every Thursday.")
+    other_msg = pipe.message("My landlady Dagny has been practising the marimba every Thursday.")
+    pipe.create(pipe.extract([msg], "Tamsin is learning to play the bassoon"))
+    other = pipe.create(pipe.extract([other_msg], "Dagny is learning to play the marimba"))
+    pipe.ask("Which instrument has Tamsin been taking up?", [other], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert verdict.evidence_refs == (msg.ref,), verdict.reason
+    assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason
+
+
+def test_the_subjects_name_is_not_what_a_carrier_must_keep(pipe: Pipe) -> None:
+    # The question names Itzel, and the evidence names nothing else: a record about Itzel that
+    # says another ingredient does not carry the fact; the extraction distorted it.
+    msg = pipe.message("Heads up: my godson Itzel gets hives from anything with fennel in it.")
+    rec = pipe.create(pipe.extract([msg], "Itzel is allergic to mango"))
+    wrong = "Keep mango away from Itzel."
+    pipe.ask("Which ingredient should be kept away from Itzel's plate?", [rec], wrong)
+    verdict = pipe.verdict(prediction=wrong)
+    assert verdict.evidence_refs == (msg.ref,), verdict.reason
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
+def test_a_wrong_answer_that_repeats_an_earlier_statement_is_followed_to_the_change(
+    pipe: Pipe,
+) -> None:
+    # A present-tense question answered with the earlier value: the later message that names
+    # that value and a new one changed it. A merge kept the old value: the merge lost it.
+    old = pipe.message("My landlady Kasimir pays the rent working as a stonemason.", "3 May 2023")
+    pipe.message("My cousin Marit pays the rent working as a glassblower.", "3 May 2023")
+    new = pipe.message(
+        "Kasimir handed in notice as a stonemason and now works as a luthier.", "9 May 2023"
+    )
+    older = pipe.create(pipe.extract([old], "Kasimir works as a stonemason"))
+    newer = pipe.create(pipe.extract([new], "Kasimir works as a luthier"))
+    mt = pipe.mt
+    with mt.generate("t.merge_llm", inputs=[older, newer]) as op:
+        merged = op.output(
+            mt.variable("merged:1", "Kasimir works as a stonemason", category="prediction")
+        )
+    rec = pipe.update(older, "Kasimir works as a stonemason", name="t.merge", inputs=[merged])
+    pipe.delete(newer)
+    wrong = "Kasimir is a stonemason."
+    pipe.ask("What does Kasimir do for a living?", [rec], wrong)
+    verdict = pipe.verdict(prediction=wrong)
+    assert verdict.evidence_refs == (new.ref,), verdict.reason
+    assert _culprit(verdict) == ("UpdateError", "t.merge"), verdict.reason

@@ -42,6 +42,7 @@ from __future__ import annotations
 import functools
 import heapq
 import json
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -962,7 +963,10 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
     avoid = {i for i in sources if not bears(i)}
     # The speaker's own name is in every record about them: it tells none apart.
     speakers = _speakers(scope)
-    votes = _record_votes(scope, case.question, speakers)
+    # The question's subject: the names it asks about (not the speaker's own). A record that
+    # matches the question only through them says nothing about which of its messages is meant.
+    subject = entity_tokens(case.question) - speakers
+    votes = _record_votes(scope, case.question, speakers | subject)
     telling = corpus.telling(case.question) - _NAMING_WORDS - speakers
     # In the running through a word that tells messages apart (its own or its records'), or
     # through its meaning (near the question: a paraphrase); ranked by both.
@@ -972,6 +976,8 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
         for i, score in _rank(corpus, case.question, records=votes, meaning=True)
         if i not in avoid and (corpus.words[i] & telling or i in votes or i in near)
     ]
+    if subject:
+        scored = _about_subject(corpus, case.question, scored, subject, telling, votes, reading)
     ranked = [i for i, _ in scored]
     direct = [i for i in ranked if bears(i) and not reading(i).other_subject]
     # A link restates the question's own words (a message near it in meaning only is not one).
@@ -1015,6 +1021,8 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
             if question.present and question.kind == PLACE
             else None
         )
+        if later is None and question.present and first in sources:
+            later = _change_statement(scope, first, order, wrong_tokens, question, reading)
         if later is not None:
             # A present-tense question: a later statement of the same kind by the speaker
             # superseded the best match.
@@ -1052,6 +1060,74 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
     if found is None:
         return _Evidence([], 0.0, "none")
     return _Evidence([candidates[found]], _SURE_NEAREST, "question", bearing=bears(found))
+
+
+def _change_statement(
+    scope: _Scope,
+    first: int,
+    order: list[tuple[int, int]],
+    wrong: frozenset[str],
+    question: Question,
+    reading: Callable[[int], Reading],
+) -> int | None:
+    """The latest later message that changes what ``first`` says, when the wrong answer
+    repeats it: a present-tense question asks for the current value, and an answer that gives
+    the value of an earlier statement ("Kasimir is a stonemason") is wrong because a later
+    one names that value and a new one ("handed in notice as a stonemason and now works as a
+    luthier"). The value is what the wrong answer took from ``first`` beyond the question's
+    own words."""
+    _, corpus = _store_messages(scope)
+    said = corpus.words[first]
+    value = frozenset(w for w in (said & wrong) - question.asked - _COMMON if len(w) > 2)
+    if not value:
+        return None
+    changes = [
+        i
+        for i in range(len(corpus.words))
+        if order[i] > order[first]
+        and value <= corpus.words[i]
+        and not reading(i).other_subject
+        and corpus.words[i] & question.asked
+        and frozenset(w for w in corpus.words[i] - said - question.asked - _COMMON if len(w) > 2)
+    ]
+    return max(changes, key=lambda i: order[i]) if changes else None
+
+
+def _about_subject(
+    corpus: Corpus,
+    question: str,
+    scored: list[tuple[int, float]],
+    subject: frozenset[str],
+    telling: set[str],
+    votes: dict[int, float],
+    reading: Callable[[int], Reading],
+) -> list[tuple[int, float]]:
+    """``scored`` with the messages about the question's named subject first, ranked among
+    themselves.
+
+    The subject's name is in every message about them, so it tells none of them apart: among
+    them the question's other words do (messages sharing the same ones tie), fused by
+    reciprocal rank with their rank by meaning among the same messages (the nearest by
+    sentence similarity, however far the whole store's other people's messages are) and the
+    records' votes. A message about someone else, or naming no subject, follows.
+    """
+    on = [i for i, _ in scored if corpus.words[i] & subject and not reading(i).other_subject]
+    if len(on) < 2:
+        return scored
+    beyond = telling - subject
+    matched = {i: len(corpus.words[i] & beyond) for i in on}
+    levels = sorted(set(matched.values()), reverse=True)
+    score = {i: 1.0 / (levels.index(matched[i]) + 1) + votes.get(i, 0.0) for i in on}
+    cosines = corpus.similarity(question)
+    if cosines is not None:
+        by_meaning = sorted(on, key=lambda i: (-cosines[i], i))
+        for rank, i in enumerate(by_meaning):
+            if cosines[i] > 0:
+                score[i] += 1.0 / (rank + 1)
+    first = sorted(on, key=lambda i: (-score[i], i))
+    floor = min(score.values())
+    rest = [(i, s * floor / (1.0 + s) / 2) for i, s in scored if i not in score]
+    return [(i, score[i]) for i in first] + rest
 
 
 def _by_meaning(pool: list[int], question: Question, texts: Sequence[str]) -> int | None:
@@ -1327,6 +1403,37 @@ def _merge(given: Case, traced: Case) -> Case:
     )
 
 
+def _rarest(scope: _Scope, words: frozenset[str], subject: frozenset[str]) -> frozenset[str]:
+    """The words of ``words`` that tell one fact apart in the store: not used by any message
+    about someone else than ``subject`` (the question's names: those words are the shape the
+    store's statements share, "practising the harp every Thursday evening"), and of those the
+    ones the fewest messages use, when at most two do (the message and a restatement; the
+    words every message about the person repeats, "my running buddy Tamsin", are not it).
+    Empty when no word qualifies."""
+    _, corpus = _store_messages(scope)
+    if subject:
+        shared = frozenset().union(*(m for m in corpus.words if not m & subject))
+        words = words - shared or words
+    df = {w: sum(w in m for m in corpus.words) for w in words}
+    rare = min(df.values(), default=0)
+    if not 0 < rare <= 2:
+        return frozenset()
+    return frozenset(w for w, n in df.items() if n == rare)
+
+
+_OPEN = re.compile(r"\b(?:what|which|who|whom|whose|where|when|why|how)\b", re.IGNORECASE)
+
+
+def _asks_open(question: str) -> bool:
+    """Whether a question asks for something it does not name (a wh-question), not for a
+    yes or a no ("Is Ana in Porto?").
+
+    >>> _asks_open("Which ingredient does Ana avoid?"), _asks_open("Is Ana in Porto?")
+    (True, False)
+    """
+    return bool(_OPEN.search(question))
+
+
 def asks_for_number(question: str) -> bool:
     """Whether a question asks for a number ("how many", "how old")."""
     return Question.of(question).kind == NUMBER
@@ -1381,7 +1488,9 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
         # The names and numbers the question does not name bear the answer (a month only
         # when the question asks when); if the question names them all, the evidence
         # confirms its premise and must keep them.
-        entities = entities - _MONTHS
+        # A weekday or a month beside a fact ("practising every Thursday") is not what a
+        # question that does not ask when asks for.
+        entities = entities - _MONTHS - _WEEKDAYS
         if not asks_for_number(case.question):
             # The day beside a fact ("opening night is 12 May") is not what a question asks
             # for unless it asks when or how many: what the fact says bears the answer.
@@ -1392,11 +1501,16 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
         if not golds and case.prediction and not is_non_answer(case.prediction):
             wrong = frozenset(content_tokens(case.prediction)) - asked
         key = frozenset(entities - asked - wrong) or frozenset(entities - asked)
-        key = key or frozenset(joined) or entities
+        # A question that asks for something ("what", "which") is not answered by the names
+        # it asks about: only a question confirming its premise needs the evidence to keep them.
+        key = key or frozenset(joined) or (frozenset() if _asks_open(case.question) else entities)
         if not key:
             loose = True
             key = frozenset(w for w in words - asked - _COMMON if len(w) > 2)
             key = (key - wrong or key) or frozenset(words & asked)
+            if value is not None:
+                subject = entity_tokens(case.question) - _speakers(scope)
+                key = _rarest(scope, key, subject) or key
         strict = key & entities
     topic_pool = [
         t for t in dict.fromkeys(content_tokens(text)) if t not in key and not t.isdigit()
@@ -1415,6 +1529,7 @@ _MONTHS = frozenset(
         "january february march april may june july august september october november december"
     )
 )
+_WEEKDAYS = frozenset(content_tokens("monday tuesday wednesday thursday friday saturday sunday"))
 _VAGUE = frozenset(
     content_tokens(
         "recently lately earlier ago sometime once before previously yesterday today tonight "

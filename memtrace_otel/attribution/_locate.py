@@ -91,6 +91,7 @@ _FIRST_SUBJECT = frozenset(
     {"i", "i'm", "i've", "i'd", "i'll", "we", "we're", "we've", "we'd", "we'll"}
 )
 _FIRST_PERSON = _FIRST_SUBJECT | {"me", "my", "mine", "myself", "us", "our", "ours"}
+_COPULA = frozenset({"is", "was", "are", "were"})
 # Words that give a name to something ("called Kate", "my sister's name is Dora").
 _NAMING = frozenset({"name", "named", "call", "called", "calls", "names", "is"})
 _NAMING_STEMS = frozenset(stem(w) for w in ("name", "named", "called", "call", "names"))
@@ -293,6 +294,17 @@ def _read(
             continue
         previous = lowered[i - 1] if i else ""
         if previous in _LOCATIVE:
+            places.add(token)
+            slots.add(previous)
+            continue
+        if (
+            question.kind == PLACE
+            and previous in _COPULA
+            and i >= 2
+            and stem(lowered[i - 2]) in question.asked
+        ):
+            # The complement of a copula whose subject is the question's own word ("home is
+            # Tbilisi", for "which town does she call home?") is what the question asks for.
             places.add(token)
             slots.add(previous)
             continue
