@@ -280,3 +280,48 @@ def test_a_wrong_answer_that_repeats_an_earlier_statement_is_followed_to_the_cha
     verdict = pipe.verdict(prediction=wrong)
     assert verdict.evidence_refs == (new.ref,), verdict.reason
     assert _culprit(verdict) == ("UpdateError", "t.merge"), verdict.reason
+
+
+def test_a_record_that_keeps_the_word_that_tells_the_fact_apart_carries_it(pipe: Pipe) -> None:
+    # Nothing names the allergen: the record derived from the message kept "kiwi", the one
+    # word no other message uses, and then a clean-up deleted it: the delete lost the fact.
+    msg = pipe.message("Heads up: my cousin Solveig gets hives from anything with kiwi in it.")
+    pipe.message("My cousin Solveig enrolled in evening classes for Basque.")
+    noise = pipe.message("By the way, Solveig celebrated turning 25 over the weekend.")
+    rec = pipe.create(pipe.extract([msg], "Solveig is allergic to kiwi"))
+    other = pipe.create(pipe.extract([noise], "Solveig recently turned 25"))
+    pipe.delete(rec)
+    pipe.ask("Which ingredient should be kept away from Solveig's plate?", [other], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert verdict.evidence_refs == (msg.ref,), verdict.reason
+    assert _culprit(verdict) == ("DeletionError", "t.delete"), verdict.reason
+
+
+def test_a_question_in_the_simple_present_asks_for_the_latest_change(pipe: Pipe) -> None:
+    # "What game keeps him busy?" is in the present tense without an auxiliary; the answer
+    # repeats the earlier sport, which a later message dropped for another.
+    old = pipe.message("On weekends my cousin Caetano is always out playing hurling.", "3 May 2023")
+    new = pipe.message("Caetano dropped hurling for lacrosse this season.", "9 May 2023")
+    pipe.create(pipe.extract([old], "Caetano plays hurling at weekends"))
+    newer = pipe.create(pipe.extract([new], "Caetano plays lacrosse"))
+    older_only = pipe.create(pipe.extract([old], "Caetano plays hurling"))
+    wrong = "Caetano spends weekends on hurling."
+    pipe.ask("What game keeps Caetano busy on Saturdays?", [older_only], wrong)
+    del newer
+    verdict = pipe.verdict(prediction=wrong)
+    assert verdict.evidence_refs == (new.ref,), verdict.reason
+    assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason
+
+
+def test_a_link_is_not_followed_to_a_name_that_stands_as_a_place(pipe: Pipe) -> None:
+    # "home is Ljubljana" does not name a person whose job the question asks: the message
+    # where Ljubljana is a place ("packed up in Ljubljana") is not the evidence.
+    pipe.message("Quick update about my aunt Henrike: these days home is Ljubljana.")
+    job = pipe.message("My aunt Henrike pays the rent working as a luthier.")
+    pipe.message("Big news, Henrike packed up in Ljubljana and settled in Hobart.")
+    rec = pipe.create(pipe.extract([job], "Henrike works as a luthier"))
+    pipe.delete(rec)
+    pipe.ask("What does Henrike do for a living?", [], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert job.ref in verdict.evidence_refs, verdict.reason
+    assert _culprit(verdict) == ("DeletionError", "t.delete"), verdict.reason

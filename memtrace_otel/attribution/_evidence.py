@@ -59,6 +59,7 @@ from memtrace_otel.attribution._locate import (
     Reading,
     addressed,
     name_lexicon,
+    placed,
     read,
     resolved_date,
 )
@@ -156,6 +157,7 @@ class Signature:
     dated: bool = False  # a time question: a record's date (meta) is part of what it says
     loose: bool = False  # the key is a guess (no answer known, no names): any third will do
     event: frozenset[str] = frozenset()  # a time question's words for the event it asks about
+    rare: bool = False  # the loose key is the words that tell the evidence apart in its store
 
     def carrying(
         self,
@@ -200,7 +202,13 @@ class Signature:
             if about and has_tokens(self.gold, self.gold_strict, words):
                 out.append(words)
             elif self.key:
-                loose = self.loose and 3 * len(self.key & words) >= len(self.key)
+                # A guessed key: a third of it will do, or, in a short value derived from the
+                # evidence (an extraction, a record), any of its words that tell the fact
+                # apart in the store (the key is then :func:`_rarest`'s).
+                loose = self.loose and (
+                    3 * len(self.key & words) >= len(self.key)
+                    or (self.rare and derived and single and bool(self.key & words))
+                )
                 if about and (has_tokens(self.key, self.strict, words) or loose):
                     out.append(words)
             elif recall(self.words, words) >= 0.6 or len(self.topic & words) >= 2:
@@ -1021,7 +1029,7 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
             if question.present and question.kind == PLACE
             else None
         )
-        if later is None and question.present and first in sources:
+        if later is None and question.present and wrong_tokens:
             later = _change_statement(scope, first, order, wrong_tokens, question, reading)
         if later is not None:
             # A present-tense question: a later statement of the same kind by the speaker
@@ -1075,17 +1083,21 @@ def _change_statement(
     the value of an earlier statement ("Kasimir is a stonemason") is wrong because a later
     one names that value and a new one ("handed in notice as a stonemason and now works as a
     luthier"). The value is what the wrong answer took from ``first`` beyond the question's
-    own words."""
+    own words that at most two messages use (the statement and its change)."""
     _, corpus = _store_messages(scope)
     said = corpus.words[first]
-    value = frozenset(w for w in (said & wrong) - question.asked - _COMMON if len(w) > 2)
+    value = frozenset(
+        w
+        for w in (said & wrong) - question.asked - _COMMON
+        if sum(w in m for m in corpus.words) <= 2  # a value tells a fact apart, as _rarest's
+    )
     if not value:
         return None
     changes = [
         i
         for i in range(len(corpus.words))
         if order[i] > order[first]
-        and value <= corpus.words[i]
+        and value & corpus.words[i]
         and not reading(i).other_subject
         and corpus.words[i] & question.asked
         and frozenset(w for w in corpus.words[i] - said - question.asked - _COMMON if len(w) > 2)
@@ -1153,8 +1165,8 @@ def _hop(
     """The best message about a name a link introduced that bears the answer."""
     query = " ".join([question.text, *sorted(names)])
     for i, _ in corpus.ranking(query):
-        if i == link or not (corpus.words[i] & names):
-            continue
+        if i == link or not (corpus.words[i] & names) or placed(corpus.texts[i], names):
+            continue  # a name that stands as a place there is not whom the link named
         if bears(i, names) and not reading(i, names).other_subject:
             return i
     return None
@@ -1409,16 +1421,20 @@ def _rarest(scope: _Scope, words: frozenset[str], subject: frozenset[str]) -> fr
     store's statements share, "practising the harp every Thursday evening"), and of those the
     ones the fewest messages use, when at most two do (the message and a restatement; the
     words every message about the person repeats, "my running buddy Tamsin", are not it).
-    Empty when no word qualifies."""
+    When someone else's messages use every word (two people play the same instrument), the
+    fewest of the subject's own messages. Empty when no word qualifies."""
     _, corpus = _store_messages(scope)
+    tries: list[tuple[frozenset[str], Sequence[frozenset[str]]]] = [(words, corpus.words)]
     if subject:
         shared = frozenset().union(*(m for m in corpus.words if not m & subject))
-        words = words - shared or words
-    df = {w: sum(w in m for m in corpus.words) for w in words}
-    rare = min(df.values(), default=0)
-    if not 0 < rare <= 2:
-        return frozenset()
-    return frozenset(w for w, n in df.items() if n == rare)
+        own = [m for m in corpus.words if m & subject]
+        tries = [(words - shared, corpus.words), (words, own)]
+    for some, pool in tries:
+        df = {w: sum(w in m for m in pool) for w in some}
+        rare = min(df.values(), default=0)
+        if 0 < rare <= 2:
+            return frozenset(w for w, n in df.items() if n == rare)
+    return frozenset()
 
 
 _OPEN = re.compile(r"\b(?:what|which|who|whom|whose|where|when|why|how)\b", re.IGNORECASE)
@@ -1472,7 +1488,7 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
         # it out ("on 3 April 2023") carries it as well as one that kept "today".
         gold = gold_strict = resolved_date(_text(value), _date_of(data))
     entities = entity_tokens(text)
-    loose = False
+    loose = rare = False
     if gold and gold <= words:
         key, strict = gold, gold_strict
     elif dated:
@@ -1510,7 +1526,8 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
             key = (key - wrong or key) or frozenset(words & asked)
             if value is not None:
                 subject = entity_tokens(case.question) - _speakers(scope)
-                key = _rarest(scope, key, subject) or key
+                rarest = _rarest(scope, key, subject)
+                key, rare = rarest or key, bool(rarest)
         strict = key & entities
     topic_pool = [
         t for t in dict.fromkeys(content_tokens(text)) if t not in key and not t.isdigit()
@@ -1521,7 +1538,7 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
     if dated:
         # What the question asks the date of: its words but the names and the asking.
         event = asked - entity_tokens(case.question, anywhere=True) - _ASKING_TIME
-    return Signature(ref, key, strict, gold, gold_strict, topic, words, dated, loose, event)
+    return Signature(ref, key, strict, gold, gold_strict, topic, words, dated, loose, event, rare)
 
 
 _MONTHS = frozenset(
