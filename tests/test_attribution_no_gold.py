@@ -4,7 +4,10 @@ Each test is a small pipeline recorded through the real SDK (the ``Pipe`` of
 ``test_attribution_evidence``): a declined answer, a question and its evidence in other word
 forms, a question whose answer is not the date beside it, a legitimate update that followed a
 later statement, a record a later step read and an overwrite replaced, and a true source that
-shares words with the wrong answer. Every one failed on main before the fix.
+shares words with the wrong answer; then the defects the suite of real apps showed (the
+question's subject, a place as a copula's complement, a guessed key, a change statement,
+instructions repeated around every turn). Every one failed on main before its fix, but two
+regression guards (the simple-present change and the link to a place), which pass on main too.
 """
 
 from __future__ import annotations
@@ -325,3 +328,45 @@ def test_a_link_is_not_followed_to_a_name_that_stands_as_a_place(pipe: Pipe) -> 
     verdict = pipe.verdict(prediction="I don't know.")
     assert job.ref in verdict.evidence_refs, verdict.reason
     assert _culprit(verdict) == ("DeletionError", "t.delete"), verdict.reason
+
+
+_PROMPT = "\n".join(
+    [
+        "You maintain a long-term memory of the user's life for an assistant at home.",
+        "Insert new memories, update stale ones and remove contradicted ones with tool calls.",
+        "Prefer short facts about people, places, habits and preferences; avoid duplicates.",
+        "Each memory should stand on its own and name the person it is about.",
+        "When a fact changes, patch the memory that holds the old value instead of adding one.",
+        "Remove a memory only when the user says it no longer holds, not when it is old.",
+        "Keep the user's own words where they are precise; do not guess missing details.",
+        "Dates, towns, jobs and names matter most: copy them exactly as the user gave them.",
+        "Do not store greetings, small talk or questions the user asked the assistant.",
+        "Think about what the assistant will need to know at the moment of the next chat.",
+        "The conversation to consider follows between the session markers below.",
+    ]
+)
+
+
+def test_the_instructions_every_message_repeats_do_not_hide_the_turn(pipe: Pipe) -> None:
+    # A memory manager's prompt wraps each turn in the same instructions and headers, recorded
+    # as the turn's message: those lines tell no message apart (and their capitalised words
+    # are no one the turn speaks of); the turn that says where Ilse lives does, and the manager
+    # never stored it.
+    turns = [
+        "On weekends my neighbour Paavo is always out playing lacrosse.",
+        "Quick update about my running buddy Ilse: these days home is Tromsø.",
+        "My neighbour Paavo pays the rent working as a farrier.",
+        "My running buddy Ilse enrolled in evening classes for Georgian.",
+    ]
+    header = "=============== Human Message ==============="
+    msgs = [pipe.message(f"{_PROMPT}\n<session>\n{header}\n{t}\n</session>") for t in turns]
+    recs = [
+        pipe.create(pipe.extract([m], t))
+        for m, t in zip(msgs, turns, strict=True)
+        if "Tromsø" not in t
+    ]
+    pipe.extract([msgs[1]], "Ilse has a running buddy")
+    pipe.ask("Which town does Ilse call home at the moment?", recs[-1:], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert verdict.evidence_refs == (msgs[1].ref,), verdict.reason
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason

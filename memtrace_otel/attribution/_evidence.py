@@ -1325,9 +1325,34 @@ def _store_messages(scope: _Scope) -> tuple[list[str], Corpus]:
         if not messages:
             messages = [m for ms in index.store_messages.values() for m in ms]
         messages = [m for m in messages if G.nodes[m].get("value")]
-        cached = (messages, Corpus([_text(G.nodes[m]["value"]) for m in messages]))
+        cached = (
+            messages,
+            Corpus(_without_boilerplate([_text(G.nodes[m]["value"]) for m in messages])),
+        )
         index.memo[key] = cached
     return cached
+
+
+def _without_boilerplate(texts: list[str]) -> list[str]:
+    """``texts`` without the lines most of them repeat (a prompt's instructions wrapped around
+    each turn): a line in more than half of at least three texts tells none apart, and its
+    words would outweigh the turn's own. A text made only of such lines is kept whole."""
+    if len(texts) < 3:
+        return texts
+    lines = [[line.strip() for line in text.splitlines()] for text in texts]
+    counts: dict[str, int] = {}
+    for each in lines:
+        for line in set(each):
+            if len(line) >= 20:
+                counts[line] = counts.get(line, 0) + 1
+    common = {line for line, n in counts.items() if 2 * n > len(texts)}
+    if not common:
+        return texts
+    out = []
+    for text, each in zip(texts, lines, strict=True):
+        kept = [line for line in each if line not in common]
+        out.append("\n".join(kept) if any(kept) else text)
+    return out
 
 
 def _record_votes(
