@@ -370,3 +370,24 @@ def test_the_instructions_every_message_repeats_do_not_hide_the_turn(pipe: Pipe)
     verdict = pipe.verdict(prediction="I don't know.")
     assert verdict.evidence_refs == (msgs[1].ref,), verdict.reason
     assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
+def test_a_markup_tag_around_the_turn_is_not_what_a_carrier_must_keep(pipe: Pipe) -> None:
+    # Each turn sits between session tags whose ids hold numbers: they are markup, not the
+    # answer. The record kept the ferret's name and a clean-up deleted it.
+    turns = [
+        "My neighbour Paavo brought home a ferret and named it Sprocket.",
+        "On weekends my neighbour Paavo is always out playing lacrosse.",
+        "My running buddy Ilse enrolled in evening classes for Georgian.",
+    ]
+    msgs = [
+        pipe.message(f"{_PROMPT}\n<session_39716ff9-3034-{i}>\n{t}\n</session_39716ff9-3034-{i}>")
+        for i, t in enumerate(turns)
+    ]
+    recs = [pipe.create(pipe.extract([m], t)) for m, t in zip(msgs, turns, strict=True)]
+    pipe.delete(recs[0])
+    question = "What is the name of the ferret that belongs to Paavo?"
+    pipe.ask(question, recs[1:2], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert verdict.evidence_refs == (msgs[0].ref,), verdict.reason
+    assert _culprit(verdict) == ("DeletionError", "t.delete"), verdict.reason

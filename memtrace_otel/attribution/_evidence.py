@@ -1333,25 +1333,42 @@ def _store_messages(scope: _Scope) -> tuple[list[str], Corpus]:
     return cached
 
 
+_TAG = re.compile(r"</?[A-Za-z][\w.:-]*>")
+
+
+def _positions(scope: _Scope) -> dict[str, int]:
+    """Each store message's position in :func:`_store_messages` (built once per store)."""
+    key = ("positions", scope.store)
+    cached = scope.index.memo.get(key)
+    if cached is None:
+        messages, _ = _store_messages(scope)
+        cached = {m: i for i, m in enumerate(messages)}
+        scope.index.memo[key] = cached
+    return cached
+
+
 def _without_boilerplate(texts: list[str]) -> list[str]:
     """``texts`` without the lines most of them repeat (a prompt's instructions wrapped around
     each turn): a line in more than half of at least three texts tells none apart, and its
-    words would outweigh the turn's own. A text made only of such lines is kept whole."""
+    words would outweigh the turn's own. A line that is only a markup tag (``<session_1f3a>``)
+    says nothing either. A text made only of such lines is kept whole."""
     if len(texts) < 3:
         return texts
-    lines = [[line.strip() for line in text.splitlines()] for text in texts]
+    lines = [
+        [line.strip() for line in text.splitlines() if not _TAG.fullmatch(line.strip())]
+        for text in texts
+    ]
     counts: dict[str, int] = {}
     for each in lines:
         for line in set(each):
             if len(line) >= 20:
                 counts[line] = counts.get(line, 0) + 1
     common = {line for line, n in counts.items() if 2 * n > len(texts)}
-    if not common:
-        return texts
     out = []
     for text, each in zip(texts, lines, strict=True):
         kept = [line for line in each if line not in common]
-        out.append("\n".join(kept) if any(kept) else text)
+        changed = len(kept) < len(text.splitlines())
+        out.append("\n".join(kept) if changed and any(kept) else text)
     return out
 
 
@@ -1494,7 +1511,10 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
             return None
         text = ""
     else:
-        text = _text(value)
+        # As the search read it: without the lines most of the store's messages repeat.
+        _, corpus = _store_messages(scope)
+        at = _positions(scope).get(ref)
+        text = corpus.texts[at] if at is not None else _text(value)
     dated = asks_for_time(case.question)
     if dated:
         text = f"{text}\n{_date_of(data)}"
