@@ -1562,9 +1562,12 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
         if not golds and case.prediction and not is_non_answer(case.prediction):
             wrong = frozenset(content_tokens(case.prediction)) - asked
         key = frozenset(entities - asked - wrong) or frozenset(entities - asked)
-        # A question that asks for something ("what", "which") is not answered by the names
-        # it asks about: only a question confirming its premise needs the evidence to keep them.
-        key = key or frozenset(joined) or (frozenset() if _asks_open(case.question) else entities)
+        # Without an expected answer, a question that asks for something ("what", "which") is
+        # not answered by the names it asks about: only a question confirming its premise needs
+        # the evidence to keep them. (An expected answer phrased otherwise keeps them: the
+        # evidence is then the message that holds it, which names what it is about.)
+        open_question = _asks_open(case.question) and not golds
+        key = key or frozenset(joined) or (frozenset() if open_question else entities)
         if not key:
             loose = True
             key = frozenset(w for w in words - asked - _COMMON if len(w) > 2)
