@@ -4,7 +4,10 @@ Each test is a small pipeline recorded through the real SDK (the ``Pipe`` of
 ``test_attribution_evidence``): a declined answer, a question and its evidence in other word
 forms, a question whose answer is not the date beside it, a legitimate update that followed a
 later statement, a record a later step read and an overwrite replaced, and a true source that
-shares words with the wrong answer. Every one failed on main before the fix.
+shares words with the wrong answer; then the defects the suite of real apps showed (the
+question's subject, a place as a copula's complement, a guessed key, a change statement,
+instructions repeated around every turn). Every one failed on main before its fix, but two
+regression guards (the simple-present change and the link to a place), which pass on main too.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from memtrace_otel.attribution import Case, EvidenceMethod, Verdict
+from memtrace_otel.attribution._semantic import default_encoder
 from memtrace_otel.attribution._text import is_non_answer
 from memtrace_otel.export import span_to_record
 from memtrace_otel.graph import build_graph
@@ -185,3 +189,205 @@ def test_the_wrong_value_beside_the_right_one_is_not_what_a_carrier_must_keep(pi
     pipe.ask("What is the name of Rosa's ferret?", [other], "The ferret is called Biscotti.")
     verdict = pipe.verdict(prediction="The ferret is called Biscotti.")
     assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason
+
+
+# --- the question's subject, the answer's kind, supersession (issue 30, the suite of real apps) -
+def test_the_subjects_messages_are_told_apart_by_meaning(pipe: Pipe) -> None:
+    # "Greer" is in every message about Greer and in the record of one of them: it tells none
+    # apart. Among Greer's messages the one that means "a living" is the job: it was never
+    # extracted.
+    if default_encoder() is None:
+        pytest.skip("no sentence model installed")
+    classes = pipe.message("My cousin Greer enrolled in evening classes for Icelandic.")
+    ferret = pipe.message("My cousin Greer brought home a ferret and named it Quasar.")
+    job = pipe.message("My cousin Greer pays the rent working as a harbour pilot.")
+    for text in (
+        "My aunt Radomir pays the rent working as a cartographer.",
+        "My landlady Dagny pays the rent working as a farrier.",
+        "My running buddy Tamsin pays the rent working as a glassblower.",
+    ):
+        pipe.create(pipe.extract([pipe.message(text)], text))
+    pipe.message("By the way, Greer celebrated turning 67 over the weekend.")
+    rec = pipe.create(pipe.extract([classes], "Greer is studying Icelandic"))
+    pipe.create(pipe.extract([ferret], "Greer has a ferret called Quasar"))
+    pipe.extract([job], "Greer has a cousin")
+    pipe.ask("What does Greer do for a living?", [rec], "I don't have that information.")
+    verdict = pipe.verdict(prediction="I don't have that information.")
+    assert verdict.evidence_refs == (job.ref,), verdict.reason
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
+def test_a_place_as_the_complement_of_the_questions_word_bears_the_answer(pipe: Pipe) -> None:
+    # "home is Tbilisi" answers "which town does she call home?" though no preposition
+    # stands before the place; the record that holds it was not retrieved.
+    msg = pipe.message("Quick update about my running buddy Tamsin: these days home is Tbilisi.")
+    noise = pipe.message("My running buddy Tamsin plays lacrosse on weekends.")
+    pipe.create(pipe.extract([msg], "Tamsin lives in Tbilisi"))
+    other = pipe.create(pipe.extract([noise], "Tamsin plays lacrosse"))
+    pipe.ask("Which town does Tamsin call home at the moment?", [other], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert verdict.evidence_refs == (msg.ref,), verdict.reason
+    assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason
+
+
+def test_the_weekday_beside_a_fact_and_its_shared_shape_are_not_what_a_carrier_keeps(
+    pipe: Pipe,
+) -> None:
+    # "practising the bassoon every Thursday evening": the weekday is not what "which
+    # instrument" asks for, and "practising every evening" is the shape another person's
+    # statement shares: the record that kept the bassoon carries the fact, and it was not
+    # retrieved.
+    msg = pipe.message("My running buddy Tamsin has been practising the bassoon every Thursday.")
+    other_msg = pipe.message("My landlady Dagny has been practising the marimba every Thursday.")
+    pipe.create(pipe.extract([msg], "Tamsin is learning to play the bassoon"))
+    other = pipe.create(pipe.extract([other_msg], "Dagny is learning to play the marimba"))
+    pipe.ask("Which instrument has Tamsin been taking up?", [other], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert verdict.evidence_refs == (msg.ref,), verdict.reason
+    assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason
+
+
+def test_the_subjects_name_is_not_what_a_carrier_must_keep(pipe: Pipe) -> None:
+    # The question names Itzel, and the evidence names nothing else: a record about Itzel that
+    # says another ingredient does not carry the fact; the extraction distorted it.
+    msg = pipe.message("Heads up: my godson Itzel gets hives from anything with fennel in it.")
+    rec = pipe.create(pipe.extract([msg], "Itzel is allergic to mango"))
+    wrong = "Keep mango away from Itzel."
+    pipe.ask("Which ingredient should be kept away from Itzel's plate?", [rec], wrong)
+    verdict = pipe.verdict(prediction=wrong)
+    assert verdict.evidence_refs == (msg.ref,), verdict.reason
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
+def test_a_wrong_answer_that_repeats_an_earlier_statement_is_followed_to_the_change(
+    pipe: Pipe,
+) -> None:
+    # A present-tense question answered with the earlier value: the later message that names
+    # that value and a new one changed it. A merge kept the old value: the merge lost it.
+    old = pipe.message("My landlady Kasimir pays the rent working as a stonemason.", "3 May 2023")
+    pipe.message("My cousin Marit pays the rent working as a glassblower.", "3 May 2023")
+    new = pipe.message(
+        "Kasimir handed in notice as a stonemason and now works as a luthier.", "9 May 2023"
+    )
+    older = pipe.create(pipe.extract([old], "Kasimir works as a stonemason"))
+    newer = pipe.create(pipe.extract([new], "Kasimir works as a luthier"))
+    mt = pipe.mt
+    with mt.generate("t.merge_llm", inputs=[older, newer]) as op:
+        merged = op.output(
+            mt.variable("merged:1", "Kasimir works as a stonemason", category="prediction")
+        )
+    rec = pipe.update(older, "Kasimir works as a stonemason", name="t.merge", inputs=[merged])
+    pipe.delete(newer)
+    wrong = "Kasimir is a stonemason."
+    pipe.ask("What does Kasimir do for a living?", [rec], wrong)
+    verdict = pipe.verdict(prediction=wrong)
+    assert verdict.evidence_refs == (new.ref,), verdict.reason
+    assert _culprit(verdict) == ("UpdateError", "t.merge"), verdict.reason
+
+
+def test_a_record_that_keeps_the_word_that_tells_the_fact_apart_carries_it(pipe: Pipe) -> None:
+    # Nothing names the allergen: the record derived from the message kept "kiwi", the one
+    # word no other message uses, and then a clean-up deleted it: the delete lost the fact.
+    msg = pipe.message("Heads up: my cousin Solveig gets hives from anything with kiwi in it.")
+    pipe.message("My cousin Solveig enrolled in evening classes for Basque.")
+    noise = pipe.message("By the way, Solveig celebrated turning 25 over the weekend.")
+    rec = pipe.create(pipe.extract([msg], "Solveig is allergic to kiwi"))
+    other = pipe.create(pipe.extract([noise], "Solveig recently turned 25"))
+    pipe.delete(rec)
+    pipe.ask("Which ingredient should be kept away from Solveig's plate?", [other], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert verdict.evidence_refs == (msg.ref,), verdict.reason
+    assert _culprit(verdict) == ("DeletionError", "t.delete"), verdict.reason
+
+
+def test_a_question_in_the_simple_present_asks_for_the_latest_change(pipe: Pipe) -> None:
+    # "What game keeps him busy?" is in the present tense without an auxiliary; the answer
+    # repeats the earlier sport, which a later message dropped for another.
+    old = pipe.message("On weekends my cousin Caetano is always out playing hurling.", "3 May 2023")
+    new = pipe.message("Caetano dropped hurling for lacrosse this season.", "9 May 2023")
+    pipe.create(pipe.extract([old], "Caetano plays hurling at weekends"))
+    newer = pipe.create(pipe.extract([new], "Caetano plays lacrosse"))
+    older_only = pipe.create(pipe.extract([old], "Caetano plays hurling"))
+    wrong = "Caetano spends weekends on hurling."
+    pipe.ask("What game keeps Caetano busy on Saturdays?", [older_only], wrong)
+    del newer
+    verdict = pipe.verdict(prediction=wrong)
+    assert verdict.evidence_refs == (new.ref,), verdict.reason
+    assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason
+
+
+def test_a_link_is_not_followed_to_a_name_that_stands_as_a_place(pipe: Pipe) -> None:
+    # "home is Ljubljana" does not name a person whose job the question asks: the message
+    # where Ljubljana is a place ("packed up in Ljubljana") is not the evidence.
+    pipe.message("Quick update about my aunt Henrike: these days home is Ljubljana.")
+    job = pipe.message("My aunt Henrike pays the rent working as a luthier.")
+    pipe.message("Big news, Henrike packed up in Ljubljana and settled in Hobart.")
+    rec = pipe.create(pipe.extract([job], "Henrike works as a luthier"))
+    pipe.delete(rec)
+    pipe.ask("What does Henrike do for a living?", [], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert job.ref in verdict.evidence_refs, verdict.reason
+    assert _culprit(verdict) == ("DeletionError", "t.delete"), verdict.reason
+
+
+_PROMPT = "\n".join(
+    [
+        "You maintain a long-term memory of the user's life for an assistant at home.",
+        "Insert new memories, update stale ones and remove contradicted ones with tool calls.",
+        "Prefer short facts about people, places, habits and preferences; avoid duplicates.",
+        "Each memory should stand on its own and name the person it is about.",
+        "When a fact changes, patch the memory that holds the old value instead of adding one.",
+        "Remove a memory only when the user says it no longer holds, not when it is old.",
+        "Keep the user's own words where they are precise; do not guess missing details.",
+        "Dates, towns, jobs and names matter most: copy them exactly as the user gave them.",
+        "Do not store greetings, small talk or questions the user asked the assistant.",
+        "Think about what the assistant will need to know at the moment of the next chat.",
+        "The conversation to consider follows between the session markers below.",
+    ]
+)
+
+
+def test_the_instructions_every_message_repeats_do_not_hide_the_turn(pipe: Pipe) -> None:
+    # A memory manager's prompt wraps each turn in the same instructions and headers, recorded
+    # as the turn's message: those lines tell no message apart (and their capitalised words
+    # are no one the turn speaks of); the turn that says where Ilse lives does, and the manager
+    # never stored it.
+    turns = [
+        "On weekends my neighbour Paavo is always out playing lacrosse.",
+        "Quick update about my running buddy Ilse: these days home is Tromsø.",
+        "My neighbour Paavo pays the rent working as a farrier.",
+        "My running buddy Ilse enrolled in evening classes for Georgian.",
+    ]
+    header = "=============== Human Message ==============="
+    msgs = [pipe.message(f"{_PROMPT}\n<session>\n{header}\n{t}\n</session>") for t in turns]
+    recs = [
+        pipe.create(pipe.extract([m], t))
+        for m, t in zip(msgs, turns, strict=True)
+        if "Tromsø" not in t
+    ]
+    pipe.extract([msgs[1]], "Ilse has a running buddy")
+    pipe.ask("Which town does Ilse call home at the moment?", recs[-1:], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert verdict.evidence_refs == (msgs[1].ref,), verdict.reason
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
+def test_a_markup_tag_around_the_turn_is_not_what_a_carrier_must_keep(pipe: Pipe) -> None:
+    # Each turn sits between session tags whose ids hold numbers: they are markup, not the
+    # answer. The record kept the ferret's name and a clean-up deleted it.
+    turns = [
+        "My neighbour Paavo brought home a ferret and named it Sprocket.",
+        "On weekends my neighbour Paavo is always out playing lacrosse.",
+        "My running buddy Ilse enrolled in evening classes for Georgian.",
+    ]
+    msgs = [
+        pipe.message(f"{_PROMPT}\n<session_39716ff9-3034-{i}>\n{t}\n</session_39716ff9-3034-{i}>")
+        for i, t in enumerate(turns)
+    ]
+    recs = [pipe.create(pipe.extract([m], t)) for m, t in zip(msgs, turns, strict=True)]
+    pipe.delete(recs[0])
+    question = "What is the name of the ferret that belongs to Paavo?"
+    pipe.ask(question, recs[1:2], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert verdict.evidence_refs == (msgs[0].ref,), verdict.reason
+    assert _culprit(verdict) == ("DeletionError", "t.delete"), verdict.reason

@@ -49,6 +49,7 @@ from __future__ import annotations
 import functools
 import heapq
 import json
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -65,6 +66,7 @@ from memtrace_otel.attribution._locate import (
     Reading,
     addressed,
     name_lexicon,
+    placed,
     read,
     resolved_date,
 )
@@ -159,6 +161,7 @@ class Signature:
     dated: bool = False  # a time question: a record's date (meta) is part of what it says
     loose: bool = False  # the key is a guess (no answer known, no names): any third will do
     event: frozenset[str] = frozenset()  # a time question's words for the event it asks about
+    rare: bool = False  # the loose key is the words that tell the evidence apart in its store
 
     def carrying(
         self,
@@ -203,7 +206,13 @@ class Signature:
             if about and has_tokens(self.gold, self.gold_strict, words):
                 out.append(words)
             elif self.key:
-                loose = self.loose and 3 * len(self.key & words) >= len(self.key)
+                # A guessed key: a third of it will do, or, in a short value derived from the
+                # evidence (an extraction, a record), any of its words that tell the fact
+                # apart in the store (the key is then :func:`_rarest`'s).
+                loose = self.loose and (
+                    3 * len(self.key & words) >= len(self.key)
+                    or (self.rare and derived and single and bool(self.key & words))
+                )
                 if about and (has_tokens(self.key, self.strict, words) or loose):
                     out.append(words)
             elif recall(self.words, words) >= 0.6 or len(self.topic & words) >= 2:
@@ -1072,7 +1081,10 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
     avoid = {i for i in sources if not bears(i)}
     # The speaker's own name is in every record about them: it tells none apart.
     speakers = _speakers(scope)
-    votes = _record_votes(scope, case.question, speakers)
+    # The question's subject: the names it asks about (not the speaker's own). A record that
+    # matches the question only through them says nothing about which of its messages is meant.
+    subject = entity_tokens(case.question) - speakers
+    votes = _record_votes(scope, case.question, speakers | subject)
     telling = corpus.telling(case.question) - _NAMING_WORDS - speakers
     # In the running through a word that tells messages apart (its own or its records'), or
     # through its meaning (near the question: a paraphrase); ranked by both.
@@ -1082,6 +1094,8 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
         for i, score in _rank(corpus, case.question, records=votes, meaning=True)
         if i not in avoid and (corpus.words[i] & telling or i in votes or i in near)
     ]
+    if subject:
+        scored = _about_subject(corpus, case.question, scored, subject, telling, votes, reading)
     ranked = [i for i, _ in scored]
     direct = [i for i in ranked if bears(i) and not reading(i).other_subject]
     # A link restates the question's own words (a message near it in meaning only is not one).
@@ -1125,6 +1139,8 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
             if question.present and question.kind == PLACE
             else None
         )
+        if later is None and question.present and wrong_tokens:
+            later = _change_statement(scope, first, order, wrong_tokens, question, reading)
         if later is not None:
             # A present-tense question: a later statement of the same kind by the speaker
             # superseded the best match.
@@ -1164,6 +1180,78 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
     return _Evidence([candidates[found]], _SURE_NEAREST, "question", bearing=bears(found))
 
 
+def _change_statement(
+    scope: _Scope,
+    first: int,
+    order: list[tuple[int, int]],
+    wrong: frozenset[str],
+    question: Question,
+    reading: Callable[[int], Reading],
+) -> int | None:
+    """The latest later message that changes what ``first`` says, when the wrong answer
+    repeats it: a present-tense question asks for the current value, and an answer that gives
+    the value of an earlier statement ("Kasimir is a stonemason") is wrong because a later
+    one names that value and a new one ("handed in notice as a stonemason and now works as a
+    luthier"). The value is what the wrong answer took from ``first`` beyond the question's
+    own words that at most two messages use (the statement and its change)."""
+    _, corpus = _store_messages(scope)
+    said = corpus.words[first]
+    value = frozenset(
+        w
+        for w in (said & wrong) - question.asked - _COMMON
+        if sum(w in m for m in corpus.words) <= 2  # a value tells a fact apart, as _rarest's
+    )
+    if not value:
+        return None
+    changes = [
+        i
+        for i in range(len(corpus.words))
+        if order[i] > order[first]
+        and value & corpus.words[i]
+        and not reading(i).other_subject
+        and corpus.words[i] & question.asked
+        and frozenset(w for w in corpus.words[i] - said - question.asked - _COMMON if len(w) > 2)
+    ]
+    return max(changes, key=lambda i: order[i]) if changes else None
+
+
+def _about_subject(
+    corpus: Corpus,
+    question: str,
+    scored: list[tuple[int, float]],
+    subject: frozenset[str],
+    telling: set[str],
+    votes: dict[int, float],
+    reading: Callable[[int], Reading],
+) -> list[tuple[int, float]]:
+    """``scored`` with the messages about the question's named subject first, ranked among
+    themselves.
+
+    The subject's name is in every message about them, so it tells none of them apart: among
+    them the question's other words do (messages sharing the same ones tie), fused by
+    reciprocal rank with their rank by meaning among the same messages (the nearest by
+    sentence similarity, however far the whole store's other people's messages are) and the
+    records' votes. A message about someone else, or naming no subject, follows.
+    """
+    on = [i for i, _ in scored if corpus.words[i] & subject and not reading(i).other_subject]
+    if len(on) < 2:
+        return scored
+    beyond = telling - subject
+    matched = {i: len(corpus.words[i] & beyond) for i in on}
+    levels = sorted(set(matched.values()), reverse=True)
+    score = {i: 1.0 / (levels.index(matched[i]) + 1) + votes.get(i, 0.0) for i in on}
+    cosines = corpus.similarity(question)
+    if cosines is not None:
+        by_meaning = sorted(on, key=lambda i: (-cosines[i], i))
+        for rank, i in enumerate(by_meaning):
+            if cosines[i] > 0:
+                score[i] += 1.0 / (rank + 1)
+    first = sorted(on, key=lambda i: (-score[i], i))
+    floor = min(score.values())
+    rest = [(i, s * floor / (1.0 + s) / 2) for i, s in scored if i not in score]
+    return [(i, score[i]) for i in first] + rest
+
+
 def _by_meaning(pool: list[int], question: Question, texts: Sequence[str]) -> int | None:
     """The message of ``pool`` closest in meaning to the question, when it leads the next by
     ``_SEMANTIC_LEAD`` (sentence similarity, :mod:`._semantic`); None without the model."""
@@ -1187,8 +1275,8 @@ def _hop(
     """The best message about a name a link introduced that bears the answer."""
     query = " ".join([question.text, *sorted(names)])
     for i, _ in corpus.ranking(query):
-        if i == link or not (corpus.words[i] & names):
-            continue
+        if i == link or not (corpus.words[i] & names) or placed(corpus.texts[i], names):
+            continue  # a name that stands as a place there is not whom the link named
         if bears(i, names) and not reading(i, names).other_subject:
             return i
     return None
@@ -1347,9 +1435,51 @@ def _store_messages(scope: _Scope) -> tuple[list[str], Corpus]:
         if not messages:
             messages = [m for ms in index.store_messages.values() for m in ms]
         messages = [m for m in messages if G.nodes[m].get("value")]
-        cached = (messages, Corpus([_text(G.nodes[m]["value"]) for m in messages]))
+        cached = (
+            messages,
+            Corpus(_without_boilerplate([_text(G.nodes[m]["value"]) for m in messages])),
+        )
         index.memo[key] = cached
     return cached
+
+
+_TAG = re.compile(r"</?[A-Za-z][\w.:-]*>")
+
+
+def _positions(scope: _Scope) -> dict[str, int]:
+    """Each store message's position in :func:`_store_messages` (built once per store)."""
+    key = ("positions", scope.store)
+    cached = scope.index.memo.get(key)
+    if cached is None:
+        messages, _ = _store_messages(scope)
+        cached = {m: i for i, m in enumerate(messages)}
+        scope.index.memo[key] = cached
+    return cached
+
+
+def _without_boilerplate(texts: list[str]) -> list[str]:
+    """``texts`` without the lines most of them repeat (a prompt's instructions wrapped around
+    each turn): a line in more than half of at least three texts tells none apart, and its
+    words would outweigh the turn's own. A line that is only a markup tag (``<session_1f3a>``)
+    says nothing either. A text made only of such lines is kept whole."""
+    if len(texts) < 3:
+        return texts
+    lines = [
+        [line.strip() for line in text.splitlines() if not _TAG.fullmatch(line.strip())]
+        for text in texts
+    ]
+    counts: dict[str, int] = {}
+    for each in lines:
+        for line in set(each):
+            if len(line) >= 20:
+                counts[line] = counts.get(line, 0) + 1
+    common = {line for line, n in counts.items() if 2 * n > len(texts)}
+    out = []
+    for text, each in zip(texts, lines, strict=True):
+        kept = [line for line in each if line not in common]
+        changed = len(kept) < len(text.splitlines())
+        out.append("\n".join(kept) if changed and any(kept) else text)
+    return out
 
 
 def _record_votes(
@@ -1437,6 +1567,41 @@ def _merge(given: Case, traced: Case) -> Case:
     )
 
 
+def _rarest(scope: _Scope, words: frozenset[str], subject: frozenset[str]) -> frozenset[str]:
+    """The words of ``words`` that tell one fact apart in the store: not used by any message
+    about someone else than ``subject`` (the question's names: those words are the shape the
+    store's statements share, "practising the harp every Thursday evening"), and of those the
+    ones the fewest messages use, when at most two do (the message and a restatement; the
+    words every message about the person repeats, "my running buddy Tamsin", are not it).
+    When someone else's messages use every word (two people play the same instrument), the
+    fewest of the subject's own messages. Empty when no word qualifies."""
+    _, corpus = _store_messages(scope)
+    tries: list[tuple[frozenset[str], Sequence[frozenset[str]]]] = [(words, corpus.words)]
+    if subject:
+        shared = frozenset().union(*(m for m in corpus.words if not m & subject))
+        own = [m for m in corpus.words if m & subject]
+        tries = [(words - shared, corpus.words), (words, own)]
+    for some, pool in tries:
+        df = {w: sum(w in m for m in pool) for w in some}
+        rare = min(df.values(), default=0)
+        if 0 < rare <= 2:
+            return frozenset(w for w, n in df.items() if n == rare)
+    return frozenset()
+
+
+_OPEN = re.compile(r"\b(?:what|which|who|whom|whose|where|when|why|how)\b", re.IGNORECASE)
+
+
+def _asks_open(question: str) -> bool:
+    """Whether a question asks for something it does not name (a wh-question), not for a
+    yes or a no ("Is Ana in Porto?").
+
+    >>> _asks_open("Which ingredient does Ana avoid?"), _asks_open("Is Ana in Porto?")
+    (True, False)
+    """
+    return bool(_OPEN.search(question))
+
+
 def asks_for_number(question: str) -> bool:
     """Whether a question asks for a number ("how many", "how old")."""
     return Question.of(question).kind == NUMBER
@@ -1456,7 +1621,10 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
             return None
         text = ""
     else:
-        text = _text(value)
+        # As the search read it: without the lines most of the store's messages repeat.
+        _, corpus = _store_messages(scope)
+        at = _positions(scope).get(ref)
+        text = corpus.texts[at] if at is not None else _text(value)
     dated = asks_for_time(case.question)
     if dated:
         text = f"{text}\n{_date_of(data)}"
@@ -1475,7 +1643,7 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
         # it out ("on 3 April 2023") carries it as well as one that kept "today".
         gold = gold_strict = resolved_date(_text(value), _date_of(data))
     entities = entity_tokens(text)
-    loose = False
+    loose = rare = False
     if gold and gold <= words:
         key, strict = gold, gold_strict
     elif dated:
@@ -1491,7 +1659,9 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
         # The names and numbers the question does not name bear the answer (a month only
         # when the question asks when); if the question names them all, the evidence
         # confirms its premise and must keep them.
-        entities = entities - _MONTHS
+        # A weekday or a month beside a fact ("practising every Thursday") is not what a
+        # question that does not ask when asks for.
+        entities = entities - _MONTHS - _WEEKDAYS
         if not asks_for_number(case.question):
             # The day beside a fact ("opening night is 12 May") is not what a question asks
             # for unless it asks when or how many: what the fact says bears the answer.
@@ -1502,11 +1672,20 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
         if not golds and case.prediction and not is_non_answer(case.prediction):
             wrong = frozenset(content_tokens(case.prediction)) - asked
         key = frozenset(entities - asked - wrong) or frozenset(entities - asked)
-        key = key or frozenset(joined) or entities
+        # Without an expected answer, a question that asks for something ("what", "which") is
+        # not answered by the names it asks about: only a question confirming its premise needs
+        # the evidence to keep them. (An expected answer phrased otherwise keeps them: the
+        # evidence is then the message that holds it, which names what it is about.)
+        open_question = _asks_open(case.question) and not golds
+        key = key or frozenset(joined) or (frozenset() if open_question else entities)
         if not key:
             loose = True
             key = frozenset(w for w in words - asked - _COMMON if len(w) > 2)
             key = (key - wrong or key) or frozenset(words & asked)
+            if value is not None:
+                subject = entity_tokens(case.question) - _speakers(scope)
+                rarest = _rarest(scope, key, subject)
+                key, rare = rarest or key, bool(rarest)
         strict = key & entities
     topic_pool = [
         t for t in dict.fromkeys(content_tokens(text)) if t not in key and not t.isdigit()
@@ -1517,7 +1696,7 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
     if dated:
         # What the question asks the date of: its words but the names and the asking.
         event = asked - entity_tokens(case.question, anywhere=True) - _ASKING_TIME
-    return Signature(ref, key, strict, gold, gold_strict, topic, words, dated, loose, event)
+    return Signature(ref, key, strict, gold, gold_strict, topic, words, dated, loose, event, rare)
 
 
 _MONTHS = frozenset(
@@ -1525,6 +1704,7 @@ _MONTHS = frozenset(
         "january february march april may june july august september october november december"
     )
 )
+_WEEKDAYS = frozenset(content_tokens("monday tuesday wednesday thursday friday saturday sunday"))
 _VAGUE = frozenset(
     content_tokens(
         "recently lately earlier ago sometime once before previously yesterday today tonight "

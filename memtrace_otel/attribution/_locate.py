@@ -44,6 +44,7 @@ __all__ = [
     "Reading",
     "addressed",
     "name_lexicon",
+    "placed",
     "read",
     "resolved_date",
 ]
@@ -62,6 +63,7 @@ _PLACE_Q = re.compile(
 )
 _NAME_Q = re.compile(r"\bwho(?:m|se)?\b|\bname\b|\bcalled\b|\bnamed\b", re.IGNORECASE)
 _PAST_Q = re.compile(r"\b(?:did|was|were|had|used to)\b", re.IGNORECASE)
+_PAST_VERB = re.compile(r"\b[a-z]{2,}[^e]ed\b", re.IGNORECASE)  # "painted", "moved": not "need"
 _PRESENT_Q = re.compile(r"\b(?:does|do|is|are|has|have)\b|\bnow\b|\bcurrent", re.IGNORECASE)
 # A name set off as the one spoken to ("Thanks, Jon!", "Hey Deborah!", "Jolene, sorry ..."):
 # the speaker is someone else, so the message's "I" is not that person.
@@ -91,6 +93,7 @@ _FIRST_SUBJECT = frozenset(
     {"i", "i'm", "i've", "i'd", "i'll", "we", "we're", "we've", "we'd", "we'll"}
 )
 _FIRST_PERSON = _FIRST_SUBJECT | {"me", "my", "mine", "myself", "us", "our", "ours"}
+_COPULA = frozenset({"is", "was", "are", "were"})
 # Words that give a name to something ("called Kate", "my sister's name is Dora").
 _NAMING = frozenset({"name", "named", "call", "called", "calls", "names", "is"})
 _NAMING_STEMS = frozenset(stem(w) for w in ("name", "named", "called", "call", "names"))
@@ -169,11 +172,14 @@ class Question:
         else:
             kind = THING
         past = bool(_PAST_Q.search(text))
+        # Present tense: a present auxiliary, or no past form at all ("what game keeps him
+        # busy?", "which food should be kept away from her?": a verb in -ed is past).
+        present = not past and (bool(_PRESENT_Q.search(text)) or not _PAST_VERB.search(text))
         return cls(
             text=text,
             kind=kind,
             asked=frozenset(content_tokens(text)),
-            present=bool(_PRESENT_Q.search(text)) and not past,
+            present=present,
             before=bool(_BEFORE.search(text)),
             after=bool(_AFTER.search(text)),
             past=past,
@@ -227,6 +233,20 @@ def addressed(text: str) -> frozenset[str]:
         if opens and closes:
             out.add(stem(low))
     return frozenset(out)
+
+
+def placed(text: str, names: frozenset[str]) -> bool:
+    """Whether every mention of ``names`` (stemmed) in ``text`` stands after a locative
+    preposition: there the name is a place, not a person the text speaks of.
+
+    >>> placed("Henrike packed up in Ljubljana.", frozenset({"ljubljana"}))
+    True
+    >>> placed("Ljubljana is where Kate works.", frozenset({"ljubljana"}))
+    False
+    """
+    words = [m.group().lower() for m in _RAW.finditer(text)]
+    found = [i for i, w in enumerate(words) if stem(w.split("'")[0]) in names]
+    return bool(found) and all(i and words[i - 1] in _LOCATIVE for i in found)
 
 
 def name_lexicon(texts: Iterable[str]) -> frozenset[str]:
@@ -293,6 +313,17 @@ def _read(
             continue
         previous = lowered[i - 1] if i else ""
         if previous in _LOCATIVE:
+            places.add(token)
+            slots.add(previous)
+            continue
+        if (
+            question.kind == PLACE
+            and previous in _COPULA
+            and i >= 2
+            and stem(lowered[i - 2]) in question.asked
+        ):
+            # The complement of a copula whose subject is the question's own word ("home is
+            # Tbilisi", for "which town does she call home?") is what the question asks for.
             places.add(token)
             slots.add(previous)
             continue
