@@ -1126,6 +1126,7 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
                 bearing=bears(hop, names),
             )
     anchor: int | None = None
+    side = 1
     if link is not None and (question.before or question.after):
         anchor = link
         side = -1 if question.before else 1
@@ -1159,25 +1160,35 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
             sure = _SURE_NEAREST
         close = [candidates[i] for i in direct[1:3] if dict(scored)[i] >= _CLOSE * best]
         return _Evidence(refs, sure, "question", close, bearing=bears(first))
-    # Nothing on topic bears the answer: a statement of the asked kind by the speaker, on the
-    # anchor's side in time (after the wrong answer's source: it superseded it; before or
-    # after the link the question names).
     if anchor is None and sources and question.present:
         anchor, side = max(sources, key=lambda i: order[i]), 1
-    if anchor is not None:
-        found = _nearest_statement(anchor, side, order, reading, bears, question, texts)
-    else:
-        # No anchor either: the statement of the asked kind that means most what the question
-        # asks, when one leads clearly ("I bought a Tesla" for "what car does she drive?").
-        pool = [
-            i
-            for i in range(len(texts))
-            if i not in avoid and bears(i) and not reading(i).other_subject
-        ]
-        found = _by_meaning(pool, question, texts)
+    found = _statement_of_kind(anchor, side, avoid, question, order, reading, bears, texts)
     if found is None:
         return _Evidence([], 0.0, "none")
     return _Evidence([candidates[found]], _SURE_NEAREST, "question", bearing=bears(found))
+
+
+def _statement_of_kind(
+    anchor: int | None,
+    side: int,
+    avoid: set[int],
+    question: Question,
+    order: list[tuple[int, int]],
+    reading: Callable[[int], Reading],
+    bears: Callable[[int], frozenset[str]],
+    texts: Sequence[str],
+) -> int | None:
+    """Nothing on topic bears the answer: a statement of the asked kind by the speaker, on the
+    anchor's side in time (after the wrong answer's source: it superseded it; before or after
+    the link the question names). With no anchor either: the statement of the asked kind that
+    means most what the question asks, when one leads clearly ("I bought a Tesla" for "what
+    car does she drive?")."""
+    if anchor is not None:
+        return _nearest_statement(anchor, side, order, reading, bears, question, texts)
+    pool = [
+        i for i in range(len(texts)) if i not in avoid and bears(i) and not reading(i).other_subject
+    ]
+    return _by_meaning(pool, question, texts)
 
 
 def _change_statement(
