@@ -179,6 +179,30 @@ def test_a_merge_that_kept_the_old_value_is_blamed_not_the_delete_that_followed(
     assert _culprit(verdict) == ("UpdateError", "t.merge"), verdict.reason
 
 
+@pytest.mark.parametrize("gold", [True, False], ids=["expected", "no-expected"])
+def test_a_delete_after_an_unrelated_update_is_a_deletion_not_a_merge(
+    pipe: Pipe, gold: bool
+) -> None:
+    # An LLM memory manager (LangMem's) reads every record each turn and decides operations.
+    # One turn it patches the age record; a later turn it reads the records again and the
+    # sport record is deleted. The patch merged nothing into anything: the deletion lost it.
+    sport = pipe.message("I play hurling at weekends now.", "3 January 2023")
+    age = pipe.message("I turned 29 last week.", "5 January 2023")
+    later = pipe.message("The weather has been grim all week.", "9 January 2023")
+    rec_sport = pipe.create(pipe.extract([sport], "Rosa plays hurling at weekends"))
+    rec_age = pipe.create(pipe.extract([age], "Rosa is 28"))
+    mt = pipe.mt
+    with mt.extract("t.manager", inputs=[rec_sport, rec_age, age]) as op:
+        patch = op.output(mt.variable("decision:1", "Rosa recently turned 29", category="other"))
+    pipe.update(rec_age, "Rosa recently turned 29", inputs=[patch])
+    with mt.extract("t.manager", inputs=[rec_sport, later]) as op:
+        op.output(mt.variable("decision:2", {"json_doc_id": "a1"}, category="other"))
+    pipe.delete(rec_sport)
+    pipe.ask("Which sport does Rosa play?", [], "I don't know.")
+    verdict = pipe.verdict(gold=["hurling"] if gold else [], prediction="I don't know.")
+    assert _culprit(verdict) == ("DeletionError", "t.delete"), verdict.reason
+
+
 def test_the_wrong_value_beside_the_right_one_is_not_what_a_carrier_must_keep(pipe: Pipe) -> None:
     # "Pickle instead of Biscotti", answered "Biscotti": the record that kept Pickle carries the
     # fact; it was stored and not retrieved.

@@ -924,7 +924,7 @@ def _merged_into(
 
     A merge reads both records (itself, or through an LLM call whose output it writes), updates
     one and deletes the other: the deletion is by design, and a value lost in the merge was lost
-    by the write.
+    by the write. It is the last op that read ``var`` (a search aside) before the deletion.
     """
     index, G = scope.index, scope.index.G
     own = G.nodes[var].get("id")
@@ -941,17 +941,28 @@ def _merged_into(
             )
         )
 
-    for op in index.readers(var):
-        # The rewrite may be an LLM call that got a case id of its own (a chat call outside a
-        # question's ops): what matters is that it ran before the deletion.
-        if op == deleter or op in scope.ops or order_key(G.nodes[op]) >= until:
-            continue
-        if writes_other(op):
-            return op
-        for out in index.outputs(op):
-            for reader in index.readers(out):
-                if writes_other(reader):
-                    return reader
+    # The rewrite may be an LLM call that got a case id of its own (a chat call outside a
+    # question's ops): what matters is that it ran before the deletion. Only the last op that
+    # read the record before it was deleted can have merged it: a record read again after an
+    # update (a memory manager that reads every record each turn and patched another one) was
+    # still alive, and what the later reader decided is what removed it.
+    readers = [
+        op
+        for op in index.readers(var)
+        if op != deleter
+        and op not in scope.ops
+        and G.nodes[op]["kind"] not in _CONSULTING_KINDS
+        and order_key(G.nodes[op]) < until
+    ]
+    if not readers:
+        return None
+    last = max(readers, key=lambda op: order_key(G.nodes[op]))
+    if writes_other(last):
+        return last
+    for out in index.outputs(last):
+        for reader in index.readers(out):
+            if writes_other(reader):
+                return reader
     return None
 
 
