@@ -20,6 +20,9 @@ import pytest
 from memtrace_bench.apps.cli import SMALL
 from memtrace_bench.apps.runner import APPS, AppRun, langmem_app, langmem_python, run_app
 from memtrace_bench.apps.scenario import FAILURE_ROLES, make_world
+from memtrace_otel.graph import build_graph, graph_index
+from memtrace_otel.instrumentors.openai.patch import TOOL_CALLS_OP_NAME
+from memtrace_otel.sources import FileSource
 
 LABELS = {"ExtractionError", "UpdateError", "DeletionError", "RetrievalError", "ResponseError"}
 SEED = 1
@@ -96,6 +99,27 @@ def test_langmem_app(langmem_run: AppRun) -> None:
     assert not run.dropped, run.dropped
     assert len([c for c in run.cases if c.label]) == len(FAILURE_ROLES)
     _check(run, set(FAILURE_ROLES))
+
+
+def test_langmem_manager_reads_each_user_turn_as_a_message(langmem_run: AppRun) -> None:
+    """The manager's prompt restates the conversation inside its instructions: its decision
+    op reads each user turn it was given as a ``message`` of its own, with the role, and
+    neither the instructions nor the assistant's replies as one; its decisions are outputs."""
+    users = langmem_run.world.plan()["users"]
+    said = {text for user in users for session in user["sessions"] for text in session}
+    said |= {q["question"] for user in users for q in user["questions"]}
+    records = FileSource(str(langmem_run.folder / "traces.jsonl")).records()
+    G = build_graph(records)
+    index = graph_index(G)
+    deciders = [n for n, d in G.nodes(data=True) if d.get("name") == TOOL_CALLS_OP_NAME]
+    assert deciders
+    for op in deciders:
+        messages = [v for v in index.inputs(op) if G.nodes[v].get("category") == "message"]
+        assert len(messages) == 1, [G.nodes[v].get("value") for v in messages]
+        [message] = messages
+        assert G.nodes[message]["value"] in said
+        assert (G.nodes[message].get("meta") or {}).get("role") == "user"
+    assert any(index.outputs(op) for op in deciders)
 
 
 def test_the_langmem_environment_script_is_wired_into_make() -> None:

@@ -849,14 +849,28 @@ class LlmScope:
     memory writes that store its output have claimed it (an extraction, or a decision they
     carry out), or the unit handed its output on (the answer)."""
 
-    __slots__ = ("_lock", "pending", "removals", "turns", "unit")
+    __slots__ = ("_lock", "outer", "pending", "removals", "turns", "unit")
 
-    def __init__(self, unit: str = "", turns: Sequence[str] = ()) -> None:
+    def __init__(
+        self, unit: str = "", turns: Sequence[str] = (), outer: LlmScope | None = None
+    ) -> None:
         self.unit = unit
         self.turns = [t for t in turns if isinstance(t, str) and t.strip()]
+        self.outer = outer  # the unit this one runs inside (a library's graph in a manager call)
         self.pending: list[Deferred] = []
         self.removals: list[Removal] = []
         self._lock = threading.Lock()
+
+    def given_turns(self) -> list[list[str]]:
+        """The user turns of this unit and of the units it runs in, outermost first: the turns
+        an application gave (the conversation handed to a memory manager) come before the ones
+        a library built from them (the prompt its own graph's node was given)."""
+        chain: list[list[str]] = []
+        scope: LlmScope | None = self
+        while scope is not None:
+            chain.append(scope.turns)
+            scope = scope.outer
+        return chain[::-1]
 
     def add(self, call: Deferred) -> None:
         with self._lock:
@@ -883,7 +897,7 @@ def current_llm_scope() -> LlmScope | None:
 def enter_llm_scope(unit: str = "", turns: Sequence[str] = ()) -> tuple[object, LlmScope]:
     """Open a unit of work in this context: ``unit`` names its kind, ``turns`` are the user
     turns it was given (the texts its LLM calls read as ``message`` variables)."""
-    scope = LlmScope(unit, turns)
+    scope = LlmScope(unit, turns, _llm_scope.get())
     return _llm_scope.set(scope), scope
 
 

@@ -408,10 +408,13 @@ class _GenerateCall(Call):
 
     def _messages(self, store_id: str | None) -> list[Variable]:
         """The user turns this call read, as ``message`` variables: the turns of its unit of
-        work or run that its prompt holds, else the user messages of the request."""
+        work (or of the units it runs in, outermost first) or run that its prompt holds, else
+        the user messages of the request. A memory manager's prompt restates the conversation
+        it was given inside its instructions: each user turn of that conversation is a message
+        of its own, and the instructions and the assistant's replies are none."""
         texts: list[str] = []
         for turns in (
-            self.scope.turns if self.scope is not None else [],
+            *(self.scope.given_turns() if self.scope is not None else []),
             self.run.turns if self.run is not None else [],
         ):
             texts = [t for t in turns if normalise(t) in self.prompt]
