@@ -22,7 +22,7 @@ from memtrace_bench.apps.runner import APPS, AppRun, langmem_app, langmem_python
 from memtrace_bench.apps.scenario import FAILURE_ROLES, make_world
 from memtrace_otel.graph import build_graph, graph_index
 from memtrace_otel.instrumentors.openai.patch import TOOL_CALLS_OP_NAME
-from memtrace_otel.sources import FileSource
+from memtrace_otel.sources import open_source
 
 LABELS = {"ExtractionError", "UpdateError", "DeletionError", "RetrievalError", "ResponseError"}
 SEED = 1
@@ -108,7 +108,7 @@ def test_langmem_manager_reads_each_user_turn_as_a_message(langmem_run: AppRun) 
     users = langmem_run.world.plan()["users"]
     said = {text for user in users for session in user["sessions"] for text in session}
     said |= {q["question"] for user in users for q in user["questions"]}
-    records = FileSource(str(langmem_run.folder / "traces.jsonl")).records()
+    records = open_source(langmem_run.folder / "traces.jsonl").records()
     G = build_graph(records)
     index = graph_index(G)
     deciders = [n for n, d in G.nodes(data=True) if d.get("name") == TOOL_CALLS_OP_NAME]
