@@ -434,6 +434,38 @@ def test_a_reply_neither_stored_nor_handed_on_is_an_extraction_that_kept_nothing
     assert answer["kind"] == "generate" and answer["case"]
 
 
+def test_an_extraction_that_kept_nothing_joins_its_users_store_never_another_users(
+    instrumented: None, memtrace_exporter: InMemorySpanExporter
+) -> None:
+    """Two users in sequence. The app lists Ana's notes (a root search, outside any run), then
+    Bo's note taker keeps nothing: its extract op must not take Ana's store (it used to: the
+    last root search of the thread). Once a run of Bo's configuration worked in Bo's store,
+    Bo's next extraction that kept nothing joins that store (the user's turn joins it too)."""
+    script = _agent_script(
+        {
+            "Porto": ["User's sister Ana lives in Porto"],
+            "Lyon": ["User's friend Cleo lives in Lyon"],
+        },
+        {},
+    )
+    ana, bo = {"configurable": {"user_id": "ana"}}, {"configurable": {"user_id": "bo"}}
+    quiet = ["Heads up: my cousin Ilse cannot stand coriander.", "My uncle Rolf hums a lot."]
+    with ScriptedOpenAI(script) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        store = InMemoryStore()
+        graph = _agent(client, store)
+        graph.invoke({"messages": [{"role": "user", "content": "My sister moved to Porto."}]}, ana)
+        store.search(("memories", "ana"))  # the app lists Ana's notes
+        graph.invoke({"messages": [{"role": "user", "content": quiet[0]}]}, bo)
+        graph.invoke({"messages": [{"role": "user", "content": "My friend Cleo is in Lyon."}]}, bo)
+        graph.invoke({"messages": [{"role": "user", "content": quiet[1]}]}, bo)
+    got = by_op(memtrace_exporter.get_finished_spans())
+    kept_nothing = [o for o in got["openai.chat.extraction"] if not o["outputs"]]
+    assert [o["store"] for o in kept_nothing] == [None, "memories/bo"]
+    assert kept_nothing[0]["inputs"] == [message_ref(quiet[0], role="user")]
+    assert kept_nothing[1]["inputs"] == [message_ref(quiet[1], store_id="memories/bo")]
+
+
 def test_a_reply_an_update_stores_is_an_update_decision(
     instrumented: None, memtrace_exporter: InMemorySpanExporter
 ) -> None:
