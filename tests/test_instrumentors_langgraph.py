@@ -438,9 +438,10 @@ def test_an_extraction_that_kept_nothing_joins_its_users_store_never_another_use
     instrumented: None, memtrace_exporter: InMemorySpanExporter
 ) -> None:
     """Two users in sequence. The app lists Ana's notes (a root search, outside any run), then
-    Bo's note taker keeps nothing: its extract op must not take Ana's store (it used to: the
-    last root search of the thread). Once a run of Bo's configuration worked in Bo's store,
-    Bo's next extraction that kept nothing joins that store (the user's turn joins it too)."""
+    Bo's note taker keeps nothing in Bo's first run: its extract op must not take Ana's store
+    (it used to: the last root search of the thread) but Bo's, the namespace Ana's runs made
+    from their ``user_id``; after a run of Bo's that worked in Bo's store, the same again. The
+    user's turn is a message of that store."""
     script = _agent_script(
         {
             "Porto": ["User's sister Ana lives in Porto"],
@@ -461,9 +462,9 @@ def test_an_extraction_that_kept_nothing_joins_its_users_store_never_another_use
         graph.invoke({"messages": [{"role": "user", "content": quiet[1]}]}, bo)
     got = by_op(memtrace_exporter.get_finished_spans())
     kept_nothing = [o for o in got["openai.chat.extraction"] if not o["outputs"]]
-    assert [o["store"] for o in kept_nothing] == [None, "memories/bo"]
-    assert kept_nothing[0]["inputs"] == [message_ref(quiet[0], role="user")]
-    assert kept_nothing[1]["inputs"] == [message_ref(quiet[1], store_id="memories/bo")]
+    assert [o["store"] for o in kept_nothing] == ["memories/bo", "memories/bo"]
+    for op, turn in zip(kept_nothing, quiet, strict=True):
+        assert op["inputs"] == [message_ref(turn, store_id="memories/bo")]
 
 
 def test_a_reply_an_update_stores_is_an_update_decision(

@@ -267,17 +267,24 @@ class RunStores:
     """The store each run configuration works in, learnt from the runs of this process.
 
     A graph's nodes name their store's namespace from the run's ``configurable`` values (a
-    user id, as LangGraph's memory docs do), so a run given a value that earlier runs gave, and
-    that only ever went with one store, works in that store: a run whose nodes touch no store
-    (an extraction that kept nothing) is bound to it from the start. A value seen with two
-    stores (a model name, a flag) says nothing; values that point at different stores say
-    nothing either.
+    user id, as LangGraph's memory docs do), so a run whose nodes touch no store (an extraction
+    that kept nothing) is bound from the start to the store its configuration goes with: the
+    store earlier runs given one of its values worked in, else the namespace the earlier runs'
+    namespaces make with its values in the places where theirs had their own values
+    (``("notes", user_id)``). A value seen with two stores (a model name, a flag) says nothing;
+    several candidate stores say nothing either.
+
+    >>> stores = RunStores()
+    >>> stores.learn([("user_id", "ana")], "notes/ana")
+    >>> stores.store_of([("user_id", "ana")]), stores.store_of([("user_id", "bo")])
+    ('notes/ana', 'notes/bo')
     """
 
     _MAX = 65536
 
     def __init__(self) -> None:
         self._seen: dict[tuple[str, str], str | None] = {}  # None: seen with several stores
+        self._shapes: dict[tuple[tuple[str, str], ...], None] = {}  # (literal|key, text) parts
         self._lock = threading.Lock()
 
     @staticmethod
@@ -293,13 +300,26 @@ class RunStores:
         ]
 
     def store_of(self, pairs: Sequence[tuple[str, str]]) -> str | None:
+        values = dict(pairs)
         with self._lock:
             found = {self._seen.get(p) for p in pairs if p in self._seen}
+            shapes = list(self._shapes)
         found.discard(None)
+        if not found:  # a configuration never seen: the namespaces of the ones seen
+            found = {
+                "/".join(values[t] if kind == "key" else t for kind, t in shape)
+                for shape in shapes
+                if all(kind != "key" or t in values for kind, t in shape)
+            }
         return found.pop() if len(found) == 1 else None
 
     def learn(self, pairs: Sequence[tuple[str, str]], store_id: str) -> None:
+        keys = {value: key for key, value in pairs}
+        parts = store_id.split("/")
+        shape = tuple(("key", keys[p]) if p in keys else ("literal", p) for p in parts)
         with self._lock:
+            if any(kind == "key" for kind, _ in shape) and len(self._shapes) < 64:
+                self._shapes[shape] = None
             for pair in pairs:
                 if pair not in self._seen and len(self._seen) >= self._MAX:
                     continue
