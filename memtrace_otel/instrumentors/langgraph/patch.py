@@ -275,9 +275,15 @@ class RunStores:
     several candidate stores say nothing either.
 
     >>> stores = RunStores()
-    >>> stores.learn([("user_id", "ana")], "notes/ana")
-    >>> stores.store_of([("user_id", "ana")]), stores.store_of([("user_id", "bo")])
-    ('notes/ana', 'notes/bo')
+    >>> stores.learn([("user_id", "ana"), ("model", "m")], "notes/ana")
+    >>> stores.learn([("user_id", "bo"), ("model", "m")], "notes/bo")
+    >>> stores.store_of([("user_id", "ana"), ("model", "m")])
+    'notes/ana'
+    >>> stores.store_of([("user_id", "cy"), ("model", "m")])  # a new user: the namespace's shape
+    'notes/cy'
+    >>> stores.learn([("user_id", "cy")], "profiles/cy")  # two shapes: a new user's is unknown
+    >>> stores.store_of([("user_id", "dan")]) is None
+    True
     """
 
     _MAX = 65536
