@@ -6,8 +6,7 @@ on a LangGraph store, hot path and background, in the cached environment of
 ``opentelemetry-instrument`` against the scripted model server, which plants one question of
 each role; wrong answers are flagged with ``memtrace feedback`` (every other one with
 ``--expected``), ``memtrace attribute`` runs with no cases file, and every planted fault must
-get its label and op with ``SPAN_AND_EVENT`` capture, except the misses named below, which the
-trace has what it needs for and the method (issue 30) does not yet find: strict xfails.
+get its label and op with ``SPAN_AND_EVENT`` capture.
 """
 
 from __future__ import annotations
@@ -72,21 +71,13 @@ def test_langgraph_app(langgraph_run: AppRun) -> None:
     run = langgraph_run
     assert not run.dropped, run.dropped  # every planted fault took effect
     assert len([c for c in run.cases if c.label]) == len(FAILURE_ROLES)
-    _check(run, set(FAILURE_ROLES) - LANGGRAPH_MISSES)
+    _check(run, set(FAILURE_ROLES))
 
 
-LANGGRAPH_MISSES = {"omit"}
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="method (issue 30), no expected answer: an omitted extraction is blamed on the answer "
-    "('the evidence reached the answer's context', a message found by the question), though "
-    "the trace "
-    "has the note taker's extract op reading the user's turn (a message variable) and writing "
-    "no fact",
-)
 def test_langgraph_omission_without_expected(langgraph_run: AppRun) -> None:
+    """An omitted extraction (the note taker kept nothing) is found without an expected answer:
+    its extract op joins the user's store, though no write of its node named the store (it
+    used to take no store, or the store of the search another user's request made last)."""
     [case] = [c for c in langgraph_run.cases if c.role == "omit"]
     assert case.expected is None
     assert _verdicts(langgraph_run)["omit"] == (case.label, case.op)

@@ -434,6 +434,39 @@ def test_a_reply_neither_stored_nor_handed_on_is_an_extraction_that_kept_nothing
     assert answer["kind"] == "generate" and answer["case"]
 
 
+def test_an_extraction_that_kept_nothing_joins_its_users_store_never_another_users(
+    instrumented: None, memtrace_exporter: InMemorySpanExporter
+) -> None:
+    """Two users in sequence. The app lists Ana's notes (a root search, outside any run), then
+    Bo's note taker keeps nothing in Bo's first run: its extract op must not take Ana's store
+    (it used to: the last root search of the thread) but Bo's, the namespace Ana's runs made
+    from their ``user_id``; after a run of Bo's that worked in Bo's store, the same again. The
+    user's turn is a message of that store."""
+    script = _agent_script(
+        {
+            "Porto": ["User's sister Ana lives in Porto"],
+            "Lyon": ["User's friend Cleo lives in Lyon"],
+        },
+        {},
+    )
+    ana, bo = {"configurable": {"user_id": "ana"}}, {"configurable": {"user_id": "bo"}}
+    quiet = ["Heads up: my cousin Ilse cannot stand coriander.", "My uncle Rolf hums a lot."]
+    with ScriptedOpenAI(script) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        store = InMemoryStore()
+        graph = _agent(client, store)
+        graph.invoke({"messages": [{"role": "user", "content": "My sister moved to Porto."}]}, ana)
+        store.search(("memories", "ana"))  # the app lists Ana's notes
+        graph.invoke({"messages": [{"role": "user", "content": quiet[0]}]}, bo)
+        graph.invoke({"messages": [{"role": "user", "content": "My friend Cleo is in Lyon."}]}, bo)
+        graph.invoke({"messages": [{"role": "user", "content": quiet[1]}]}, bo)
+    got = by_op(memtrace_exporter.get_finished_spans())
+    kept_nothing = [o for o in got["openai.chat.extraction"] if not o["outputs"]]
+    assert [o["store"] for o in kept_nothing] == ["memories/bo", "memories/bo"]
+    for op, turn in zip(kept_nothing, quiet, strict=True):
+        assert op["inputs"] == [message_ref(turn, store_id="memories/bo")]
+
+
 def test_a_reply_an_update_stores_is_an_update_decision(
     instrumented: None, memtrace_exporter: InMemorySpanExporter
 ) -> None:

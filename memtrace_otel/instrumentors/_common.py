@@ -631,13 +631,15 @@ class AppRun:
     one mutable object every copy shares: the user turns the run was given (their texts become
     ``message`` variables of the LLM calls whose prompt holds them) and the answer (the last
     answering LLM call, else the last question-serving op), which the instrumentor notes in the
-    caller's context when the run returns, for :func:`last_answer`.
+    caller's context when the run returns, for :func:`last_answer`. ``store_id``: the memory
+    store the run works in (see :func:`bind_store`), ``None`` while unknown.
     """
 
-    __slots__ = ("_lock", "answer", "question", "turns")
+    __slots__ = ("_lock", "answer", "question", "store_id", "turns")
 
-    def __init__(self, turns: Sequence[str] = ()) -> None:
+    def __init__(self, turns: Sequence[str] = (), store_id: str | None = None) -> None:
         self.turns = [t for t in turns if isinstance(t, str) and t.strip()]
+        self.store_id = store_id
         self.answer: tuple[str, Any] | None = None
         self.question: tuple[str, Any] | None = None
         self._lock = threading.Lock()
@@ -847,14 +849,16 @@ class LlmScope:
     """One unit of application work (a LangGraph node run, a memory manager call). An LLM call
     made in it stays open (its block left, its end time taken) until the unit ends: by then the
     memory writes that store its output have claimed it (an extraction, or a decision they
-    carry out), or the unit handed its output on (the answer)."""
+    carry out), or the unit handed its output on (the answer). ``store_id``: the memory store
+    the unit works in, the first one a memory op of the unit named (see :func:`bind_store`)."""
 
-    __slots__ = ("_lock", "outer", "pending", "removals", "turns", "unit")
+    __slots__ = ("_lock", "outer", "pending", "removals", "store_id", "turns", "unit")
 
     def __init__(
         self, unit: str = "", turns: Sequence[str] = (), outer: LlmScope | None = None
     ) -> None:
         self.unit = unit
+        self.store_id: str | None = None
         self.turns = [t for t in turns if isinstance(t, str) and t.strip()]
         self.outer = outer  # the unit this one runs inside (a library's graph in a manager call)
         self.pending: list[Deferred] = []
@@ -896,18 +900,45 @@ def current_llm_scope() -> LlmScope | None:
 
 def enter_llm_scope(unit: str = "", turns: Sequence[str] = ()) -> tuple[object, LlmScope]:
     """Open a unit of work in this context: ``unit`` names its kind, ``turns`` are the user
-    turns it was given (the texts its LLM calls read as ``message`` variables)."""
+    turns it was given (the texts its LLM calls read as ``message`` variables). A root
+    retrieval made before the unit (another request's, another user's) does not serve its LLM
+    calls: only those the unit makes itself (:func:`retrievals_in_context`)."""
     scope = LlmScope(unit, turns, _llm_scope.get())
-    return _llm_scope.set(scope), scope
+    return (_llm_scope.set(scope), _last_root.set(None)), scope
 
 
 def leave_llm_scope(token: object, scope: LlmScope, written: Sequence[str] | None = None) -> None:
     """Close the unit (``written``: see :meth:`Deferred.resolve`)."""
-    try:  # noqa: SIM105
-        _llm_scope.reset(token)  # type: ignore[arg-type]
+    tokens: tuple[Any, Any] = token  # type: ignore[assignment]
+    try:
+        _llm_scope.reset(tokens[0])
+        _last_root.reset(tokens[1])
     except ValueError:
-        pass
+        pass  # ended in another context: nothing to restore
     scope.close(written)
+
+
+def bind_store(store_id: str | None) -> None:
+    """A memory op of this context works in ``store_id``: the unit of work in progress is bound
+    to it (its first store wins) and so is the application run (its latest store), so that
+    the LLM calls of the unit, or of the run's later units, join that store."""
+    if not store_id:
+        return
+    scope = _llm_scope.get()
+    if scope is not None and scope.store_id is None:
+        scope.store_id = store_id
+    run = _app_run.get()
+    if run is not None:
+        run.store_id = store_id
+
+
+def bound_store() -> str | None:
+    """The store the unit of work in progress is bound to, else the application run's."""
+    scope = _llm_scope.get()
+    if scope is not None and scope.store_id:
+        return scope.store_id
+    run = _app_run.get()
+    return run.store_id if run is not None else None
 
 
 def string_leaves(value: Any) -> list[str]:

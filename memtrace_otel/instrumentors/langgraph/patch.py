@@ -29,6 +29,7 @@ namespace prefix).
 from __future__ import annotations
 
 import contextvars
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar, Token
@@ -47,6 +48,7 @@ from memtrace_otel.instrumentors._common import (
     Target,
     VersionCache,
     bind,
+    bind_store,
     candidate_json,
     candidates_json,
     claim_removal,
@@ -132,6 +134,7 @@ class LangGraphTelemetry:
         self.mt = mt
         self.active = True
         self._versions: weakref.WeakKeyDictionary[Any, VersionCache] = weakref.WeakKeyDictionary()
+        self.stores = RunStores()
 
     def versions(self, store: Any) -> VersionCache:
         """The version cache of one store instance (items of different stores never mix)."""
@@ -205,13 +208,15 @@ class LangGraphTelemetry:
         if not self.active or current_app_run() is not None:
             return None  # a subgraph: the outer run holds the turns and the answer
         bound = bind(wrapped, args, kwargs)
-        return _RunCall(args, kwargs, bound.arguments.get("input") if bound else None)
+        a = bound.arguments if bound else {}
+        return _RunCall(args, kwargs, a.get("input"), self.stores, a.get("config"))
 
     def _stream_factory(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
         if not self.active or current_app_run() is not None:
             return None  # invoke's own stream, or a subgraph streamed inside a run
         bound = bind(wrapped, args, kwargs)
-        return _StreamCall(args, kwargs, bound.arguments.get("input") if bound else None)
+        a = bound.arguments if bound else {}
+        return _StreamCall(args, kwargs, a.get("input"), self.stores, a.get("config"))
 
     def _batch_factory(self, is_async: bool) -> Callable[..., Call | None]:
         def factory(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Call | None:
@@ -258,12 +263,94 @@ class _NodeCall(Call):
         leave_llm_scope(self._token, self._scope, written)
 
 
-class _RunCall(Call):
-    """One graph run (``invoke``/``ainvoke``): an :class:`AppRun` its nodes share."""
+class RunStores:
+    """The store each run configuration works in, learnt from the runs of this process.
 
-    def __init__(self, args: Any, kwargs: Any, graph_input: Any) -> None:
+    A graph's nodes name their store's namespace from the run's ``configurable`` values (a
+    user id, as LangGraph's memory docs do), so a run whose nodes touch no store (an extraction
+    that kept nothing) is bound from the start to the store its configuration goes with: the
+    store earlier runs given one of its values worked in, else the namespace the earlier runs'
+    namespaces make with its values in the places where theirs had their own values
+    (``("notes", user_id)``). A value seen with two stores (a model name, a flag) says nothing;
+    several candidate stores say nothing either.
+
+    >>> stores = RunStores()
+    >>> stores.learn([("user_id", "ana"), ("model", "m")], "notes/ana")
+    >>> stores.learn([("user_id", "bo"), ("model", "m")], "notes/bo")
+    >>> stores.store_of([("user_id", "ana"), ("model", "m")])
+    'notes/ana'
+    >>> stores.store_of([("user_id", "cy"), ("model", "m")])  # a new user: the namespace's shape
+    'notes/cy'
+    >>> stores.learn([("user_id", "cy")], "profiles/cy")  # two shapes: a new user's is unknown
+    >>> stores.store_of([("user_id", "dan")]) is None
+    True
+    """
+
+    _MAX = 65536
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], str | None] = {}  # None: seen with several stores
+        self._shapes: dict[tuple[tuple[str, str], ...], None] = {}  # (literal|key, text) parts
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def pairs(config: Any) -> list[tuple[str, str]]:
+        """The ``(key, value)`` pairs of a config's ``configurable`` (scalar values)."""
+        configurable = config.get("configurable") if isinstance(config, dict) else None
+        if not isinstance(configurable, dict):
+            return []
+        return [
+            (str(k), str(v))
+            for k, v in configurable.items()
+            if isinstance(v, str | int) and not isinstance(v, bool) and str(v)
+        ]
+
+    def store_of(self, pairs: Sequence[tuple[str, str]]) -> str | None:
+        values = dict(pairs)
+        with self._lock:
+            found = {self._seen.get(p) for p in pairs if p in self._seen}
+            shapes = list(self._shapes)
+        found.discard(None)
+        if not found:  # a configuration never seen: the namespaces of the ones seen
+            found = {
+                "/".join(values[t] if kind == "key" else t for kind, t in shape)
+                for shape in shapes
+                if all(kind != "key" or t in values for kind, t in shape)
+            }
+        return found.pop() if len(found) == 1 else None
+
+    def learn(self, pairs: Sequence[tuple[str, str]], store_id: str) -> None:
+        keys = {value: key for key, value in pairs}
+        parts = store_id.split("/")
+        shape = tuple(("key", keys[p]) if p in keys else ("literal", p) for p in parts)
+        with self._lock:
+            if any(kind == "key" for kind, _ in shape) and len(self._shapes) < 64:
+                self._shapes[shape] = None
+            for pair in pairs:
+                if pair not in self._seen and len(self._seen) >= self._MAX:
+                    continue
+                known = self._seen.get(pair, store_id)
+                self._seen[pair] = store_id if known == store_id else None
+
+
+class _RunCall(Call):
+    """One graph run (``invoke``/``ainvoke``): an :class:`AppRun` its nodes share, bound to the
+    store its configuration went with before (:class:`RunStores`), else to the first store one
+    of its nodes touches."""
+
+    def __init__(
+        self,
+        args: Any,
+        kwargs: Any,
+        graph_input: Any,
+        stores: RunStores | None = None,
+        config: Any = None,
+    ) -> None:
         super().__init__(args, kwargs)
-        self.run = AppRun(turn_texts(graph_input))
+        self.stores = stores
+        self.pairs = RunStores.pairs(config)
+        presumed = stores.store_of(self.pairs) if stores is not None else None
+        self.run = AppRun(turn_texts(graph_input), presumed)
         self._token: object = None
 
     def start(self) -> None:
@@ -272,6 +359,15 @@ class _RunCall(Call):
     def end(self, exc: BaseException | None) -> None:
         if self._token is not None:
             leave_app_run(self._token, self.run)
+        self.learn()
+
+    def learn(self) -> None:
+        """The run's configuration goes with the store its nodes worked in."""
+        try:
+            if self.stores is not None and self.run.store_id:
+                self.stores.learn(self.pairs, self.run.store_id)
+        except Exception:
+            internal_error("langgraph.run.store")
 
 
 class _StreamCall(_RunCall):
@@ -305,6 +401,7 @@ class _StreamCall(_RunCall):
             return
         try:
             leave_app_run(token, self.run)
+            self.learn()
         except Exception:
             internal_error("langgraph.stream.step")
 
@@ -522,6 +619,7 @@ class _Step:
     def open(self) -> None:
         request, mt = self.request, self.mt
         store = store_id_of(request.namespace)
+        bind_store(store)  # the node (and run) works in this store: its LLM calls join it
         if request.kind == "put":
             rid = record_id(request.namespace, request.key or "")
             self.version = self.versions.get(rid) or 0

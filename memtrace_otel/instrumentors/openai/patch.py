@@ -48,6 +48,7 @@ from memtrace_otel.instrumentors._common import (
     Retrieved,
     Target,
     baggage_case_id,
+    bound_store,
     close_op,
     current_app_run,
     current_llm_scope,
@@ -219,6 +220,7 @@ class _GenerateCall(Call):
         self.case_id: str | None = None
         self.scope: LlmScope | None = None
         self.run: AppRun | None = None
+        self.store_id: str | None = None  # the store of the retrieval its prompt used
         self.role = _PENDING
         self.content: str | None = None
         self.facts: dict[str, Variable] = {}
@@ -245,11 +247,12 @@ class _GenerateCall(Call):
             model = kwargs.get("model")
             if isinstance(model, str):
                 attributes[A.GEN_AI_REQUEST_MODEL] = model
+        self.store_id = retrieval.store_id if retrieval is not None else None
         op = self.mt.generate(
             OP_NAME,
             inputs=[r.variable() for r in records],
             prompt=prompt_for(prompt),
-            store_id=retrieval.store_id if retrieval is not None else None,
+            store_id=self.store_id or bound_store(),
             attributes=attributes,
             span=self.upstream,
         )
@@ -387,6 +390,7 @@ class _GenerateCall(Call):
             if self.role == _PENDING:
                 self.role = _EXTRACTION
                 op.reclassify(OpKind.EXTRACT, EXTRACTION_OP_NAME)
+                store_id = store_id or self._store()
                 if store_id:
                     op.set_attribute(A.GEN_AI_MEMORY_STORE_ID, store_id)
                 messages = self._messages(store_id)
@@ -445,13 +449,28 @@ class _GenerateCall(Call):
             if self.role == _PENDING and (written is None or self._handed_on(written)):
                 self._answer(op)
             elif self.role == _PENDING:
+                # An extraction that kept nothing: no write names its store, the unit's does.
                 self.role = _EXTRACTION
                 op.reclassify(OpKind.EXTRACT, EXTRACTION_OP_NAME)
-                op.add_inputs(self._messages(None))
+                store_id = self._store()
+                if store_id:
+                    op.set_attribute(A.GEN_AI_MEMORY_STORE_ID, store_id)
+                op.add_inputs(self._messages(store_id))
             elif len(self.writes) == 1 and self.writes <= {"update", "delete"}:
                 kind = OpKind.UPDATE if "update" in self.writes else OpKind.DELETE
                 op.reclassify(kind, DECISION_OP_NAMES[kind])
             close_op(op, None)
+
+    def _store(self) -> str | None:
+        """The store this call works for: the one its unit of work (or run) is bound to by now
+        (a memory op the unit made, before or after this call), else the store of the
+        retrieval its prompt used; ``None`` when nothing says."""
+        scope, run = self.scope, self.run
+        if scope is not None and scope.store_id:
+            return scope.store_id
+        if self.store_id:
+            return self.store_id
+        return run.store_id if run is not None else None
 
     def _handed_on(self, written: Sequence[str]) -> bool:
         mine = normalise(self.content or "")
