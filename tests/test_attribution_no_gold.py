@@ -415,3 +415,38 @@ def test_a_markup_tag_around_the_turn_is_not_what_a_carrier_must_keep(pipe: Pipe
     verdict = pipe.verdict(prediction="I don't know.")
     assert verdict.evidence_refs == (msgs[0].ref,), verdict.reason
     assert _culprit(verdict) == ("DeletionError", "t.delete"), verdict.reason
+
+
+def test_a_later_statement_of_where_with_another_preposition_supersedes(pipe: Pipe) -> None:
+    # "relocated to Tallinn", later "settled in Hobart": both say where the speaker lives,
+    # with other prepositions. "Now" asks for the later one; an update lost it.
+    old = pipe.message("We packed up and relocated to Tallinn for good.", "3 May 2023")
+    new = pipe.message(
+        "I finally settled in Hobart, signed the lease and everything.", "9 May 2023"
+    )
+    friend = pipe.message("Hana, an old friend of mine, has relocated to Boston.", "12 May 2023")
+    older = pipe.create(pipe.extract([old], "Rosa lives in Tallinn"))
+    newer = pipe.create(pipe.extract([new], "Rosa lives in Hobart"))
+    hana = pipe.create(pipe.extract([friend], "Hana lives in Boston"))
+    pipe.update(newer, "Rosa signed a lease")
+    pipe.ask("Where does Rosa live now?", [older, hana], "Boston")
+    verdict = pipe.verdict(prediction="Boston")
+    assert verdict.evidence_refs == (new.ref,), verdict.reason
+    assert _culprit(verdict) == ("UpdateError", "t.update"), verdict.reason
+
+
+def test_a_fact_about_a_team_is_tied_to_the_speaker_by_the_teams_name(pipe: Pipe) -> None:
+    # "The growth team's lead is Felix" names no one the question names: the speaker's own
+    # "I switched to the growth team" ties it to them. An update lost that tie: it is to blame,
+    # not the answer that declined with Felix in its context.
+    pipe.message("The design team's lead is Omar, I heard he's great.")
+    lead = pipe.message("The growth team's lead is Felix, I heard she's great.")
+    pipe.message("Heads up, I moved over to the design team.", "3 May 2023")
+    moved = pipe.message("I switched to the growth team last week, new desk and all.", "9 May 2023")
+    felix = pipe.create(pipe.extract([lead], "The growth team's lead is Felix"))
+    rec = pipe.create(pipe.extract([moved], "Rosa switched to the growth team"))
+    pipe.update(rec, "Rosa has a new desk")
+    pipe.ask("Who is Rosa's manager now?", [felix], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert moved.ref in verdict.evidence_refs, verdict.reason
+    assert _culprit(verdict) == ("UpdateError", "t.update"), verdict.reason

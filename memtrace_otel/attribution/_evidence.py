@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -1170,6 +1171,9 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
             # says Oskar runs the data team"): what ties it to the subject is not seen.
             sure = _SURE_NEAREST
         close = [candidates[i] for i in direct[1:3] if dict(scored)[i] >= _CLOSE * best]
+        tie = _tie(scope, first, question, order, reading, bears)
+        if tie is not None and candidates[tie] not in refs:
+            refs.append(candidates[tie])
         return _Evidence(refs, sure, "question", close, bearing=bears(first))
     if anchor is None and sources and question.present:
         anchor, side = max(sources, key=lambda i: order[i]), 1
@@ -1235,6 +1239,50 @@ def _change_statement(
         and frozenset(w for w in corpus.words[i] - said - question.asked - _COMMON if len(w) > 2)
     ]
     return max(changes, key=lambda i: order[i]) if changes else None
+
+
+def _tie(
+    scope: _Scope,
+    first: int,
+    question: Question,
+    order: list[tuple[int, int]],
+    reading: Callable[[int], Reading],
+    bears: Callable[[int], frozenset[str]],
+) -> int | None:
+    """The speaker's own statement that ties ``first`` to the question's subject, when a
+    present-tense question's best match names no one the question names ("the growth team's
+    lead is Felix" for "who is my manager now?", tied by "I switched to the growth team"): the
+    answer needs both facts. The tie shares with ``first`` a phrase of two words (a compound
+    that names a thing, "growth team") that no other message uses and that is neither the
+    question's words nor what ``first`` bears, and bears no answer of the kind itself; the
+    speaker's latest such message."""
+    if not question.present or reading(first).mentions:
+        return None
+    _, corpus = _store_messages(scope)
+    phrases = [_phrases(text) for text in corpus.texts]
+    own = {
+        p
+        for p in phrases[first]
+        if not set(p) <= question.asked and not set(p) & bears(first) and not set(p) <= _COMMON
+    }
+    users = [i for i in range(len(phrases)) if i != first and own & phrases[i]]
+    rare = {p for p in own if sum(p in phrases[i] for i in users) == 1}
+    ties = [
+        i
+        for i in users
+        if rare & phrases[i]
+        and reading(i).first_person
+        and not reading(i).other_subject
+        and not bears(i)
+    ]
+    return max(ties, key=lambda i: order[i]) if ties else None
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _phrases(text: str) -> frozenset[tuple[str, str]]:
+    """The pairs of consecutive content words of ``text`` (stemmed)."""
+    words = content_tokens(text)
+    return frozenset(itertools.pairwise(words))
 
 
 def _about_subject(
@@ -1315,7 +1363,7 @@ def _latest_restatement(
     """A later statement by the speaker of what ``first`` says ("I live in Geneva", later
     "I'm now settled in Oslo"), if one says something else: the later statement that means
     most what the question asks (sentence similarity), else the latest of ``first``'s own
-    shape (the same preposition before the place)."""
+    shape (the same preposition before the place), else the one later statement of any shape."""
     slots = reading(first).slots
     said = bears(first)
     if not slots or not reading(first).first_person:
@@ -1329,6 +1377,10 @@ def _latest_restatement(
     if meant is not None:
         return meant
     shaped = [i for i in later if reading(i).slots & slots]
+    if not shaped:
+        # One later statement of where, with another preposition ("relocated to Seattle",
+        # later "settled in New York"): the question's "now" asks for it.
+        shaped = later
     return max(shaped, key=lambda i: order[i]) if shaped else None
 
 
