@@ -262,13 +262,10 @@ def mem0_reference() -> None:
     import tempfile
     import uuid
 
-    from bench_mem0 import RECORDS, _cpu, _NoopExporter, _OneNewFact
+    from bench_mem0 import RECORDS, _cpu, _OneNewFact, seeded_memory
     from bench_mem0 import _low as low
-    from mem0 import Memory
 
     from memtrace_otel.instrumentors._common import installed_version
-    from memtrace_otel.instrumentors.mem0 import Mem0Instrumentor
-    from tests._instrumentor_helpers import mem0_config
     from tests._openai_server import ScriptedOpenAI
 
     logging.getLogger("mem0").setLevel(logging.ERROR)
@@ -281,14 +278,7 @@ def mem0_reference() -> None:
         ),
     }
     with ScriptedOpenAI(_OneNewFact()) as server, tempfile.TemporaryDirectory() as folder:
-        memory = Memory.from_config(mem0_config(server.base_url, Path(folder)))
-        provider = TracerProvider()
-        provider.add_span_processor(BatchSpanProcessor(_NoopExporter()))
-        instrumentor = Mem0Instrumentor()
-        instrumentor.instrument(tracer_provider=provider)
-        for i in range(RECORDS):
-            memory.add(f"Fact number {i} about Ana and Porto", user_id="bench", infer=False)
-        instrumentor.uninstrument()
+        memory, provider, instrumentor = seeded_memory(server.base_url, Path(folder))
         counter = itertools.count()
         written: list[str] = []
         legacy = version.startswith("1.")

@@ -46,6 +46,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -124,6 +125,25 @@ def _sdk_side(call: Callable[[], None], hands: list[Callable[[], None]]) -> Call
     return run
 
 
+def seeded_memory(base_url: str, folder: Path) -> tuple[Any, TracerProvider, Mem0Instrumentor]:
+    """A real mem0 ``Memory`` (embedded Qdrant in ``folder``, the scripted server at ``base_url``)
+    holding :data:`RECORDS` facts, a provider exporting to nowhere, and the (uninstrumented)
+    instrumentor that wrote them. The records are written by
+    a traced app (their metadata carries the writer's span context), so a search links to each
+    writer instead of recording its value again."""
+    from mem0 import Memory
+
+    memory = Memory.from_config(mem0_config(base_url, folder))
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(_NoopExporter()))
+    instrumentor = Mem0Instrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    for i in range(RECORDS):
+        memory.add(f"Fact number {i} about Ana and Porto", user_id="bench", infer=False)
+    instrumentor.uninstrument()
+    return memory, provider, instrumentor
+
+
 def _low(times: list[float]) -> float:
     """The 10th percentile of single calls: what a call costs when no other job disturbs it
     (noise on a shared machine only ever adds time), steadier than the single minimum."""
@@ -133,21 +153,11 @@ def _low(times: list[float]) -> float:
 
 def main() -> None:
     logging.getLogger("mem0").setLevel(logging.ERROR)  # spaCy/fastembed notices
-    from mem0 import Memory
 
     version = installed_version("mem0ai") or "?"
     pipeline = "1.x classic" if version.startswith("1.") else "2.x additive"
     with ScriptedOpenAI(_OneNewFact()) as server, tempfile.TemporaryDirectory() as folder:
-        memory = Memory.from_config(mem0_config(server.base_url, Path(folder)))
-        provider = TracerProvider()
-        provider.add_span_processor(BatchSpanProcessor(_NoopExporter()))
-        instrumentor = Mem0Instrumentor()
-        # The searched records are written by a traced app (their metadata carries the writer's
-        # span context), so a search links to each writer instead of recording its value again.
-        instrumentor.instrument(tracer_provider=provider)
-        for i in range(RECORDS):
-            memory.add(f"Fact number {i} about Ana and Porto", user_id="bench", infer=False)
-        instrumentor.uninstrument()
+        memory, provider, instrumentor = seeded_memory(server.base_url, Path(folder))
         counter = iter(range(10**9))
 
         def search() -> None:
