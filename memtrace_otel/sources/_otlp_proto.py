@@ -84,29 +84,19 @@ def decode_request_message(
         try:
             resource = _attributes(rs.resource.attributes)
         except Bad as bad:  # a bad resource skips its spans with one report
-            on_error(
-                bad.kind,
-                make_error(
-                    bad.reason,
-                    path=path,
-                    line=line,
-                    field=f"resource_spans[{ri}].resource.attributes.{bad.field}",
-                ),
-            )
+            _report(on_error, bad, path, line, f"resource_spans[{ri}].resource.attributes")
             continue
         for si, ss in enumerate(rs.scope_spans):
             scope = ss.scope
             try:
                 scope_attrs = _attributes(scope.attributes)
             except Bad as bad:
-                on_error(
-                    bad.kind,
-                    make_error(
-                        bad.reason,
-                        path=path,
-                        line=line,
-                        field=f"resource_spans[{ri}].scope_spans[{si}].scope.attributes.{bad.field}",
-                    ),
+                _report(
+                    on_error,
+                    bad,
+                    path,
+                    line,
+                    f"resource_spans[{ri}].scope_spans[{si}].scope.attributes",
                 )
                 continue
             for pi, sp in enumerate(ss.spans):
@@ -153,14 +143,12 @@ def decode_request_message(
                         )
                     )
                 except Bad as bad:
-                    on_error(
-                        bad.kind,
-                        make_error(
-                            bad.reason,
-                            path=path,
-                            line=line,
-                            field=f"resource_spans[{ri}].scope_spans[{si}].spans[{pi}].{bad.field}",
-                        ),
+                    _report(
+                        on_error,
+                        bad,
+                        path,
+                        line,
+                        f"resource_spans[{ri}].scope_spans[{si}].spans[{pi}]",
                     )
     return records
 
@@ -191,3 +179,8 @@ def decode_otlp_proto(
         on_error(bad.kind, make_error(bad.reason, path=path, line=line))
         return []
     return decode_request_message(request, path=path, line=line, on_error=on_error)
+
+
+def _report(on_error: OnError, bad: Bad, path: str, line: int | None, at: str) -> None:
+    """Report ``bad`` (raised inside the message part ``at``) with its file, line and field."""
+    on_error(bad.kind, make_error(bad.reason, path=path, line=line, field=f"{at}.{bad.field}"))
