@@ -251,6 +251,31 @@ def test_a_single_store_over_the_limit_loses_its_oldest_ops(provider: TracerProv
     assert processor.stats["evicted_stores"] == 0
 
 
+def test_eviction_works_with_array_store_ids(provider: TracerProvider) -> None:
+    """A store id recorded as an array attribute is a list in the graph (not hashable): it
+    used to fail every eviction (a fold error) instead of evicting that store."""
+    processor = EvolutionGraphProcessor(max_ops=4, fold_interval=0)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("t")
+    for i, store in enumerate([("a", "1")] * 3 + [("b", "2")] * 3):
+        span = tracer.start_span(
+            "op",
+            start_time=1_000 + i * 10,
+            attributes={
+                sc.MEMTRACE_OP_KIND: "create",
+                sc.MEMTRACE_OP_OUTPUTS: [f"m:{i}@1"],
+                sc.GEN_AI_MEMORY_STORE_ID: list(store),
+            },
+        )
+        span.end(end_time=1_000 + i * 10 + 1)
+    G = processor.graph()
+    assert {tuple(d["store"]) for _, d in G.nodes(data=True) if d.get("type") == "op"} == {
+        ("b", "2")
+    }
+    stats = processor.stats
+    assert (stats["fold_errors"], stats["evicted_stores"], stats["ops"]) == (0, 1, 3)
+
+
 def test_plain_spans_are_bounded_too(provider: TracerProvider) -> None:
     processor = EvolutionGraphProcessor(max_ops=20, fold_interval=0)
     provider.add_span_processor(processor)
