@@ -894,19 +894,19 @@ def _op_from_record(
         anomalies.append(_anomaly("unknown_kind", [span_id], None, f"unknown op kind {raw_kind!r}"))
     inputs = _refs(get(_MEMTRACE_OP_INPUTS), span_id, anomalies)
     outputs = _refs(get(_MEMTRACE_OP_OUTPUTS), span_id, anomalies)
-    # (one comprehension instead of a call per value: this runs for every span)
-    name, stage, system, store, case, prompt_ref, judge_verdict = [
-        value if type(value) in _SCALARS else _plain(value)
-        for value in (
-            get(_MEMTRACE_OP_NAME),
-            get(_MEMTRACE_STAGE),
-            get(_MEMTRACE_SYSTEM),
-            get(_GEN_AI_MEMORY_STORE_ID),
-            get(_MEMTRACE_CASE_ID),
-            get(_MEMTRACE_PROMPT_REF),
-            get(_MEMTRACE_JUDGE_VERDICT),
-        )
-    ]
+    values = (
+        get(_MEMTRACE_OP_NAME),
+        get(_MEMTRACE_STAGE),
+        get(_MEMTRACE_SYSTEM),
+        get(_GEN_AI_MEMORY_STORE_ID),
+        get(_MEMTRACE_CASE_ID),
+        get(_MEMTRACE_PROMPT_REF),
+        get(_MEMTRACE_JUDGE_VERDICT),
+    )
+    # All scalars is the rule: checked in C, without a Python frame per span or per value.
+    if not _SCALARS.issuperset(map(type, values)):
+        values = tuple(_scalar(value) for value in values)
+    name, stage, system, store, case, prompt_ref, judge_verdict = values
     if stage is None:
         stage = _DEFAULT_STAGE.get(kind)
     if case is None and stage in _CASE_STAGES:
@@ -937,7 +937,9 @@ def _op_from_record(
                 "ref": _scalar(link.attributes.get(_MEMTRACE_VARIABLE_REF)),
             }
             for link in record.links
-        ],
+        ]
+        if record.links
+        else [],
         "service": _scalar(record.resource_attributes.get(_SERVICE_NAME)),
         "attributes": {
             k: v if type(v) in _SCALARS else _plain(v)
@@ -1059,8 +1061,13 @@ def _refs(raw: Any, span_id: str, anomalies: list[dict[str, Any]]) -> list[str]:
     """Valid refs of an inputs/outputs attribute, deduplicated, in attribute order."""
     if raw is None:
         return []
-    items = (raw,) if type(raw) is str else raw
-    if not isinstance(items, tuple | list):
+    if type(raw) is tuple:
+        items = raw
+    elif type(raw) is str:
+        items = (raw,)
+    elif isinstance(raw, tuple | list):
+        items = raw
+    else:
         anomalies.append(
             _anomaly("invalid_ref", [span_id], repr(raw), "inputs/outputs is not a list of refs")
         )
