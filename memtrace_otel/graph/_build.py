@@ -1061,6 +1061,7 @@ def _refs(raw: Any, span_id: str, anomalies: list[dict[str, Any]]) -> list[str]:
     """Valid refs of an inputs/outputs attribute, deduplicated, in attribute order."""
     if raw is None:
         return []
+    items: Sequence[Any]
     if type(raw) is tuple:
         items = raw
     elif type(raw) is str:
