@@ -180,8 +180,8 @@ class EvolutionGraphProcessor(SpanProcessor):
             # Logged outside the lock: a handler may be slow, or even end a span of its own.
             if first_drop:
                 _warn_first_drop(self.max_buffer, closed)
-            if half_full and self._thread is not None:
-                self._wake.set()
+            if half_full and self._thread is not None and not self._wake.is_set():
+                self._wake.set()  # (is_set first: set() takes a lock, once per span otherwise)
         except Exception:
             internal_error("processor.on_end")
 
