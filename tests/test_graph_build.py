@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memtrace_otel.graph import (
+    _build,
     add_records,
     build_graph,
     canonical_form,
@@ -23,6 +24,7 @@ from memtrace_otel.graph import (
     remove_ops,
     to_node_link_json,
 )
+from memtrace_otel.graph._build import FoldIndex, fold_records
 from memtrace_otel.semconv import EventRecord, LinkRecord, SpanRecord
 from memtrace_otel.semconv import attributes as sc
 
@@ -362,6 +364,73 @@ def test_incremental_folds_with_duplicates_match_one_build(data: st.DataObject) 
         add_records(G, records[start:cut])
         start = cut
     assert canonical_form(G) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.booleans())
+def test_indexed_folds_match_one_build(data: st.DataObject, deferred: bool) -> None:
+    """The live processor's folds: chunk after chunk into one graph with a FoldIndex (G.graph's
+    lists settled only at the end when deferred), shared variables gaining readers in later
+    chunks, duplicates, and a removal that makes the index rebuild."""
+    shared = [
+        op_span(f"f00000000000000{i}", "generate", ["prompt:p@1"], [f"out:{i}@1"], start=40 - i,
+                events=[var_event("prompt:p@1", "input", f"P{i}", category="prompt", time=40 - i)])
+        for i in range(1, 6)
+    ]  # fmt: skip
+    base = example_records() + bad_records() + shared
+    expected = canonical_form(build_graph(base))
+    extra = data.draw(st.lists(st.sampled_from(base), max_size=8))
+    records = data.draw(st.permutations(base + extra))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(records)), max_size=6)))
+    G = new_graph()
+    index = FoldIndex(deferred=deferred)
+    start = 0
+    for cut in [*cuts, len(records)]:
+        fold_records(G, records[start:cut], index)
+        start = cut
+    index.settle(G)
+    assert canonical_form(G) == expected
+    remove_ops(G, [shared[-1].span_id])  # G.graph's lists are new: the next fold rebuilds
+    fold_records(G, shared[-1:], index)
+    index.settle(G)
+    assert canonical_form(G) == expected
+
+
+def test_a_variable_that_only_gains_readers_is_not_derived_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A prompt every question reads gains readers in every fold of a live graph; deriving it
+    again from all its readers each time made each fold slower than the last."""
+    derived: list[str] = []
+    original = _build._Fold._derive_variable
+
+    def spy(fold: Any, ref: str) -> None:
+        derived.append(ref)
+        original(fold, ref)
+
+    monkeypatch.setattr(_build._Fold, "_derive_variable", spy)
+    G = new_graph()
+    index = FoldIndex()
+    for i in range(1, 5):
+        reader = op_span(
+            f"f00000000000000{i}",
+            "generate",
+            ["prompt:p@1"],
+            [f"out:{i}@1"],
+            start=50 - i,
+            events=[var_event("prompt:p@1", "input", f"P{i}", category="prompt", time=50 - i)],
+        )
+        fold_records(G, [reader], index)  # fmt: skip
+    assert derived.count("prompt:p@1") == 1  # once, when it was made
+    assert G.nodes["prompt:p@1"]["value"] == "P4"  # the earliest reader's event, as one build
+    assert canonical_form(G) == canonical_form(
+        build_graph(
+            op_span(f"f00000000000000{i}", "generate", ["prompt:p@1"], [f"out:{i}@1"],
+                    start=50 - i, events=[var_event("prompt:p@1", "input", f"P{i}",
+                                                    category="prompt", time=50 - i)])
+            for i in range(1, 5)
+        )
+    )  # fmt: skip
 
 
 def test_folding_the_same_spans_again_changes_nothing() -> None:

@@ -159,6 +159,60 @@ def test_works_beside_a_batch_span_processor() -> None:
     assert processor.stats["dropped"] == 0
 
 
+def test_the_light_record_folds_like_span_to_record() -> None:
+    """The fold reads its own light record of each span, not span_to_record's full copy: links,
+    the service name, array and numeric attributes, a status, and events the graph does not read
+    (an exception) still give the offline graph of the exported spans."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.trace import Link, Status, StatusCode
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({sc.SERVICE_NAME: "svc"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    processor = EvolutionGraphProcessor(fold_interval=0)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("t")
+    first = tracer.start_span(
+        "write",
+        attributes={
+            sc.MEMTRACE_OP_KIND: "create",
+            sc.MEMTRACE_OP_OUTPUTS: ["m@1"],
+            "n": 3,
+            "xs": [1, 2],
+        },
+    )
+    first.add_event(
+        sc.MEMTRACE_VARIABLE_EVENT,
+        {
+            sc.MEMTRACE_VARIABLE_REF: "m@1",
+            sc.MEMTRACE_VARIABLE_ROLE: "output",
+            sc.MEMTRACE_VARIABLE_VALUE: "v1",
+            sc.MEMTRACE_VARIABLE_META: '{"k": 1}',
+        },
+    )
+    first.end()
+    second = tracer.start_span(
+        "read",
+        links=[Link(first.get_span_context(), {sc.MEMTRACE_VARIABLE_REF: "m@1"})],
+        attributes={
+            sc.MEMTRACE_OP_KIND: "retrieve",
+            sc.MEMTRACE_OP_INPUTS: ["m@1"],
+            sc.MEMTRACE_OP_OUTPUTS: ["c@1"],
+            sc.GEN_AI_MEMORY_STORE_ID: "u1",
+        },
+    )
+    second.record_exception(ValueError("boom"))
+    second.set_status(Status(StatusCode.ERROR, "boom"))
+    second.end()
+    tracer.start_span("GET /").end()
+    live = processor.graph()
+    offline = build_graph(span_to_record(s) for s in exporter.get_finished_spans())
+    assert canonical_form(live) == canonical_form(offline)
+    read = live.nodes[format(second.get_span_context().span_id, "016x")]
+    assert (read["service"], read["status"], len(read["links"])) == ("svc", "ERROR", 1)
+    provider.shutdown()
+
+
 def test_concurrent_threads_give_the_offline_graph(
     provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
@@ -249,6 +303,31 @@ def test_a_single_store_over_the_limit_loses_its_oldest_ops(provider: TracerProv
     G = processor.graph()  # 5 ops > 3: keep the newest 2 (90% of the limit)
     assert sorted(n for n in G if "@" in n) == ["m:3@1", "m:4@1"]
     assert processor.stats["evicted_stores"] == 0
+
+
+def test_eviction_works_with_array_store_ids(provider: TracerProvider) -> None:
+    """A store id recorded as an array attribute is a list in the graph (not hashable): it
+    used to fail every eviction (a fold error) instead of evicting that store."""
+    processor = EvolutionGraphProcessor(max_ops=4, fold_interval=0)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("t")
+    for i, store in enumerate([("a", "1")] * 3 + [("b", "2")] * 3):
+        span = tracer.start_span(
+            "op",
+            start_time=1_000 + i * 10,
+            attributes={
+                sc.MEMTRACE_OP_KIND: "create",
+                sc.MEMTRACE_OP_OUTPUTS: [f"m:{i}@1"],
+                sc.GEN_AI_MEMORY_STORE_ID: list(store),
+            },
+        )
+        span.end(end_time=1_000 + i * 10 + 1)
+    G = processor.graph()
+    assert {tuple(d["store"]) for _, d in G.nodes(data=True) if d.get("type") == "op"} == {
+        ("b", "2")
+    }
+    stats = processor.stats
+    assert (stats["fold_errors"], stats["evicted_stores"], stats["ops"]) == (0, 1, 3)
 
 
 def test_plain_spans_are_bounded_too(provider: TracerProvider) -> None:

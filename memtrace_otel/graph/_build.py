@@ -1,8 +1,9 @@
 """The one builder of the memory evolution graph: span records in, a networkx ``MultiDiGraph`` out.
 
-Both the live processor and every offline source fold :class:`SpanRecord` objects with
-:func:`add_records`; :func:`build_graph` is the same fold into a new graph. The schema (node and
-edge attributes, ``G.graph`` keys) is described in ``docs/graph.md``.
+Both the live processor and every offline source fold span records (:class:`SpanRecord`, or
+any :class:`FoldInput`) with :func:`add_records`; :func:`build_graph` is the same fold into a
+new graph. The schema (node and edge attributes, ``G.graph`` keys) is described in
+``docs/graph.md``.
 
 How order independence works. Everything an op contributes is stored where it can be found
 again: the op's own attributes on its node, and what its ``memtrace.variable`` event said about
@@ -19,21 +20,22 @@ from __future__ import annotations
 import base64
 import itertools
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 import networkx as nx
 
 from memtrace_otel._internal import GcPaused
 from memtrace_otel._shim import nodes_of, pred_of, succ_of
 from memtrace_otel.semconv import attributes as sc
-from memtrace_otel.semconv.record import SpanRecord
 from memtrace_otel.semconv.values import DEFAULT_STAGE_BY_KIND, OpKind, Role
 
 __all__ = [
     "READ",
     "VERSION",
     "WRITE",
+    "FoldIndex",
+    "FoldInput",
     "add_records",
     "build_graph",
     "fold_records",
@@ -81,10 +83,83 @@ _NO_EVENT: dict[str, Any] = {
     "meta": None,
 }
 
-_NOT_OP: dict[str, Any] = {"type": None}  # what a span id that is not a loaded op looks like
+# The attribute names the fold reads for every span, as module globals (a global lookup is a
+# third of a module attribute's).
+_MEMTRACE_OP_KIND = sc.MEMTRACE_OP_KIND
+_MEMTRACE_OP_NAME = sc.MEMTRACE_OP_NAME
+_MEMTRACE_OP_INPUTS = sc.MEMTRACE_OP_INPUTS
+_MEMTRACE_OP_OUTPUTS = sc.MEMTRACE_OP_OUTPUTS
+_MEMTRACE_STAGE = sc.MEMTRACE_STAGE
+_MEMTRACE_SYSTEM = sc.MEMTRACE_SYSTEM
+_GEN_AI_MEMORY_STORE_ID = sc.GEN_AI_MEMORY_STORE_ID
+_MEMTRACE_CASE_ID = sc.MEMTRACE_CASE_ID
+_MEMTRACE_PROMPT_REF = sc.MEMTRACE_PROMPT_REF
+_MEMTRACE_JUDGE_VERDICT = sc.MEMTRACE_JUDGE_VERDICT
+_MEMTRACE_VARIABLE_REF = sc.MEMTRACE_VARIABLE_REF
+_SERVICE_NAME = sc.SERVICE_NAME
+_MEMTRACE_VARIABLE_EVENT = sc.MEMTRACE_VARIABLE_EVENT
+_MEMTRACE_VARIABLE_ROLE = sc.MEMTRACE_VARIABLE_ROLE
+_MEMTRACE_VARIABLE_VALUE = sc.MEMTRACE_VARIABLE_VALUE
+_MEMTRACE_VARIABLE_META = sc.MEMTRACE_VARIABLE_META
+_MEMTRACE_VARIABLE_CATEGORY = sc.MEMTRACE_VARIABLE_CATEGORY
+_MEMTRACE_VARIABLE_DIGEST = sc.MEMTRACE_VARIABLE_DIGEST
+_MEMTRACE_VARIABLE_TRUNCATED = sc.MEMTRACE_VARIABLE_TRUNCATED
+_MEMTRACE_VARIABLE_DELETED = sc.MEMTRACE_VARIABLE_DELETED
+
+_NOT_OP: dict[str, Any] = {"type": None}
+_NO_EDGE: dict[
+    str, Any
+] = {}  # read only: what a missing edge looks like  # what a span id that is not a loaded op looks like
 
 Event = dict[str, Any]
 AnomalyKey = tuple[str, tuple[str, ...], str]
+
+
+class _EventInput(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def time_unix_nano(self) -> int: ...
+    @property
+    def attributes(self) -> Mapping[str, Any]: ...
+
+
+class _LinkInput(Protocol):
+    @property
+    def trace_id(self) -> str: ...
+    @property
+    def span_id(self) -> str: ...
+    @property
+    def attributes(self) -> Mapping[str, Any]: ...
+
+
+class FoldInput(Protocol):
+    """The fields of a :class:`SpanRecord` the builder reads: any object that has them can be
+    folded (the live processor folds a lighter record of each SDK span; see
+    ``memtrace_otel/processing``). Mappings are only read, never kept: values are copied."""
+
+    @property
+    def trace_id(self) -> str: ...
+    @property
+    def span_id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def parent_span_id(self) -> str | None: ...
+    @property
+    def start_time_unix_nano(self) -> int: ...
+    @property
+    def end_time_unix_nano(self) -> int: ...
+    @property
+    def status_code(self) -> str: ...
+    @property
+    def attributes(self) -> Mapping[str, Any]: ...
+    @property
+    def events(self) -> Sequence[_EventInput]: ...
+    @property
+    def links(self) -> Sequence[_LinkInput]: ...
+    @property
+    def resource_attributes(self) -> Mapping[str, Any]: ...
 
 
 def new_graph() -> nx.MultiDiGraph:
@@ -98,7 +173,7 @@ def new_graph() -> nx.MultiDiGraph:
     return G
 
 
-def build_graph(records: Iterable[SpanRecord]) -> nx.MultiDiGraph:
+def build_graph(records: Iterable[FoldInput]) -> nx.MultiDiGraph:
     """Build the memory evolution graph of ``records``.
 
     Only spans carrying ``memtrace.op.kind`` or ``memtrace.op.name`` become op nodes; other spans
@@ -128,7 +203,7 @@ def build_graph(records: Iterable[SpanRecord]) -> nx.MultiDiGraph:
     return G
 
 
-def add_records(G: nx.MultiDiGraph, records: Iterable[SpanRecord]) -> None:
+def add_records(G: nx.MultiDiGraph, records: Iterable[FoldInput]) -> None:
     """Fold ``records`` into ``G`` in place.
 
     The result is the graph :func:`build_graph` would make from all records ever folded into
@@ -153,12 +228,85 @@ def add_records(G: nx.MultiDiGraph, records: Iterable[SpanRecord]) -> None:
         fold_records(G, records)
 
 
-def fold_records(G: nx.MultiDiGraph, records: Iterable[SpanRecord]) -> None:
-    """:func:`add_records` without pausing the garbage collector (for the live processor)."""
-    fold = _Fold(G)
+class FoldIndex:
+    """What successive folds into one graph keep between calls: the set of its trace ids and its
+    anomalies by key, which every fold otherwise rebuilds from ``G.graph`` (and sorts back), a
+    cost that grows with the graph. The live processor folds chunk after chunk into one graph;
+    without an index a chunk's cost grew with all the traces seen so far. The index is used only
+    while ``G.graph`` still holds the very lists the last fold with it wrote; anything else (an
+    eviction, a caller's edit) makes the next fold rebuild.
+
+    With ``deferred=True`` the folds also leave ``G.graph["trace_ids"]`` unsorted and
+    ``G.graph["anomalies"]`` as it was, and :meth:`settle` puts them right: for an owner that
+    reads the graph less often than it folds (the live processor settles before every read).
+    """
+
+    __slots__ = ("anomalies", "anomaly_list", "deferred", "pending", "trace_ids", "trace_list")
+
+    def __init__(self, *, deferred: bool = False) -> None:
+        self.deferred = deferred
+        self.pending = False  # deferred work not yet settled
+        self.anomalies: _Anomalies | None = None
+        self.anomaly_list: object = None
+        self.trace_ids: set[str] = set()
+        self.trace_list: object = None
+
+    def settle(self, G: nx.MultiDiGraph) -> None:
+        """Sort ``G.graph["trace_ids"]`` and write the anomalies back, as a fold without
+        deferral would have (nothing to do when no deferred fold ran)."""
+        graph = G.graph
+        anomalies = self.anomalies
+        if (
+            not self.pending
+            or anomalies is None
+            or self.trace_list is not graph.get("trace_ids")
+            or self.anomaly_list is not graph.get("anomalies")
+        ):
+            return
+        graph["trace_ids"].sort()
+        if anomalies.changed:
+            graph["anomalies"] = self.anomaly_list = [anomalies[k] for k in sorted(anomalies)]
+            anomalies.changed = False
+        self.pending = False
+
+
+class _Anomalies(dict[AnomalyKey, dict[str, Any]]):
+    """Anomalies by key, remembering whether a fold changed them (then they are sorted back)."""
+
+    __slots__ = ("changed",)
+
+    def __init__(self, items: Iterable[tuple[AnomalyKey, dict[str, Any]]] = ()) -> None:
+        super().__init__(items)
+        self.changed = False
+
+    def __setitem__(self, key: AnomalyKey, value: dict[str, Any]) -> None:
+        self.changed = True
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: AnomalyKey) -> None:
+        self.changed = True
+        super().__delitem__(key)
+
+
+def fold_records(
+    G: nx.MultiDiGraph, records: Iterable[FoldInput], index: FoldIndex | None = None
+) -> list[str]:
+    """:func:`add_records` without pausing the garbage collector (for the live processor).
+
+    Args:
+        G: as for :func:`add_records`.
+        records: as for :func:`add_records`.
+        index: kept by a caller that folds into ``G`` again and again (see :class:`FoldIndex`).
+
+    Returns:
+        The span ids of the op nodes that were not in ``G`` before, in arrival order.
+    """
+    fold = _Fold(G, index)
+    add = fold.add
     for record in records:
-        fold.add(record)
+        add(record)
     fold.finish()
+    return fold.added
 
 
 def remove_ops(G: nx.MultiDiGraph, span_ids: Iterable[str]) -> int:
@@ -198,15 +346,30 @@ def op_order_key(op: Mapping[str, Any]) -> tuple[int, int, str, str]:
 class _Fold:
     """One ``add_records`` call: the changes so far and what must be recomputed at the end."""
 
-    def __init__(self, G: nx.MultiDiGraph) -> None:
+    def __init__(self, G: nx.MultiDiGraph, index: FoldIndex | None = None) -> None:
         self.G = G
         # networkx's own dicts (see memtrace_otel/_shim.py): filled and read directly.
         self.nodes, self.succ, self.pred = nodes_of(G), succ_of(G), pred_of(G)
         graph = G.graph
-        self.anomalies: dict[AnomalyKey, dict[str, Any]] = {
-            _anomaly_key(a): a for a in graph.get("anomalies", ())
-        }
-        self.trace_ids: set[str] = set(graph.get("trace_ids", ()))
+        anomaly_list = graph.get("anomalies", ())
+        trace_list = graph.get("trace_ids", ())
+        self.index = index
+        self.indexed = (
+            index is not None
+            and index.anomalies is not None
+            and index.anomaly_list is anomaly_list
+            and index.trace_list is trace_list
+        )
+        if self.indexed:
+            assert index is not None and index.anomalies is not None
+            self.anomalies = index.anomalies
+            self.trace_ids = index.trace_ids
+        else:
+            self.anomalies = _Anomalies((_anomaly_key(a), a) for a in anomaly_list)
+            self.trace_ids = set(trace_list)
+        if index is not None:  # invalid until finish() has written G.graph back
+            index.anomaly_list = index.trace_list = None
+        self.new_trace_ids: list[str] = []
         self.non_op: dict[str, str | None] = graph.setdefault("non_op_spans", {})
         # Insertion-ordered dicts used as sets: walking them in the order the nodes were made
         # visits memory in allocation order, which keeps large builds linear (a set's hash
@@ -216,6 +379,8 @@ class _Fold:
         self.cycle_heads: set[str] = set()  # heads of new edges: any new cycle runs through one
         self.new_spans: dict[str, None] = {}  # new plain (non-op) spans
         self.new_ops: dict[str, None] = {}
+        self.new_readers: dict[str, list[str]] = {}  # earlier variables -> their new readers
+        self.added: list[str] = []  # ops that were not in the graph before (not replacements)
         self.evicted: set[str] = set()  # removed ops whose anomalies must go
         self.writer_counts: dict[str, int] = {}  # of the variables derived in finish()
         # A fresh build (into an empty graph) takes two short cuts: every version edge is found
@@ -227,11 +392,14 @@ class _Fold:
 
     # --- adding ---------------------------------------------------------------------------------
 
-    def add(self, record: SpanRecord) -> None:
+    def add(self, record: FoldInput) -> None:
         attrs = record.attributes
-        self.trace_ids.add(record.trace_id)
+        trace_id = record.trace_id
+        if trace_id not in self.trace_ids:
+            self.trace_ids.add(trace_id)
+            self.new_trace_ids.append(trace_id)
         span_id = record.span_id
-        if sc.MEMTRACE_OP_KIND not in attrs and sc.MEMTRACE_OP_NAME not in attrs:
+        if _MEMTRACE_OP_KIND not in attrs and _MEMTRACE_OP_NAME not in attrs:
             # A span id is an op when any copy of it says so; the op wins whatever the order.
             if span_id not in self.nodes and span_id not in self.non_op:
                 self.non_op[span_id] = record.parent_span_id or None
@@ -241,9 +409,9 @@ class _Fold:
         anomalies: list[dict[str, Any]] = []
         op, reads, writes = _op_from_record(record, anomalies)
         existing = self.nodes.get(span_id)
-        if existing is not None and not self._replace_duplicate(
-            span_id, existing, op, reads, writes
-        ):
+        if existing is None:
+            self.added.append(span_id)
+        elif not self._replace_duplicate(span_id, existing, op, reads, writes):
             return
         for anomaly in anomalies:
             self.anomalies[_anomaly_key(anomaly)] = anomaly
@@ -297,10 +465,16 @@ class _Fold:
         pred[span_id] = op_pred
         self.new_ops[span_id] = None
         touched = self.touched
+        new_vars = self.new_vars
         for ref, event in reads.items():
             if ref not in nodes:
                 self._new_var(ref)
-            touched[ref] = None
+                touched[ref] = None
+            elif ref in new_vars or self.fresh:
+                touched[ref] = None
+            else:
+                # A variable from an earlier fold that gains a reader: see _add_readers.
+                self.new_readers.setdefault(ref, []).append(span_id)
             keyed = {READ: event or {}}
             succ[ref][span_id] = keyed
             op_pred[ref] = keyed
@@ -368,14 +542,35 @@ class _Fold:
         for ref in self.touched:
             if ref in self.nodes:
                 self._derive_variable(ref)
+        for ref, readers in self.new_readers.items():
+            if ref not in self.touched and ref in self.nodes:
+                self._add_readers(ref, readers)
         for ref in self.new_vars:
             if ref in self.nodes:
                 self._link_versions(ref)
         self._check_parents()
         self._check_duplicate_writes()
         self._check_cycles()
-        G.graph["anomalies"] = [self.anomalies[k] for k in sorted(self.anomalies)]
-        G.graph["trace_ids"] = sorted(self.trace_ids)
+        graph = G.graph
+        index = self.index
+        deferred = self.indexed and index is not None and index.deferred
+        if not self.indexed or (self.anomalies.changed and not deferred):
+            graph["anomalies"] = [self.anomalies[k] for k in sorted(self.anomalies)]
+            self.anomalies.changed = False
+        if not self.indexed:
+            graph["trace_ids"] = sorted(self.trace_ids)
+        elif self.new_trace_ids:
+            trace_list = graph["trace_ids"]
+            trace_list.extend(self.new_trace_ids)
+            if not deferred:
+                trace_list.sort()
+        if index is not None:
+            index.pending = deferred and (index.pending or bool(self.new_trace_ids))
+            index.pending = index.pending or (deferred and self.anomalies.changed)
+            index.anomalies = self.anomalies
+            index.anomaly_list = graph["anomalies"]
+            index.trace_ids = self.trace_ids
+            index.trace_list = graph["trace_ids"]
 
     def _derive_variable(self, ref: str) -> None:
         """Recompute a variable's attributes from its incident edges (or drop an orphan).
@@ -435,6 +630,45 @@ class _Fold:
         self.writer_counts[ref] = len(writers)
         if self.proving:
             self._prove(ref, node, writers)
+
+    def _add_readers(self, ref: str, readers: list[str]) -> None:
+        """:meth:`_derive_variable` for a variable that only gained readers since it was derived.
+
+        A shared variable (a prompt every question reads) gains readers in every fold; deriving
+        it again walked all of them each time, so a live graph's fold slowed down as it grew.
+        New readers cannot change its writer, and change its event only when no writer left
+        one (then the earliest reader's event is the source): one comparison per new reader.
+        """
+        node = self.nodes[ref]
+        succ_ref = self.succ[ref]
+        try:
+            source = node["source_span"]
+            if source is not None and self.pred[ref].get(source, _NO_EDGE).get(WRITE):
+                return  # the writer's output event is the source, whatever is read later
+            best: tuple[int, str] | None = None
+            if source is not None:
+                best = (succ_ref[source][READ]["time"], source)
+            best_event: Event | None = None
+            for op in readers:
+                data = succ_ref.get(op, _NO_EDGE).get(READ)
+                if data:
+                    candidate = (data["time"], op)
+                    if best is None or candidate < best:
+                        best, best_event = candidate, data
+        except (KeyError, TypeError):  # not derived by this module: derive it in full
+            self._derive_variable(ref)
+            return
+        if best_event is None or best is None:
+            return
+        node["category"] = best_event["category"]
+        node["digest"] = best_event["digest"]
+        node["value"] = best_event["value"]
+        node["truncated"] = best_event["truncated"]
+        node["deleted"] = best_event["deleted"]
+        node["meta"] = best_event["meta"]
+        if node["writer"] is None:
+            node["time"] = best_event["time"]
+        node["source_span"] = best[1]
 
     def _prove(self, ref: str, node: dict[str, Any], writers: list[str]) -> None:
         """Check the potential of :func:`_ordered_by_time` along a variable's read and write edges.
@@ -648,31 +882,31 @@ def _potential_rises(G: nx.MultiDiGraph, region: Iterable[str]) -> bool:
 
 
 def _op_from_record(
-    record: SpanRecord, anomalies: list[dict[str, Any]]
+    record: FoldInput, anomalies: list[dict[str, Any]]
 ) -> tuple[dict[str, Any], dict[str, Event | None], dict[str, Event | None]]:
     """The op node attributes of a span and the events it recorded per read and written ref."""
     attrs = record.attributes
     get = attrs.get
     span_id = record.span_id
-    raw_kind = get(sc.MEMTRACE_OP_KIND)
+    raw_kind = get(_MEMTRACE_OP_KIND)
     kind = raw_kind if type(raw_kind) is str and raw_kind in _KINDS else OP_KIND_OTHER
     if raw_kind is not None and kind == OP_KIND_OTHER and raw_kind != OP_KIND_OTHER:
         anomalies.append(_anomaly("unknown_kind", [span_id], None, f"unknown op kind {raw_kind!r}"))
-    inputs = _refs(get(sc.MEMTRACE_OP_INPUTS), span_id, anomalies)
-    outputs = _refs(get(sc.MEMTRACE_OP_OUTPUTS), span_id, anomalies)
-    # (one comprehension instead of a call per value: this runs for every span)
-    name, stage, system, store, case, prompt_ref, judge_verdict = [
-        value if type(value) in _SCALARS else _plain(value)
-        for value in (
-            get(sc.MEMTRACE_OP_NAME),
-            get(sc.MEMTRACE_STAGE),
-            get(sc.MEMTRACE_SYSTEM),
-            get(sc.GEN_AI_MEMORY_STORE_ID),
-            get(sc.MEMTRACE_CASE_ID),
-            get(sc.MEMTRACE_PROMPT_REF),
-            get(sc.MEMTRACE_JUDGE_VERDICT),
-        )
-    ]
+    inputs = _refs(get(_MEMTRACE_OP_INPUTS), span_id, anomalies)
+    outputs = _refs(get(_MEMTRACE_OP_OUTPUTS), span_id, anomalies)
+    values = (
+        get(_MEMTRACE_OP_NAME),
+        get(_MEMTRACE_STAGE),
+        get(_MEMTRACE_SYSTEM),
+        get(_GEN_AI_MEMORY_STORE_ID),
+        get(_MEMTRACE_CASE_ID),
+        get(_MEMTRACE_PROMPT_REF),
+        get(_MEMTRACE_JUDGE_VERDICT),
+    )
+    # All scalars is the rule: checked in C, without a Python frame per span or per value.
+    if not _SCALARS.issuperset(map(type, values)):
+        values = tuple(_scalar(value) for value in values)
+    name, stage, system, store, case, prompt_ref, judge_verdict = values
     if stage is None:
         stage = _DEFAULT_STAGE.get(kind)
     if case is None and stage in _CASE_STAGES:
@@ -700,11 +934,13 @@ def _op_from_record(
             {
                 "trace_id": link.trace_id,
                 "span_id": link.span_id,
-                "ref": _scalar(link.attributes.get(sc.MEMTRACE_VARIABLE_REF)),
+                "ref": _scalar(link.attributes.get(_MEMTRACE_VARIABLE_REF)),
             }
             for link in record.links
-        ],
-        "service": _scalar(record.resource_attributes.get(sc.SERVICE_NAME)),
+        ]
+        if record.links
+        else [],
+        "service": _scalar(record.resource_attributes.get(_SERVICE_NAME)),
         "attributes": {
             k: v if type(v) in _SCALARS else _plain(v)
             for k, v in attrs.items()
@@ -714,13 +950,13 @@ def _op_from_record(
     reads: dict[str, Event | None] = dict.fromkeys(inputs)
     writes: dict[str, Event | None] = dict.fromkeys(outputs)
     for event in record.events:
-        if event.name != sc.MEMTRACE_VARIABLE_EVENT:
+        if event.name != _MEMTRACE_VARIABLE_EVENT:
             continue
         ev_attrs = event.attributes
-        raw_ref = ev_attrs.get(sc.MEMTRACE_VARIABLE_REF)
+        raw_ref = ev_attrs.get(_MEMTRACE_VARIABLE_REF)
         ref = raw_ref if type(raw_ref) is str else ""  # unhashable values cannot be looked up
         if ref in writes and (
-            ev_attrs.get(sc.MEMTRACE_VARIABLE_ROLE) == Role.OUTPUT or ref not in reads
+            ev_attrs.get(_MEMTRACE_VARIABLE_ROLE) == Role.OUTPUT or ref not in reads
         ):
             target = writes
         elif ref in reads:
@@ -757,22 +993,22 @@ def _event(
 ) -> Event:
     """What a ``memtrace.variable`` event says about ``ref``, as plain data."""
     get = attrs.get
-    value = get(sc.MEMTRACE_VARIABLE_VALUE)
+    value = get(_MEMTRACE_VARIABLE_VALUE)
     if value is not None and type(value) is not str:
         value = json.dumps(_plain(value), ensure_ascii=False, sort_keys=True)
-    meta: Any = get(sc.MEMTRACE_VARIABLE_META)
+    meta: Any = get(_MEMTRACE_VARIABLE_META)
     if meta is not None:
         meta = _parse_meta(meta, span_id, ref, anomalies)
-    role = get(sc.MEMTRACE_VARIABLE_ROLE)
-    category = get(sc.MEMTRACE_VARIABLE_CATEGORY)
-    digest = get(sc.MEMTRACE_VARIABLE_DIGEST)
+    role = get(_MEMTRACE_VARIABLE_ROLE)
+    category = get(_MEMTRACE_VARIABLE_CATEGORY)
+    digest = get(_MEMTRACE_VARIABLE_DIGEST)
     return {
         "role": role if type(role) is str else _scalar(role),
         "category": category if type(category) is str else _scalar(category),
         "digest": digest if type(digest) is str else _scalar(digest),
         "value": value,
-        "truncated": get(sc.MEMTRACE_VARIABLE_TRUNCATED) is True,
-        "deleted": get(sc.MEMTRACE_VARIABLE_DELETED) is True,
+        "truncated": get(_MEMTRACE_VARIABLE_TRUNCATED) is True,
+        "deleted": get(_MEMTRACE_VARIABLE_DELETED) is True,
         "meta": meta,
         "time": time,
     }
@@ -825,8 +1061,14 @@ def _refs(raw: Any, span_id: str, anomalies: list[dict[str, Any]]) -> list[str]:
     """Valid refs of an inputs/outputs attribute, deduplicated, in attribute order."""
     if raw is None:
         return []
-    items = (raw,) if type(raw) is str else raw
-    if not isinstance(items, tuple | list):
+    items: Sequence[Any]
+    if type(raw) is tuple:
+        items = raw
+    elif type(raw) is str:
+        items = (raw,)
+    elif isinstance(raw, tuple | list):
+        items = raw
+    else:
         anomalies.append(
             _anomaly("invalid_ref", [span_id], repr(raw), "inputs/outputs is not a list of refs")
         )

@@ -1,10 +1,11 @@
 """The live span processor: keeps the memory evolution graph of the running app up to date.
 
 ``on_end`` only appends the ended span (immutable from then on) to a bounded buffer, or counts
-it as dropped. Folding (conversion with ``span_to_record`` and :func:`add_records`) happens in a
-background thread every ``fold_interval`` seconds, or when the buffer is half full, and on
-demand in :meth:`EvolutionGraphProcessor.graph`, ``force_flush`` and ``shutdown``. Memory is
-bounded: past ``max_ops`` op nodes, the stores that were active least recently are evicted.
+it as dropped. Folding (reading the fields the graph uses from each span, then the builder's
+:func:`fold_records`) happens in a background thread every ``fold_interval`` seconds, or when
+the buffer is half full, and on demand in :meth:`EvolutionGraphProcessor.graph`,
+``force_flush`` and ``shutdown``. Memory is bounded: past ``max_ops`` op nodes, the stores that
+were active least recently are evicted.
 Nothing here raises into the app: faults go to :func:`memtrace_otel._internal.internal_error`.
 """
 
@@ -17,19 +18,19 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import networkx as nx
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import StatusCode
 
 from memtrace_otel._internal import GcPaused, internal_error, logger
 from memtrace_otel._settings import positive_int, resolve, seconds
 from memtrace_otel._shim import nodes_of
-from memtrace_otel.export import span_to_record
-from memtrace_otel.graph._build import fold_records, new_graph, remove_ops
-from memtrace_otel.semconv import SpanRecord
+from memtrace_otel.graph._build import FoldIndex, fold_records, new_graph, remove_ops
 from memtrace_otel.semconv import attributes as sc
 from memtrace_otel.semconv import env as E
 
@@ -122,6 +123,10 @@ class EvolutionGraphProcessor(SpanProcessor):
             seconds,
         )
         self._graph = new_graph()
+        # What each fold would otherwise rebuild from the whole graph; G.graph's sorted lists are
+        # settled when the graph is read (or evicted from), not after every chunk.
+        self._index = FoldIndex(deferred=True)
+        self._resource: tuple[object, Mapping[str, Any]] = (None, {})  # the last span's resource
         self._buffer: deque[ReadableSpan] = deque()
         self._buffer_lock = threading.Lock()
         self._graph_lock = threading.RLock()  # held while folding and while reading the graph
@@ -175,8 +180,8 @@ class EvolutionGraphProcessor(SpanProcessor):
             # Logged outside the lock: a handler may be slow, or even end a span of its own.
             if first_drop:
                 _warn_first_drop(self.max_buffer, closed)
-            if half_full and self._thread is not None:
-                self._wake.set()
+            if half_full and self._thread is not None and not self._wake.is_set():
+                self._wake.set()  # (is_set first: set() takes a lock, once per span otherwise)
         except Exception:
             internal_error("processor.on_end")
 
@@ -217,6 +222,7 @@ class EvolutionGraphProcessor(SpanProcessor):
         try:
             with self._graph_lock:
                 self._fold(None)
+                self._index.settle(self._graph)
                 return _snapshot(self._graph)
         except Exception:
             internal_error("processor.graph")
@@ -232,6 +238,7 @@ class EvolutionGraphProcessor(SpanProcessor):
         with self._graph_lock:
             try:
                 self._fold(None)
+                self._index.settle(self._graph)
             except Exception:
                 internal_error("processor.locked_graph")
             yield self._graph
@@ -271,29 +278,25 @@ class EvolutionGraphProcessor(SpanProcessor):
             self._fold_chunk(batch)
 
     def _fold_chunk(self, batch: list[ReadableSpan]) -> None:
-        records: list[SpanRecord] = []
+        records: list[_Record] = []
         for span in batch:
             try:
-                records.append(span_to_record(span))
+                records.append(self._record(span))
             except Exception:
                 self._count("conversion_errors")
                 internal_error("processor.convert")
         G = self._graph
         try:
-            nodes = nodes_of(G)
-            new_ops = {
-                r.span_id
-                for r in records
-                if (sc.MEMTRACE_OP_KIND in r.attributes or sc.MEMTRACE_OP_NAME in r.attributes)
-                and r.span_id not in nodes
-            }
-            fold_records(G, records)
+            new_ops = fold_records(G, records, self._index)
             self._op_count += len(new_ops)
-            for record in records:
-                if record.span_id in new_ops:
-                    store = record.attributes.get(sc.GEN_AI_MEMORY_STORE_ID)
-                    last = self._store_activity.get(store, 0)
-                    self._store_activity[store] = max(last, record.end_time_unix_nano)
+            nodes = nodes_of(G)
+            activity = self._store_activity
+            for span_id in new_ops:
+                op = nodes[span_id]
+                store = _store_key(op["store"])
+                last = activity.get(store, 0)
+                end = op["end"]
+                activity[store] = end if end > last else last
             self._count("folded", len(records))
             self._count("folds")
             self._evict()
@@ -301,9 +304,56 @@ class EvolutionGraphProcessor(SpanProcessor):
             self._count("fold_errors")
             internal_error("processor.fold")
 
+    def _record(self, span: ReadableSpan) -> _Record:
+        """What the graph reads of an ended span (see :class:`_Record`)."""
+        ctx = span.context
+        assert ctx is not None, "an ended SDK span always has a context"
+        parent = span.parent
+        status_code = span.status.status_code
+        resource = span.resource
+        cached = self._resource
+        if cached[0] is not resource:
+            cached = self._resource = (resource, _plain_dict(resource.attributes))
+        events = span.events
+        links = span.links
+        return _Record(
+            format(ctx.trace_id, "032x"),
+            format(ctx.span_id, "016x"),
+            span.name,
+            format(parent.span_id, "016x") if parent is not None else None,
+            span.start_time or 0,
+            span.end_time or 0,
+            _STATUS_NAMES.get(status_code) or status_code.name,
+            _plain_dict(span.attributes),
+            tuple(
+                [
+                    _Event(e.name, e.timestamp or 0, _plain_dict(e.attributes))
+                    for e in events
+                    if e.name == _VARIABLE_EVENT  # the only events the graph reads
+                ]
+            )
+            if events
+            else (),
+            tuple(
+                [
+                    _Link(
+                        format(link.context.trace_id, "032x"),
+                        format(link.context.span_id, "016x"),
+                        _plain_dict(link.attributes),
+                    )
+                    for link in links
+                ]
+            )
+            if links
+            else (),
+            cached[1],
+        )
+
     def _evict(self) -> None:
         G = self._graph
         non_op: dict[str, str | None] = G.graph["non_op_spans"]
+        if len(non_op) > self.max_ops or self._op_count > self.max_ops:
+            self._index.settle(G)  # eviction reads and rewrites G.graph's lists
         if len(non_op) > self.max_ops:
             excess = len(non_op) - int(self.max_ops * _LOW_WATER)
             for span_id in list(itertools.islice(non_op, excess)):
@@ -316,7 +366,7 @@ class EvolutionGraphProcessor(SpanProcessor):
         by_store: dict[Any, list[tuple[int, str]]] = {}
         for node, data in nodes_of(G).items():
             if data.get("type") == "op":
-                by_store.setdefault(data.get("store"), []).append((data["end"], node))
+                by_store.setdefault(_store_key(data.get("store")), []).append((data["end"], node))
         victims: list[str] = []
         remaining = self._op_count
         for store in sorted(by_store, key=lambda s: (self._store_activity.get(s, 0), str(s))):
@@ -376,6 +426,100 @@ class EvolutionGraphProcessor(SpanProcessor):
         self._buffer.clear()
         if not self._closed:
             self._start_thread()
+
+
+_STATUS_NAMES = {code: code.name for code in StatusCode}
+_VARIABLE_EVENT = sc.MEMTRACE_VARIABLE_EVENT
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+class _Event:
+    """A ``memtrace.variable`` event of a span, as the graph reads it."""
+
+    __slots__ = ("attributes", "name", "time_unix_nano")
+
+    def __init__(self, name: str, time_unix_nano: int, attributes: Mapping[str, Any]) -> None:
+        self.name = name
+        self.time_unix_nano = time_unix_nano
+        self.attributes = attributes
+
+
+class _Link:
+    """A span link, as the graph reads it."""
+
+    __slots__ = ("attributes", "span_id", "trace_id")
+
+    def __init__(self, trace_id: str, span_id: str, attributes: Mapping[str, Any]) -> None:
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.attributes = attributes
+
+
+class _Record:
+    """The fields of an ended SDK span the graph builder reads (its ``FoldInput``), no more.
+
+    ``span_to_record`` makes a complete, frozen :class:`SpanRecord` (kind, scope, trace state,
+    status message, every event, each mapping frozen value by value), which the graph never
+    reads: for the live fold that copy cost about as much as the fold itself. The attribute
+    dicts here are the SDK's own copies (``BoundedAttributes.copy``), read once by the fold and
+    then dropped; values the SDK would not produce (a span made by hand) are made plain by the
+    builder, as for any record.
+    """
+
+    __slots__ = (
+        "attributes",
+        "end_time_unix_nano",
+        "events",
+        "links",
+        "name",
+        "parent_span_id",
+        "resource_attributes",
+        "span_id",
+        "start_time_unix_nano",
+        "status_code",
+        "trace_id",
+    )
+
+    def __init__(
+        self,
+        trace_id: str,
+        span_id: str,
+        name: str,
+        parent_span_id: str | None,
+        start_time_unix_nano: int,
+        end_time_unix_nano: int,
+        status_code: str,
+        attributes: Mapping[str, Any],
+        events: tuple[_Event, ...],
+        links: tuple[_Link, ...],
+        resource_attributes: Mapping[str, Any],
+    ) -> None:
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.name = name
+        self.parent_span_id = parent_span_id
+        self.start_time_unix_nano = start_time_unix_nano
+        self.end_time_unix_nano = end_time_unix_nano
+        self.status_code = status_code
+        self.attributes = attributes
+        self.events = events
+        self.links = links
+        self.resource_attributes = resource_attributes
+
+
+def _plain_dict(attributes: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """A plain dict of SDK attributes: ``BoundedAttributes.copy`` where it is one (a C-level
+    dict copy; reading a ``BoundedAttributes`` key by key, even its ``len``, runs Python code)."""
+    try:
+        plain = attributes.copy()  # type: ignore[union-attr]
+    except AttributeError:
+        return dict(attributes) if attributes else _EMPTY
+    return plain if type(plain) is dict else dict(attributes)  # type: ignore[arg-type]
+
+
+def _store_key(store: Any) -> Any:
+    """A store id usable as a dict key (the graph keeps array values as lists)."""
+    return store if store.__class__ is not list else repr(store)
 
 
 def _warn_first_drop(max_buffer: int, closed: bool) -> None:
