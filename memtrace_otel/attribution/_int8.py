@@ -10,10 +10,12 @@ written here (no onnx package: its import alone costs 0.6 s of a cold run), and 
 
 - **Weights:** per output column, symmetric: ``scale = max |w| / 127``, ``q = round(w / scale)``.
 - **Activations:** per token (each row of the ``(tokens, hidden)`` input of a product), symmetric
-  around the uint8 zero point 128, quantized in the graph before every product. Per token, not
+  around the uint8 zero point 128, quantized in the graph before every product (``QuantizeLinear``
+  per row; the product, its int32 to float conversion and the weights' scales are onnxruntime's
+  fused ``MatMulIntegerToFloat``, then the row's scale and the bias). Per token, not
   per batch: a text's vector does not depend on which texts share its batch (a per-tensor scale
   would let a long text in the batch move every other text's vector).
-- **Cost and accuracy:** about 2.6x faster than the float32 pass on one core (1.8 s against 4.6 s
+- **Cost and accuracy:** about 3x faster than the float32 pass on one core (1.5 s against 5.0 s
   CPU for 800 LoCoMo turns), vectors at cosine >= 0.98 to the float32 ones, pairwise cosines
   0.006 from float32's on average (0.04 at most) over those turns. The encoder checks this when
   it loads (three fixed sentences, cosine >= 0.97 to float32, else it runs float32 and says so):
@@ -44,6 +46,7 @@ RUNTIME_PACKAGES = ("onnxruntime",)
 bytes, so the onnx package is not needed."""
 _OPSET = 20  # Gelu (exact erf) and LayerNormalization are standard operators from opset 20
 _IR_VERSION = 9  # what onnxruntime >= 1.17 reads
+_MICROSOFT = "com.microsoft"  # onnxruntime's own operators (MatMulIntegerToFloat)
 
 
 def missing_runtime() -> str | None:
@@ -133,7 +136,11 @@ class _Graph:
 
     @staticmethod
     def _node(
-        kind: str, inputs: Sequence[str], out: str, attributes: dict[str, int | float | list[int]]
+        kind: str,
+        inputs: Sequence[str],
+        out: str,
+        attributes: dict[str, int | float | list[int]],
+        domain: str = "",
     ) -> bytes:
         return (
             b"".join(_bytes(1, i) for i in inputs)
@@ -141,6 +148,7 @@ class _Graph:
             + _bytes(3, out)
             + _bytes(4, kind)
             + b"".join(_bytes(5, _attribute(k, v)) for k, v in attributes.items())
+            + (_bytes(7, domain) if domain else b"")
         )
 
     def model(self, result: str, inputs: Sequence[bytes], outputs: Sequence[bytes]) -> bytes:
@@ -153,10 +161,10 @@ class _Graph:
             + b"".join(_bytes(11, v) for v in inputs)
             + b"".join(_bytes(12, v) for v in outputs)
         )
-        opset = _bytes(1, "") + _int(2, _OPSET)
-        return (
-            _int(1, _IR_VERSION) + _bytes(2, "memtrace-otel") + _bytes(7, graph) + _bytes(8, opset)
+        opsets = _bytes(8, _bytes(1, "") + _int(2, _OPSET)) + _bytes(
+            8, _bytes(1, _MICROSOFT) + _int(2, 1)
         )
+        return _int(1, _IR_VERSION) + _bytes(2, "memtrace-otel") + _bytes(7, graph) + opsets
 
     def int8_product(self, x: str, weight: Vectors, bias: Vectors) -> str:
         """``x @ weight + bias`` for a ``(tokens, in)`` float input: int8 weights per output
@@ -164,14 +172,19 @@ class _Graph:
         column = np.abs(weight).max(axis=0).astype(np.float32) / np.float32(127.0)
         column[column == 0] = 1.0
         quantized = np.clip(np.rint(weight / column), -127, 127).astype(np.int8)
-        peak = self.op("ReduceMax", self.op("Abs", x), self.const(np.array([1])), keepdims=1)
-        tiny = self.const(np.float32(1e-12))
-        row = self.op("Div", self.op("Max", peak, tiny), self.const(np.float32(127.0)))
-        rounded = self.op("Round", self.op("Div", x, row))
-        codes = self.op("Cast", self.op("Add", rounded, self.const(np.float32(128.0))), to=_UINT8)
-        product = self.op("MatMulInteger", codes, self.const(quantized), self.const(np.uint8(128)))
-        scaled = self.op("Mul", self.op("Cast", product, to=_FLOAT), row)
-        return self.op("Add", self.op("Mul", scaled, self.const(column)), self.const(bias))
+        axis = self.const(np.array([1]))
+        high = self.op("ReduceMax", x, axis, keepdims=0)
+        low = self.op("Neg", self.op("ReduceMin", x, axis, keepdims=0))
+        peak = self.op("Max", high, low, self.const(np.float32(1e-12)))
+        row = self.op("Div", peak, self.const(np.float32(127.0)))  # (tokens,)
+        zero = self.op("Expand", self.const(np.uint8(128)), self.op("Shape", row))
+        codes = self.op("QuantizeLinear", x, row, zero, axis=0)
+        out = self._name("t")
+        inputs = [codes, self.const(quantized), self.const(np.float32(1.0)), self.const(column)]
+        inputs.append(self.const(np.uint8(128)))
+        self.nodes.append(self._node("MatMulIntegerToFloat", inputs, out, {}, _MICROSOFT))
+        per_token = self.op("Unsqueeze", row, axis)
+        return self.op("Add", self.op("Mul", out, per_token), self.const(bias))
 
     def layer_norm(self, x: str, norm: tuple[Vectors, Vectors], eps: float) -> str:
         weight, bias = norm
