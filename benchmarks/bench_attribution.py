@@ -8,11 +8,14 @@ attributed with `evidence` in gold mode (cases with expected answers and evidenc
 production mode (the wrong answer only, `memtrace bench evaluate --mode production`), and, as the
 same-run baseline, with the constant `blame-generate` (which only looks up the case's ops).
 
-`evidence` runs twice per mode: without the sentence model (``MEMTRACE_EMBEDDING_MODEL=none``:
-words only) and with it (all-MiniLM-L6-v2, when installed). Every round is cold: the caches the
-method fills are emptied and the process's sentence model is dropped, so the model's load, the
-run's batched encoding of its store messages (:meth:`EvidenceMethod.prepare`) and every vector
-are part of the timed work. The encoding is also reported on its own (texts, seconds, texts/s).
+`evidence` runs per mode without the sentence model (``MEMTRACE_EMBEDDING_MODEL=none``: words
+only) and with it (all-MiniLM-L6-v2, when installed), once per precision of its layers
+(``MEMTRACE_EMBEDDING_PRECISION``: ``int8``, the default, through onnxruntime when installed,
+and ``float32`` in numpy, the same-run baseline of the encoder's speed). Every round is cold:
+the caches the method fills are emptied and the process's sentence model is dropped, so the
+model's load (with the int8 graph's build), the run's batched encoding of its store messages
+(:meth:`EvidenceMethod.prepare`) and every vector are part of the timed work. The encoding is also
+reported on its own (texts, seconds, texts/s).
 
 Goal: >= 200 cases/s for `evidence` on one core, in every mode, cold.
 
@@ -37,6 +40,7 @@ from _util import verdict
 from memtrace_bench.cli.bench_evaluate import _production_cases
 from memtrace_bench.systems import generate_benchmark, generate_hard_benchmark, generate_workload
 from memtrace_otel.attribution import get_method
+from memtrace_otel.attribution._int8 import missing_runtime
 from memtrace_otel.attribution._semantic import model_dir
 from memtrace_otel.graph import graph_index
 from memtrace_otel.job import BatchSummary, failed_cases, load_store_graphs
@@ -60,13 +64,21 @@ def _cold() -> None:
 
 
 def _timed(
-    name: str, model: bool, gs: dict[str, Any], work: list[tuple[str, Any]], rounds: int
+    name: str,
+    model: bool,
+    gs: dict[str, Any],
+    work: list[tuple[str, Any]],
+    rounds: int,
+    precision: str | None = None,
 ) -> tuple[float, int, float]:
     """Best CPU seconds of ``rounds`` cold runs of method ``name`` over ``work``, with the texts
     and CPU seconds of its batched encoding (``prepare``) in that run."""
     saved = os.environ.get(E.ENV_MEMTRACE_EMBEDDING_MODEL)
+    saved_precision = os.environ.pop(E.ENV_MEMTRACE_EMBEDDING_PRECISION, None)
     if not model:
         os.environ[E.ENV_MEMTRACE_EMBEDDING_MODEL] = "none"
+    if precision is not None:
+        os.environ[E.ENV_MEMTRACE_EMBEDDING_PRECISION] = precision
     try:
         best = (float("inf"), 0, 0.0)
         for _ in range(rounds):
@@ -81,6 +93,9 @@ def _timed(
             best = min(best, (time.process_time() - t0, encoded, encoding))
         return best
     finally:
+        os.environ.pop(E.ENV_MEMTRACE_EMBEDDING_PRECISION, None)
+        if saved_precision is not None:
+            os.environ[E.ENV_MEMTRACE_EMBEDDING_PRECISION] = saved_precision
         if saved is None:
             os.environ.pop(E.ENV_MEMTRACE_EMBEDDING_MODEL, None)
         else:
@@ -102,6 +117,8 @@ def _measure(out: Path, label: str, rounds: int) -> None:
         f"{label}: {summary.records} span records, {len(graphs)} stores, load + index {load_s:.1f} s CPU"
     )
     has_model = model_dir() is not None
+    precisions = ["float32"] if missing_runtime() else ["int8", "float32"]
+    runs = [(False, None), *((True, p) for p in (precisions if has_model else []))]
     for mode, (gs, cases) in modes.items():
         work = failed_cases(gs, str(cases), BatchSummary())
         n = len(work)
@@ -109,8 +126,8 @@ def _measure(out: Path, label: str, rounds: int) -> None:
         print(
             f"  {mode:<10} {n:4d} failed cases: blame-generate {n / base:8.0f} cases/s (baseline)"
         )
-        for model in (False, True) if has_model else (False,):
-            seconds, encoded, encoding = _timed("evidence", model, gs, work, rounds)
+        for model, precision in runs:
+            seconds, encoded, encoding = _timed("evidence", model, gs, work, rounds, precision)
             rate = n / seconds
             extra = (
                 f"; {encoded} texts encoded in one batched pass in {encoding:.1f} s "
@@ -119,7 +136,8 @@ def _measure(out: Path, label: str, rounds: int) -> None:
                 else ""
             )
             print(
-                f"    evidence, {'with' if model else 'without'} the model: {rate:6.1f} cases/s "
+                f"    evidence, {f'with the model ({precision})' if model else 'without the model'}: "
+                f"{rate:6.1f} cases/s "
                 f"cold, {seconds / base:.1f}x the baseline's time "
                 f"(goal >= 200 cases/s: {verdict(rate, 200, higher_is_better=True)}){extra}"
             )

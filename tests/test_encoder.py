@@ -92,7 +92,7 @@ def path() -> str:
 
 
 def test_batched_forward_matches_a_textbook_float64_bert(path: str) -> None:
-    encoder = SentenceEncoder.from_dir(path, cache_size=0)
+    encoder = SentenceEncoder.from_dir(path, cache_size=0, precision="float32")
     vectors = encoder.encode(TEXTS)  # one padded batch: six lengths, one width
     for text, vector in zip(TEXTS, vectors, strict=True):
         expected = _reference(path, text, encoder)

