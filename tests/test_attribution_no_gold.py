@@ -450,3 +450,65 @@ def test_a_fact_about_a_team_is_tied_to_the_speaker_by_the_teams_name(pipe: Pipe
     verdict = pipe.verdict(prediction="I don't know.")
     assert moved.ref in verdict.evidence_refs, verdict.reason
     assert _culprit(verdict) == ("UpdateError", "t.update"), verdict.reason
+
+
+def test_a_place_after_an_article_and_in_several_words_bears_the_answer(pipe: Pipe) -> None:
+    # "in the Faroe Islands": the place follows the preposition's article and runs over two
+    # capitalised words; neither is a person the message is about. The fact was not extracted.
+    old = pipe.message("We moved to Tallinn back in the spring.", "3 May 2023")
+    new = pipe.message("Fresh start: I live in the Faroe Islands since Monday.", "9 May 2023")
+    older = pipe.create(pipe.extract([old], "Rosa lives in Tallinn"))
+    pipe.extract([new], "Rosa has a fresh start")
+    pipe.ask("Where does Rosa live now?", [older], "Tallinn")
+    verdict = pipe.verdict(prediction="Tallinn")
+    assert verdict.evidence_refs == (new.ref,), verdict.reason
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
+def test_a_name_set_off_before_a_possessive_is_the_name_asked_for(pipe: Pipe) -> None:
+    # "Ilse, my cousin, ...": a sentence opens with the name, in apposition to "my cousin".
+    named = pipe.message("Ilse, my cousin, just started at the bakery downtown.")
+    pipe.message("The fence got fixed by the neighbours on Sunday.")
+    rec = pipe.create(pipe.extract([named], "Rosa's cousin started at a bakery"))
+    pipe.ask("What is Rosa's cousin called?", [rec], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert verdict.evidence_refs == (named.ref,), verdict.reason
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("extracted", "culprit"),
+    [
+        # Reworded into a place no message names: the extraction kept the fact and the
+        # NONE decision that followed discarded it.
+        ("Rosa lives in New York City", ("UpdateError", "t.decide_none")),
+        # A place the store already names (the old home): the extraction swapped it.
+        ("Rosa lives in Tallinn", ("ExtractionError", "t.extract")),
+    ],
+)
+def test_a_place_reworded_by_the_extraction_is_still_carried(
+    pipe: Pipe, extracted: str, culprit: tuple[str, str]
+) -> None:
+    old = pipe.message("We moved to Tallinn back in the spring.", "3 May 2023")
+    new = pipe.message("I finally live in Gotham now, keys in hand.", "9 May 2023")
+    older = pipe.create(pipe.extract([old], "Rosa lives in Tallinn"))
+    pipe.discard(pipe.extract([new], extracted))
+    pipe.ask("Where does Rosa live now?", [older], "Tallinn")
+    verdict = pipe.verdict(prediction="Tallinn")
+    assert verdict.evidence_refs == (new.ref,), verdict.reason
+    assert _culprit(verdict) == culprit, verdict.reason
+
+
+def test_the_clitic_of_a_contraction_ties_no_message(pipe: Pipe) -> None:
+    # "I'm officially in Porto" and "I'm officially a nurse" share "I'm officially", which is
+    # no phrase naming a thing: the nurse message is not tied to the question.
+    nurse = pipe.message("So I'm officially a nurse now!", "3 May 2023")
+    porto = pipe.message("After a long search I'm officially in Porto for good.", "9 May 2023")
+    old = pipe.message("We moved to Tallinn back in the spring.", "1 May 2023")
+    older = pipe.create(pipe.extract([old], "Rosa lives in Tallinn"))
+    pipe.extract([nurse], "Rosa has news")
+    pipe.discard(pipe.extract([porto], "Rosa lives in Porto"))
+    pipe.ask("Where does Rosa live now?", [older], "Tallinn")
+    verdict = pipe.verdict(prediction="Tallinn")
+    assert verdict.evidence_refs == (porto.ref,), verdict.reason
+    assert _culprit(verdict) == ("UpdateError", "t.decide_none"), verdict.reason

@@ -67,7 +67,9 @@ from memtrace_otel.attribution._locate import (
     Reading,
     addressed,
     name_lexicon,
+    place_names,
     placed,
+    placed_names,
     read,
     resolved_date,
 )
@@ -163,6 +165,10 @@ class Signature:
     loose: bool = False  # the key is a guess (no answer known, no names): any third will do
     event: frozenset[str] = frozenset()  # a time question's words for the event it asks about
     rare: bool = False  # the loose key is the words that tell the evidence apart in its store
+    # Without an expected answer, to a "where" question whose key is the evidence's place: the
+    # words of the store's messages and of the wrong answer (a place a record derived from
+    # the evidence names, and none of them does, is the evidence's place in other words).
+    known: frozenset[str] | None = None
 
     def carrying(
         self,
@@ -218,6 +224,13 @@ class Signature:
                     out.append(words)
             elif recall(self.words, words) >= 0.6 or len(self.topic & words) >= 2:
                 out.append(words)
+        if not out and self.known is not None and derived and single:
+            # "moved to the Big Easy", extracted as "lives in New Orleans": a place named
+            # after a preposition that no message of the store names and that is not the wrong
+            # answer could only come from rewording the evidence (a swap takes a known one).
+            named = placed_names(text)
+            if named and not named & self.known:
+                out.append(segments[0] if segments else frozenset(named))
         return tuple(out)
 
     def holds(self, words: frozenset[str]) -> bool:
@@ -913,8 +926,8 @@ def _restates(scope: _Scope, question: Question, ref: str) -> bool:
     value = scope.index.G.nodes[ref].get("value")
     if not value:
         return False
-    lexicon, _ = _store_reading(scope)
-    reading = read(_text(value), question, lexicon)
+    lexicon, _, places = _store_reading(scope)
+    reading = read(_text(value), question, lexicon, places=places)
     return bool(reading.bearing) and not reading.other_subject
 
 
@@ -1073,7 +1086,7 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
     wrong answer's source) is the likely evidence. ``none`` when nothing qualifies.
     """
     question = Question.of(case.question)
-    lexicon, order = _store_reading(scope)
+    lexicon, order, places = _store_reading(scope)
     texts = corpus.texts
     wrong = case.prediction or ""
     wrong_tokens = (
@@ -1081,7 +1094,7 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
     )
 
     def reading(i: int, linked: frozenset[str] = frozenset()) -> Reading:
-        return read(texts[i], question, lexicon, linked)
+        return read(texts[i], question, lexicon, linked, places)
 
     def bears(i: int, linked: frozenset[str] = frozenset()) -> frozenset[str]:
         return reading(i, linked).bearing - wrong_tokens
@@ -1278,10 +1291,14 @@ def _tie(
     return max(ties, key=lambda i: order[i]) if ties else None
 
 
+_CLITICS = frozenset({"m", "s", "d", "t", "ve", "re", "ll"})
+
+
 @functools.lru_cache(maxsize=1 << 14)
 def _phrases(text: str) -> frozenset[tuple[str, str]]:
-    """The pairs of consecutive content words of ``text`` (stemmed)."""
-    words = content_tokens(text)
+    """The pairs of consecutive content words of ``text`` (stemmed). The clitic of a
+    contraction ("I'm", "she's", "we've") is no word: "I'm officially" is not a phrase."""
+    words = [w for w in content_tokens(text) if w not in _CLITICS]
     return frozenset(itertools.pairwise(words))
 
 
@@ -1454,8 +1471,11 @@ def _speakers(scope: _Scope) -> frozenset[str]:
     return cached
 
 
-def _store_reading(scope: _Scope) -> tuple[frozenset[str], list[tuple[int, int]]]:
-    """The store's names and its messages' order in time (built once per store)."""
+def _store_reading(
+    scope: _Scope,
+) -> tuple[frozenset[str], list[tuple[int, int]], frozenset[str]]:
+    """The store's names, its messages' order in time and the names it uses only as places
+    (built once per store)."""
     key = ("reading", scope.store)
     cached = scope.index.memo.get(key)
     if cached is None:
@@ -1469,7 +1489,7 @@ def _store_reading(scope: _Scope) -> tuple[frozenset[str], list[tuple[int, int]]
             outs = G.nodes[writer].get("outputs", []) if writer in G else []
             position = outs.index(m) if m in outs else 0
             order.append((int(data.get("time") or 0), position))
-        cached = (lexicon, order)
+        cached = (lexicon, order, place_names(corpus.texts, lexicon))
         scope.index.memo[key] = cached
     return cached
 
@@ -1717,6 +1737,11 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
         # it out ("on 3 April 2023") carries it as well as one that kept "today".
         gold = gold_strict = resolved_date(_text(value), _date_of(data))
     entities = entity_tokens(text)
+    question = Question.of(case.question)
+    if not golds and value is not None and question.kind == NAME:
+        # A name that opens its sentence ("Ilse, my cousin, ...") is a name all the same.
+        lexicon, _, places = _store_reading(scope)
+        entities |= read(text, question, lexicon, places=places).bearing
     loose = rare = False
     if gold and gold <= words:
         key, strict = gold, gold_strict
@@ -1770,7 +1795,25 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
     if dated:
         # What the question asks the date of: its words but the names and the asking.
         event = asked - entity_tokens(case.question, anywhere=True) - _ASKING_TIME
-    return Signature(ref, key, strict, gold, gold_strict, topic, words, dated, loose, event, rare)
+    known = None
+    if not golds and value is not None and question.kind == PLACE:
+        lexicon, _, places = _store_reading(scope)
+        if key and key <= read(text, question, lexicon, places=places).bearing:
+            wrong_words = frozenset(content_tokens(case.prediction or ""))
+            known = _store_words(scope) | wrong_words
+    return Signature(
+        ref, key, strict, gold, gold_strict, topic, words, dated, loose, event, rare, known
+    )
+
+
+def _store_words(scope: _Scope) -> frozenset[str]:
+    """Every content token of the store's messages (built once per store)."""
+    key = ("words", scope.store)
+    cached = scope.index.memo.get(key)
+    if cached is None:
+        cached = frozenset().union(*_store_messages(scope)[1].words)
+        scope.index.memo[key] = cached
+    return cached
 
 
 _MONTHS = frozenset(
