@@ -490,7 +490,7 @@ def test_a_place_reworded_by_the_extraction_is_still_carried(
     pipe: Pipe, extracted: str, culprit: tuple[str, str]
 ) -> None:
     old = pipe.message("We moved to Tallinn back in the spring.", "3 May 2023")
-    new = pipe.message("I finally live in Gotham now, keys in hand.", "9 May 2023")
+    new = pipe.message("Something new: I finally live in Gotham, keys in hand.", "9 May 2023")
     older = pipe.create(pipe.extract([old], "Rosa lives in Tallinn"))
     pipe.discard(pipe.extract([new], extracted))
     pipe.ask("Where does Rosa live now?", [older], "Tallinn")

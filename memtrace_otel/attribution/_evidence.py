@@ -226,10 +226,11 @@ class Signature:
                 out.append(words)
         if not out and self.known is not None and derived and single:
             # "moved to the Big Easy", extracted as "lives in New Orleans": a place named
-            # after a preposition that no message of the store names and that is not the wrong
-            # answer could only come from rewording the evidence (a swap takes a known one).
+            # after a preposition with a word that no message of the store uses and that is
+            # not the wrong answer's could only come from rewording the evidence (a swap takes
+            # a known place).
             named = placed_names(text)
-            if named and not named & self.known:
+            if named - self.known:
                 out.append(segments[0] if segments else frozenset(named))
         return tuple(out)
 
