@@ -512,3 +512,17 @@ def test_the_clitic_of_a_contraction_ties_no_message(pipe: Pipe) -> None:
     verdict = pipe.verdict(prediction="Tallinn")
     assert verdict.evidence_refs == (porto.ref,), verdict.reason
     assert _culprit(verdict) == ("UpdateError", "t.decide_none"), verdict.reason
+
+
+def test_a_statement_of_what_holds_now_answers_a_question_of_what_holds_now(pipe: Pipe) -> None:
+    # "What does Rosa do for work now?" names no kind of answer; "I repair violins for an
+    # orchestra now" shares no word with it but says, in the first person, what holds now. The
+    # message that shares "work" only chats about it. The extraction lost the statement.
+    chat = pipe.message("Work was hectic at the gym this week, I need a holiday.")
+    now = pipe.message("I repair violins for an orchestra now.")
+    pipe.extract([now], "Rosa shared an update")
+    rec = pipe.create(pipe.extract([chat], "Rosa had a hectic week at the gym"))
+    pipe.ask("What does Rosa do for work now?", [rec], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert verdict.evidence_refs == (now.ref,), verdict.reason
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason

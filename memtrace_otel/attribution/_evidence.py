@@ -72,6 +72,7 @@ from memtrace_otel.attribution._locate import (
     placed_names,
     read,
     resolved_date,
+    says_now,
 )
 from memtrace_otel.attribution._model import Case, Verdict
 from memtrace_otel.attribution._rules import (
@@ -126,6 +127,8 @@ _SURE_QUESTION_UNCLEAR = C.SURE_QUESTION_UNCLEAR
 _SURE_RUNNER_UP = C.SURE_RUNNER_UP
 _SURE_THING = C.SURE_THING
 _SEMANTIC_LEAD = 0.05  # cosine lead of the best statement over the next (all-MiniLM-L6-v2)
+# Cosine by which the search's best match outweighs a statement of what holds now.
+_CURRENT_LEAD = 0.15
 _SEMANTIC_FLOOR = 0.2  # below this cosine a statement is not about what the question asks
 _CLEAR_MARGIN = 0.1  # the best match's score lead over the runner-up, relative
 _CLOSE = 0.5  # runners-up within this share of the best score stay in the running
@@ -1122,6 +1125,7 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
     ]
     if subject:
         scored = _about_subject(corpus, case.question, scored, subject, telling, votes, reading)
+    scored = _current_first(corpus, question, scored, avoid)
     ranked = [i for i, _ in scored]
     direct = [i for i in ranked if bears(i) and not reading(i).other_subject]
     # A link restates the question's own words (a message near it in meaning only is not one).
@@ -1195,6 +1199,32 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
     if found is None:
         return _Evidence([], 0.0, "none")
     return _Evidence([candidates[found]], _SURE_NEAREST, "question", bearing=bears(found))
+
+
+def _current_first(
+    corpus: Corpus, question: Question, scored: list[tuple[int, float]], avoid: set[int]
+) -> list[tuple[int, float]]:
+    """``scored`` with the statements of what holds now first, for a question that asks what
+    holds now and names no kind of answer ("what does she do now?", "what is his job these
+    days?"): a message whose sentence says, in the first person and not asking, what holds at
+    present ("I teach a class of ten-year-olds these days", :func:`says_now`) answers the
+    question's tense whatever its words. They are ranked among themselves by the search's
+    rank, then by meaning; they need share no word with the question. The search's best
+    match stays first when it is nearer in meaning by more than ``_CURRENT_LEAD`` ("I started
+    a new job as a teacher" against "I'm doing well now")."""
+    if question.kind != THING or not question.now:
+        return scored
+    current = [i for i, text in enumerate(corpus.texts) if i not in avoid and says_now(text)]
+    if not current:
+        return scored
+    rank = {i: r for r, (i, _) in enumerate(scored)}
+    cosines = corpus.similarity(question.text) or [0.0] * len(corpus.texts)
+    current.sort(key=lambda i: (rank.get(i, len(rank)), -cosines[i], i))
+    if scored and cosines[scored[0][0]] - cosines[current[0]] > _CURRENT_LEAD:
+        return scored  # the search's best match is clearly nearer what the question asks
+    top = max((score for _, score in scored), default=0.0)
+    first = [(i, top + 1.0 / (n + 1)) for n, i in enumerate(current)]
+    return first + [(i, score) for i, score in scored if i not in set(current)]
 
 
 def _statement_of_kind(

@@ -49,6 +49,7 @@ __all__ = [
     "placed_names",
     "read",
     "resolved_date",
+    "says_now",
 ]
 
 TIME = "time"
@@ -86,6 +87,11 @@ _GREETINGS = frozenset(
         "welcome",
     ]
 )
+# Adverbs that put what a sentence says in the present ("now", "these days").
+_NOW = re.compile(
+    r"\b(?:now|nowadays|these days|currently|at the moment|at present)\b", re.IGNORECASE
+)
+_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 _BEFORE = re.compile(r"\b(?:before|prior to|until)\b", re.IGNORECASE)
 _AFTER = re.compile(r"\b(?:after|since)\b", re.IGNORECASE)
 
@@ -148,6 +154,7 @@ class Question:
         past: it asks about the past ("where did she live?", "used to").
         before: it asks about what preceded something it names ("before moving to Zurich").
         after: it asks about what followed something it names.
+        now: it says "now" (or "these days", "currently"): it asks what holds at present.
     """
 
     text: str
@@ -157,6 +164,7 @@ class Question:
     before: bool
     after: bool
     past: bool = False
+    now: bool = False
 
     @classmethod
     def of(cls, text: str) -> Question:
@@ -190,6 +198,7 @@ class Question:
             before=bool(_BEFORE.search(text)),
             after=bool(_AFTER.search(text)),
             past=past,
+            now=bool(_NOW.search(text)),
         )
 
 
@@ -244,6 +253,23 @@ def addressed(text: str) -> frozenset[str]:
         if opens and closes:
             out.add(stem(low))
     return frozenset(out)
+
+
+def says_now(text: str) -> bool:
+    """Whether a sentence of ``text`` states, in the first person and not as a question, what
+    holds now (an adverb of the present: "now", "these days", "currently").
+
+    >>> says_now("I teach a class of ten-year-olds these days."), says_now("All good now?")
+    (True, False)
+    >>> says_now("Wow, Maria! Is she better now? I hope so.")
+    False
+    """
+    for sentence in _SENTENCES.split(text):
+        if not _NOW.search(sentence) or sentence.rstrip().endswith("?"):
+            continue
+        if any(w.lower() in _FIRST_SUBJECT for w in _RAW.findall(sentence)):
+            return True
+    return False
 
 
 def placed(text: str, names: frozenset[str]) -> bool:
