@@ -526,3 +526,35 @@ def test_a_statement_of_what_holds_now_answers_a_question_of_what_holds_now(pipe
     verdict = pipe.verdict(prediction="I don't know.")
     assert verdict.evidence_refs == (now.ref,), verdict.reason
     assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
+def test_a_present_tense_question_takes_the_latest_statement_that_means_it(pipe: Pipe) -> None:
+    # Two later statements of where both mean what "where does Rosa live now?" asks; the one
+    # nearer in meaning ("relocated to Riga") is not the latest ("settled in Porto"): "now"
+    # asks for the latest. A NONE decision discarded it.
+    home = pipe.message("I live close to Tallinn, by the old harbour.", "3 May 2023")
+    riga = pipe.message("We relocated to Riga for good.", "4 May 2023")
+    porto = pipe.message("I finally settled in Porto.", "9 May 2023")
+    friend = pipe.message("My friend Hana has relocated to Boston.", "12 May 2023")
+    pipe.create(pipe.extract([home], "Rosa lives in Tallinn"))
+    pipe.create(pipe.extract([riga], "Rosa lives in Riga"))
+    pipe.discard(pipe.extract([porto], "Rosa lives in Porto"))
+    hana = pipe.create(pipe.extract([friend], "Hana lives in Boston"))
+    pipe.ask("Where does Rosa live now?", [hana], "Boston")
+    verdict = pipe.verdict(prediction="Boston")
+    assert verdict.evidence_refs == (porto.ref,), verdict.reason
+    assert _culprit(verdict) == ("UpdateError", "t.decide_none"), verdict.reason
+
+
+def test_a_name_spoken_to_after_an_interjection_is_not_the_speaker(pipe: Pipe) -> None:
+    # "Yeah Rosa, and I'm in Boston now": spoken to Rosa, so its "I" is someone else, and it
+    # does not supersede where Rosa said she lives. Her record was deleted.
+    home = pipe.message("I live in Tallinn these days, right by the old town.", "3 May 2023")
+    other = pipe.message("Yeah Rosa, and I'm in Boston now, the new flat is tiny.", "9 May 2023")
+    rec = pipe.create(pipe.extract([home], "Rosa lives in Tallinn"))
+    pipe.delete(rec)
+    boston = pipe.create(pipe.extract([other], "Someone lives in Boston"))
+    pipe.ask("Where does Rosa live now?", [boston], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert verdict.evidence_refs == (home.ref,), verdict.reason
+    assert _culprit(verdict) == ("DeletionError", "t.delete"), verdict.reason

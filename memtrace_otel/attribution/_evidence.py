@@ -1421,7 +1421,7 @@ def _latest_restatement(
         for i in _statements(first, 1, order, reading, bears)
         if reading(i).slots and bears(i) - said
     ]
-    meant = _by_meaning(later, question, texts)
+    meant = _latest_meant(later, question, order, texts)
     if meant is not None:
         return meant
     shaped = [i for i in later if reading(i).slots & slots]
@@ -1430,6 +1430,21 @@ def _latest_restatement(
         # later "settled in New York"): the question's "now" asks for it.
         shaped = later
     return max(shaped, key=lambda i: order[i]) if shaped else None
+
+
+def _latest_meant(
+    pool: list[int], question: Question, order: list[tuple[int, int]], texts: Sequence[str]
+) -> int | None:
+    """The latest message of ``pool`` that means what the question asks (sentence similarity
+    at least ``_SEMANTIC_FLOOR``: "I finally settled in Oslo", not "I was in Oslo for a gig"):
+    a present-tense question asks for the latest such statement, however near in meaning an
+    earlier one is. None without the model or when none is near."""
+    encoder = default_encoder() if pool else None
+    if encoder is None:
+        return None
+    scores = encoder.similarity(question.text, [texts[i] for i in pool])
+    near = [i for i, score in zip(pool, scores, strict=True) if score >= _SEMANTIC_FLOOR]
+    return max(near, key=lambda i: order[i]) if near else None
 
 
 def _statements(

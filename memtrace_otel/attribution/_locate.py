@@ -85,6 +85,17 @@ _GREETINGS = frozenset(
         "wow",
         "sorry",
         "welcome",
+        # Interjections before a vocative ("Yeah Dave, ...", "Oh Maria, ...").
+        "yeah",
+        "yes",
+        "yep",
+        "oh",
+        "ah",
+        "aw",
+        "ok",
+        "okay",
+        "well",
+        "cheers",
     ]
 )
 # Adverbs that put what a sentence says in the present ("now", "these days").
