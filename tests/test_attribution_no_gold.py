@@ -558,3 +558,19 @@ def test_a_name_spoken_to_after_an_interjection_is_not_the_speaker(pipe: Pipe) -
     verdict = pipe.verdict(prediction="I don't know.")
     assert verdict.evidence_refs == (home.ref,), verdict.reason
     assert _culprit(verdict) == ("DeletionError", "t.delete"), verdict.reason
+
+
+def test_the_speakers_latest_statement_ties_a_name_to_a_question_of_now(pipe: Pipe) -> None:
+    # "Who does Rosa answer to these days?" shares no word with "Word is Felix heads the growth
+    # guild": only the speaker's latest "I sit with the growth guild" ties Felix to her (the
+    # design guild was before). An update lost that tie.
+    pipe.message("Word is Omar heads the design guild.", "1 May 2023")
+    felix = pipe.message("Word is Felix heads the growth guild.", "1 May 2023")
+    old = pipe.message("Last spring I signed up with the design guild.", "3 May 2023")
+    new = pipe.message("Since Monday I sit with the growth guild, different floor.", "9 May 2023")
+    recs = [pipe.create(pipe.extract([m], m.value)) for m in (felix, old, new)]
+    pipe.update(recs[2], "Rosa moved to a different floor")
+    pipe.ask("Who does Rosa answer to these days?", recs[:2], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert set(verdict.evidence_refs) == {felix.ref, new.ref}, verdict.reason
+    assert _culprit(verdict) == ("UpdateError", "t.update"), verdict.reason

@@ -1093,9 +1093,7 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
     lexicon, order, places = _store_reading(scope)
     texts = corpus.texts
     wrong = case.prediction or ""
-    wrong_tokens = (
-        frozenset(content_tokens(wrong)) if wrong and not is_non_answer(wrong) else frozenset()
-    )
+    wrong_tokens = frozenset(content_tokens(wrong) if not is_non_answer(wrong) else ())
 
     def reading(i: int, linked: frozenset[str] = frozenset()) -> Reading:
         return read(texts[i], question, lexicon, linked, places)
@@ -1103,9 +1101,8 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
     def bears(i: int, linked: frozenset[str] = frozenset()) -> frozenset[str]:
         return reading(i, linked).bearing - wrong_tokens
 
-    # The wrong answer's sources: what the answer used, not what it should have used. A
-    # message that holds the wrong answer and another of the kind ("moved from Tallinn to
-    # Vienna") stays in the running.
+    # The wrong answer's sources: what the answer used. A message that holds the wrong answer
+    # and another of the kind ("moved from Tallinn to Vienna") stays in the running.
     sources = [i for i, words in enumerate(corpus.words) if wrong_tokens and wrong_tokens <= words]
     avoid = {i for i in sources if not bears(i)}
     # The speaker's own name is in every record about them: it tells none apart.
@@ -1155,6 +1152,9 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
                 "question",
                 bearing=bears(hop, names),
             )
+    chained = _chain(first, question, order, reading, bears, avoid, corpus, telling)
+    if chained is not None:
+        return _Evidence([candidates[i] for i in chained], _SURE_NEAREST, "question")
     anchor: int | None = None
     side = 1
     if link is not None and (question.before or question.after):
@@ -1248,6 +1248,63 @@ def _statement_of_kind(
         i for i in range(len(texts)) if i not in avoid and bears(i) and not reading(i).other_subject
     ]
     return _by_meaning(pool, question, texts)
+
+
+def _chain(
+    first: int | None,
+    question: Question,
+    order: list[tuple[int, int]],
+    reading: Callable[[int], Reading],
+    bears: Callable[[int], frozenset[str]],
+    avoid: set[int],
+    corpus: Corpus,
+    telling: set[str],
+) -> tuple[int, int] | None:
+    """Two facts a present-tense question of a name needs when its best match shares no telling
+    word with it and does not name its subject ("who does Ada report to now?", matched only by
+    meaning): a statement that names someone for a thing
+    ("Elena runs the security team"), and the speaker's own latest statement, naming no one,
+    about the same thing ("I switched to the security team"), joined by a two-word phrase
+    (:func:`_tie`'s) of uncommon words that only those two messages use. A name spoken to
+    ("Thanks, Cal!") is given to no one. "Now" asks for the speaker's latest such statement.
+    Returns (the naming statement, the speaker's), or None."""
+    if (
+        question.kind != NAME
+        or not question.present
+        or question.before
+        or question.after
+        or (first is not None and (reading(first).mentions or corpus.words[first] & telling))
+    ):
+        return None
+    phrases = [_phrases(text) - _rare_pairs_of(question) for text in corpus.texts]
+    users: dict[tuple[str, str], list[int]] = {}
+    for i, found in enumerate(phrases):
+        for phrase in found:
+            users.setdefault(phrase, []).append(i)
+    chains = []
+    for phrase, pair in users.items():
+        if len(pair) != 2 or set(phrase) & _COMMON or set(pair) & avoid:
+            continue
+        for own, named in (pair, pair[::-1]):
+            # The name a statement gives, not one it speaks to ("Thanks, Cal! ...").
+            names = bears(named) - addressed(corpus.texts[named])
+            if (
+                reading(own).first_person
+                and not reading(own).other_subject
+                and not bears(own)
+                and names
+                and not reading(named).other_subject
+                and not set(phrase) & names
+            ):
+                chains.append((named, own))
+    if not chains:
+        return None
+    return max(chains, key=lambda chain: (order[chain[1]], order[chain[0]]))
+
+
+def _rare_pairs_of(question: Question) -> frozenset[tuple[str, str]]:
+    """The question's own two-word phrases (they tie nothing: every match repeats them)."""
+    return _phrases(question.text)
 
 
 def _change_statement(
