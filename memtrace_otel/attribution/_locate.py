@@ -382,7 +382,8 @@ def _place_slot(
         while j + 1 < len(words) and words[j + 1][0][0].isupper() and joined(j):
             j += 1
         after = lowered[j + 1] if j + 1 < len(words) else ""
-        if after and words[j + 1][0][0].islower() and after not in STOPWORDS and joined(j):
+        noun = after and words[j + 1][0][0].islower() and after not in STOPWORDS
+        if noun and stem(after) not in _TIME_WORDS and joined(j):  # not "a Subaru today"
             return previous
     return None
 
@@ -494,6 +495,8 @@ def placed_names(text: str) -> frozenset[str]:
 
     >>> sorted(placed_names("Evan has lived in New Orleans since May."))
     ['new', 'orlean']
+    >>> sorted(placed_names("I'm a Lagos native.")), sorted(placed_names("I got a Subaru today!"))
+    (['lago'], [])
     """
     return _read(text, _ANYWHERE, frozenset(), frozenset(), frozenset()).placed
 
