@@ -6,8 +6,13 @@ forms, a question whose answer is not the date beside it, a legitimate update th
 later statement, a record a later step read and an overwrite replaced, and a true source that
 shares words with the wrong answer; then the defects the suite of real apps showed (the
 question's subject, a place as a copula's complement, a guessed key, a change statement,
-instructions repeated around every turn). Every one failed on main before its fix, but two
-regression guards (the simple-present change and the link to a place), which pass on main too.
+instructions repeated around every turn); then the defects the hard benchmark's production
+mode showed (a place after an article or over several words, a name in apposition, a place an
+extraction reworded, a contraction's clitic, a statement of what holds now, the latest statement
+meaning the question, a name spoken to after an interjection, a two-fact chain to the speaker's
+latest statement). Every one failed on main before its fix, but three regression guards (the
+simple-present change, the link to a place, and an extraction that swapped a place for one the
+store names), which pass on main too.
 """
 
 from __future__ import annotations
