@@ -279,3 +279,17 @@ def test_an_unseen_value_the_captured_ones_do_not_settle_still_abstains(pipe: Pi
     pipe.ask("Where does Rosa live?", [rec2], "I don't know")
     verdict = _verdict_without(pipe, [rec], gold_answers=("Prague",), evidence_refs=(msg.ref,))
     assert verdict.error_type is None, verdict.reason
+
+
+def test_left_out_of_context_without_an_expected_answer_is_a_weak_clue(pipe: Pipe) -> None:
+    # Found by the question alone, the carrier's key is guessed from the message's words: a
+    # context line that words the fact otherwise looks the same as a loss. Not above 0.3.
+    msg = pipe.message("These days I rent a flat in Ljubljana.")
+    pipe.message("Rosa loves hiking in the hills.")
+    rec = pipe.create(pipe.extract([msg], "Rosa rents a flat in Ljubljana"))
+    _ask_leaving_out(pipe, "Where does Rosa rent a flat?", rec, "Rosa loves hiking.", "Vienna")
+    verdict = pipe.verdict(prediction="Vienna")
+    assert _named(verdict) == ("left_out_of_context", ErrorType.RESPONSE, "t.context"), (
+        verdict.reason
+    )
+    assert 0.1 <= verdict.confidence <= 0.3, verdict.confidence

@@ -42,6 +42,8 @@ A verdict's confidence is the product of two factors, then lowered for what went
    a stale version read by the question's retrieve,    0.70    ``STALE_READ``
    without an expected answer (structure alone)
    the wrong answer is in nothing its op read          0.50    ``INVENTED``
+   an assembly left the carrier out (a content test    0.95    ``LEFT_OUT``
+   of the context's lines)
    ==================================================  ======  =============================
 
 3. **What went unchecked** (applied in this order):
@@ -57,6 +59,12 @@ A verdict's confidence is the product of two factors, then lowered for what went
    alone: the message that reached the context may not
    be what the question needs (39 % right at 0.41 on the
    hard benchmark without expected answers)
+   an assembly that left out evidence found by the        x 0.55         ``LEFT_OUT_SEARCHED``
+   question alone: the key is guessed from the message's
+   words, and a context line that words the fact
+   otherwise looks like a loss (0 of 4 right above 0.3
+   on the hard benchmark without expected answers, seed
+   0; 8 of 8 right below)
    structure decided, but a value upstream was not        cap 0.3        ``STRUCTURE_UNSEEN``
    captured and may have lost the evidence first
    every verdict that names a culprit                     floor 0.1      ``FLOOR``
@@ -89,19 +97,22 @@ DEFAULT: Final = "default"  # the evidence reached the context: the answer is to
 DECLINED: Final = "declined"
 STALE_READ: Final = "stale read"
 INVENTED: Final = "invented"
+LEFT_OUT: Final = "left out"  # a content test of the assembled context
 DECIDED: Final[dict[str, float]] = {
     CONTENT: 0.95,
+    LEFT_OUT: 0.95,
     STRUCTURE: 0.85,
     DEFAULT: 0.85,
     DECLINED: 0.35,
     STALE_READ: 0.7,
     INVENTED: 0.5,
 }
-_FOLLOWED: Final = frozenset({CONTENT, STRUCTURE, DEFAULT, DECLINED})
+_FOLLOWED: Final = frozenset({CONTENT, LEFT_OUT, STRUCTURE, DEFAULT, DECLINED})
 
 # -- 3. what went unchecked ---------------------------------------------------------------------
 MISSING_TRACES: Final = 0.2
 DEFAULT_SEARCHED: Final = 0.6
+LEFT_OUT_SEARCHED: Final = 0.55
 STRUCTURE_UNSEEN: Final = 0.3
 FLOOR: Final = 0.1
 
@@ -128,6 +139,8 @@ def confidence(
         value -= MISSING_TRACES
     if searched and decided == DEFAULT:
         value *= DEFAULT_SEARCHED
+    if searched and decided == LEFT_OUT:
+        value *= LEFT_OUT_SEARCHED
     if unseen_upstream:
         value = min(value, STRUCTURE_UNSEEN)
     return max(value, FLOOR)

@@ -67,9 +67,12 @@ from memtrace_otel.attribution._locate import (
     Reading,
     addressed,
     name_lexicon,
+    place_names,
     placed,
+    placed_names,
     read,
     resolved_date,
+    says_now,
 )
 from memtrace_otel.attribution._model import Case, Verdict
 from memtrace_otel.attribution._rules import (
@@ -124,6 +127,8 @@ _SURE_QUESTION_UNCLEAR = C.SURE_QUESTION_UNCLEAR
 _SURE_RUNNER_UP = C.SURE_RUNNER_UP
 _SURE_THING = C.SURE_THING
 _SEMANTIC_LEAD = 0.05  # cosine lead of the best statement over the next (all-MiniLM-L6-v2)
+# Cosine by which the search's best match outweighs a statement of what holds now.
+_CURRENT_LEAD = 0.15
 _SEMANTIC_FLOOR = 0.2  # below this cosine a statement is not about what the question asks
 _CLEAR_MARGIN = 0.1  # the best match's score lead over the runner-up, relative
 _CLOSE = 0.5  # runners-up within this share of the best score stay in the running
@@ -163,6 +168,10 @@ class Signature:
     loose: bool = False  # the key is a guess (no answer known, no names): any third will do
     event: frozenset[str] = frozenset()  # a time question's words for the event it asks about
     rare: bool = False  # the loose key is the words that tell the evidence apart in its store
+    # Without an expected answer, to a "where" question whose key is the evidence's place: the
+    # words of the store's messages and of the wrong answer (a place a record derived from
+    # the evidence names, and none of them does, is the evidence's place in other words).
+    known: frozenset[str] | None = None
 
     def carrying(
         self,
@@ -218,6 +227,14 @@ class Signature:
                     out.append(words)
             elif recall(self.words, words) >= 0.6 or len(self.topic & words) >= 2:
                 out.append(words)
+        if not out and self.known is not None and derived and single:
+            # "moved to the Big Easy", extracted as "lives in New Orleans": a place named
+            # after a preposition with a word that no message of the store uses and that is
+            # not the wrong answer's could only come from rewording the evidence (a swap takes
+            # a known place).
+            named = placed_names(text)
+            if named - self.known:
+                out.append(segments[0] if segments else frozenset(named))
         return tuple(out)
 
     def holds(self, words: frozenset[str]) -> bool:
@@ -913,8 +930,8 @@ def _restates(scope: _Scope, question: Question, ref: str) -> bool:
     value = scope.index.G.nodes[ref].get("value")
     if not value:
         return False
-    lexicon, _ = _store_reading(scope)
-    reading = read(_text(value), question, lexicon)
+    lexicon, _, places = _store_reading(scope)
+    reading = read(_text(value), question, lexicon, places=places)
     return bool(reading.bearing) and not reading.other_subject
 
 
@@ -1073,22 +1090,19 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
     wrong answer's source) is the likely evidence. ``none`` when nothing qualifies.
     """
     question = Question.of(case.question)
-    lexicon, order = _store_reading(scope)
+    lexicon, order, places = _store_reading(scope)
     texts = corpus.texts
     wrong = case.prediction or ""
-    wrong_tokens = (
-        frozenset(content_tokens(wrong)) if wrong and not is_non_answer(wrong) else frozenset()
-    )
+    wrong_tokens = frozenset(content_tokens(wrong) if not is_non_answer(wrong) else ())
 
     def reading(i: int, linked: frozenset[str] = frozenset()) -> Reading:
-        return read(texts[i], question, lexicon, linked)
+        return read(texts[i], question, lexicon, linked, places)
 
     def bears(i: int, linked: frozenset[str] = frozenset()) -> frozenset[str]:
         return reading(i, linked).bearing - wrong_tokens
 
-    # The wrong answer's sources: what the answer used, not what it should have used. A
-    # message that holds the wrong answer and another of the kind ("moved from Tallinn to
-    # Vienna") stays in the running.
+    # The wrong answer's sources: what the answer used. A message that holds the wrong answer
+    # and another of the kind ("moved from Tallinn to Vienna") stays in the running.
     sources = [i for i, words in enumerate(corpus.words) if wrong_tokens and wrong_tokens <= words]
     avoid = {i for i in sources if not bears(i)}
     # The speaker's own name is in every record about them: it tells none apart.
@@ -1108,6 +1122,7 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
     ]
     if subject:
         scored = _about_subject(corpus, case.question, scored, subject, telling, votes, reading)
+    scored = _current_first(corpus, question, scored, avoid)
     ranked = [i for i, _ in scored]
     direct = [i for i in ranked if bears(i) and not reading(i).other_subject]
     # A link restates the question's own words (a message near it in meaning only is not one).
@@ -1137,6 +1152,9 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
                 "question",
                 bearing=bears(hop, names),
             )
+    chained = _chain(first, question, order, reading, bears, avoid, corpus, telling)
+    if chained is not None:
+        return _Evidence([candidates[i] for i in chained], _SURE_NEAREST, "question")
     anchor: int | None = None
     side = 1
     if link is not None and (question.before or question.after):
@@ -1183,6 +1201,32 @@ def _by_question(scope: _Scope, case: Case, candidates: list[str], corpus: Corpu
     return _Evidence([candidates[found]], _SURE_NEAREST, "question", bearing=bears(found))
 
 
+def _current_first(
+    corpus: Corpus, question: Question, scored: list[tuple[int, float]], avoid: set[int]
+) -> list[tuple[int, float]]:
+    """``scored`` with the statements of what holds now first, for a question that asks what
+    holds now and names no kind of answer ("what does she do now?", "what is his job these
+    days?"): a message whose sentence says, in the first person and not asking, what holds at
+    present ("I teach a class of ten-year-olds these days", :func:`says_now`) answers the
+    question's tense whatever its words. They are ranked among themselves by the search's
+    rank, then by meaning; they need share no word with the question. The search's best
+    match stays first when it is nearer in meaning by more than ``_CURRENT_LEAD`` ("I started
+    a new job as a teacher" against "I'm doing well now")."""
+    if question.kind != THING or not question.now:
+        return scored
+    current = [i for i, text in enumerate(corpus.texts) if i not in avoid and says_now(text)]
+    if not current:
+        return scored
+    rank = {i: r for r, (i, _) in enumerate(scored)}
+    cosines = corpus.similarity(question.text) or [0.0] * len(corpus.texts)
+    current.sort(key=lambda i: (rank.get(i, len(rank)), -cosines[i], i))
+    if scored and cosines[scored[0][0]] - cosines[current[0]] > _CURRENT_LEAD:
+        return scored  # the search's best match is clearly nearer what the question asks
+    top = max((score for _, score in scored), default=0.0)
+    first = [(i, top + 1.0 / (n + 1)) for n, i in enumerate(current)]
+    return first + [(i, score) for i, score in scored if i not in set(current)]
+
+
 def _statement_of_kind(
     anchor: int | None,
     side: int,
@@ -1204,6 +1248,63 @@ def _statement_of_kind(
         i for i in range(len(texts)) if i not in avoid and bears(i) and not reading(i).other_subject
     ]
     return _by_meaning(pool, question, texts)
+
+
+def _chain(
+    first: int | None,
+    question: Question,
+    order: list[tuple[int, int]],
+    reading: Callable[[int], Reading],
+    bears: Callable[[int], frozenset[str]],
+    avoid: set[int],
+    corpus: Corpus,
+    telling: set[str],
+) -> tuple[int, int] | None:
+    """Two facts a present-tense question of a name needs when its best match shares no telling
+    word with it and does not name its subject ("who does Ada report to now?", matched only by
+    meaning): a statement that names someone for a thing
+    ("Elena runs the security team"), and the speaker's own latest statement, naming no one,
+    about the same thing ("I switched to the security team"), joined by a two-word phrase
+    (:func:`_tie`'s) of uncommon words that only those two messages use. A name spoken to
+    ("Thanks, Cal!") is given to no one. "Now" asks for the speaker's latest such statement.
+    Returns (the naming statement, the speaker's), or None."""
+    if (
+        question.kind != NAME
+        or not question.present
+        or question.before
+        or question.after
+        or (first is not None and (reading(first).mentions or corpus.words[first] & telling))
+    ):
+        return None
+    phrases = [_phrases(text) - _rare_pairs_of(question) for text in corpus.texts]
+    users: dict[tuple[str, str], list[int]] = {}
+    for i, found in enumerate(phrases):
+        for phrase in found:
+            users.setdefault(phrase, []).append(i)
+    chains = []
+    for phrase, pair in users.items():
+        if len(pair) != 2 or set(phrase) & _COMMON or set(pair) & avoid:
+            continue
+        for own, named in (pair, pair[::-1]):
+            # The name a statement gives, not one it speaks to ("Thanks, Cal! ...").
+            names = bears(named) - addressed(corpus.texts[named])
+            if (
+                reading(own).first_person
+                and not reading(own).other_subject
+                and not bears(own)
+                and names
+                and not reading(named).other_subject
+                and not set(phrase) & names
+            ):
+                chains.append((named, own))
+    if not chains:
+        return None
+    return max(chains, key=lambda chain: (order[chain[1]], order[chain[0]]))
+
+
+def _rare_pairs_of(question: Question) -> frozenset[tuple[str, str]]:
+    """The question's own two-word phrases (they tie nothing: every match repeats them)."""
+    return _phrases(question.text)
 
 
 def _change_statement(
@@ -1278,10 +1379,14 @@ def _tie(
     return max(ties, key=lambda i: order[i]) if ties else None
 
 
+_CLITICS = frozenset({"m", "s", "d", "t", "ve", "re", "ll"})
+
+
 @functools.lru_cache(maxsize=1 << 14)
 def _phrases(text: str) -> frozenset[tuple[str, str]]:
-    """The pairs of consecutive content words of ``text`` (stemmed)."""
-    words = content_tokens(text)
+    """The pairs of consecutive content words of ``text`` (stemmed). The clitic of a
+    contraction ("I'm", "she's", "we've") is no word: "I'm officially" is not a phrase."""
+    words = [w for w in content_tokens(text) if w not in _CLITICS]
     return frozenset(itertools.pairwise(words))
 
 
@@ -1373,7 +1478,7 @@ def _latest_restatement(
         for i in _statements(first, 1, order, reading, bears)
         if reading(i).slots and bears(i) - said
     ]
-    meant = _by_meaning(later, question, texts)
+    meant = _latest_meant(later, question, order, texts)
     if meant is not None:
         return meant
     shaped = [i for i in later if reading(i).slots & slots]
@@ -1382,6 +1487,21 @@ def _latest_restatement(
         # later "settled in New York"): the question's "now" asks for it.
         shaped = later
     return max(shaped, key=lambda i: order[i]) if shaped else None
+
+
+def _latest_meant(
+    pool: list[int], question: Question, order: list[tuple[int, int]], texts: Sequence[str]
+) -> int | None:
+    """The latest message of ``pool`` that means what the question asks (sentence similarity
+    at least ``_SEMANTIC_FLOOR``: "I finally settled in Oslo", not "I was in Oslo for a gig"):
+    a present-tense question asks for the latest such statement, however near in meaning an
+    earlier one is. None without the model or when none is near."""
+    encoder = default_encoder() if pool else None
+    if encoder is None:
+        return None
+    scores = encoder.similarity(question.text, [texts[i] for i in pool])
+    near = [i for i, score in zip(pool, scores, strict=True) if score >= _SEMANTIC_FLOOR]
+    return max(near, key=lambda i: order[i]) if near else None
 
 
 def _statements(
@@ -1454,8 +1574,11 @@ def _speakers(scope: _Scope) -> frozenset[str]:
     return cached
 
 
-def _store_reading(scope: _Scope) -> tuple[frozenset[str], list[tuple[int, int]]]:
-    """The store's names and its messages' order in time (built once per store)."""
+def _store_reading(
+    scope: _Scope,
+) -> tuple[frozenset[str], list[tuple[int, int]], frozenset[str]]:
+    """The store's names, its messages' order in time and the names it uses only as places
+    (built once per store)."""
     key = ("reading", scope.store)
     cached = scope.index.memo.get(key)
     if cached is None:
@@ -1469,7 +1592,7 @@ def _store_reading(scope: _Scope) -> tuple[frozenset[str], list[tuple[int, int]]
             outs = G.nodes[writer].get("outputs", []) if writer in G else []
             position = outs.index(m) if m in outs else 0
             order.append((int(data.get("time") or 0), position))
-        cached = (lexicon, order)
+        cached = (lexicon, order, place_names(corpus.texts, lexicon))
         scope.index.memo[key] = cached
     return cached
 
@@ -1717,6 +1840,11 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
         # it out ("on 3 April 2023") carries it as well as one that kept "today".
         gold = gold_strict = resolved_date(_text(value), _date_of(data))
     entities = entity_tokens(text)
+    question = Question.of(case.question)
+    if not golds and value is not None and question.kind == NAME:
+        # A name that opens its sentence ("Ilse, my cousin, ...") is a name all the same.
+        lexicon, _, places = _store_reading(scope)
+        entities |= read(text, question, lexicon, places=places).bearing
     loose = rare = False
     if gold and gold <= words:
         key, strict = gold, gold_strict
@@ -1770,7 +1898,25 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
     if dated:
         # What the question asks the date of: its words but the names and the asking.
         event = asked - entity_tokens(case.question, anywhere=True) - _ASKING_TIME
-    return Signature(ref, key, strict, gold, gold_strict, topic, words, dated, loose, event, rare)
+    known = None
+    if not golds and value is not None and question.kind == PLACE:
+        lexicon, _, places = _store_reading(scope)
+        if key and key <= read(text, question, lexicon, places=places).bearing:
+            wrong_words = frozenset(content_tokens(case.prediction or ""))
+            known = _store_words(scope) | wrong_words
+    return Signature(
+        ref, key, strict, gold, gold_strict, topic, words, dated, loose, event, rare, known
+    )
+
+
+def _store_words(scope: _Scope) -> frozenset[str]:
+    """Every content token of the store's messages (built once per store)."""
+    key = ("words", scope.store)
+    cached = scope.index.memo.get(key)
+    if cached is None:
+        cached = frozenset().union(*_store_messages(scope)[1].words)
+        scope.index.memo[key] = cached
+    return cached
 
 
 _MONTHS = frozenset(

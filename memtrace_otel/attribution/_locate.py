@@ -44,9 +44,12 @@ __all__ = [
     "Reading",
     "addressed",
     "name_lexicon",
+    "place_names",
     "placed",
+    "placed_names",
     "read",
     "resolved_date",
+    "says_now",
 ]
 
 TIME = "time"
@@ -82,13 +85,34 @@ _GREETINGS = frozenset(
         "wow",
         "sorry",
         "welcome",
+        # Interjections before a vocative ("Yeah Dave, ...", "Oh Maria, ...").
+        "yeah",
+        "yes",
+        "yep",
+        "oh",
+        "ah",
+        "aw",
+        "ok",
+        "okay",
+        "well",
+        "cheers",
     ]
 )
+# Adverbs that put what a sentence says in the present ("now", "these days").
+_NOW = re.compile(
+    r"\b(?:now|nowadays|these days|currently|at the moment|at present)\b", re.IGNORECASE
+)
+_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 _BEFORE = re.compile(r"\b(?:before|prior to|until)\b", re.IGNORECASE)
 _AFTER = re.compile(r"\b(?:after|since)\b", re.IGNORECASE)
 
 # Prepositions that put a place after them ("living in Porto", "moved to Oslo").
 _LOCATIVE = frozenset({"in", "to", "from", "at", "near", "into", "around", "outside"})
+# Articles: "moved to the Faroe Islands" (a place after the preposition's article), "a Lagos
+# native" (a name between an article and its noun modifies that noun: it is no one's name).
+_ARTICLES = frozenset({"the", "a", "an"})
+# "Ilse, my cousin, ...": a name set off before a possessive in apposition names that person.
+_APPOSITION = re.compile(r",\s*(?:my|our|his|her|their)\b", re.IGNORECASE)
 _FIRST_SUBJECT = frozenset(
     {"i", "i'm", "i've", "i'd", "i'll", "we", "we're", "we've", "we'd", "we'll"}
 )
@@ -141,6 +165,7 @@ class Question:
         past: it asks about the past ("where did she live?", "used to").
         before: it asks about what preceded something it names ("before moving to Zurich").
         after: it asks about what followed something it names.
+        now: it says "now" (or "these days", "currently"): it asks what holds at present.
     """
 
     text: str
@@ -150,6 +175,7 @@ class Question:
     before: bool
     after: bool
     past: bool = False
+    now: bool = False
 
     @classmethod
     def of(cls, text: str) -> Question:
@@ -183,6 +209,7 @@ class Question:
             before=bool(_BEFORE.search(text)),
             after=bool(_AFTER.search(text)),
             past=past,
+            now=bool(_NOW.search(text)),
         )
 
 
@@ -202,6 +229,8 @@ class Reading:
         slots: the prepositions before its new places ("in", "to"): the shape of a statement
             of where.
         mentions: it names someone or something the question names.
+        placed: the names it puts in the place of a place, whatever the question asks.
+        named: the names it uses inside a sentence otherwise (a person, a thing).
     """
 
     bearing: frozenset[str]
@@ -211,6 +240,8 @@ class Reading:
     first_person: bool
     slots: frozenset[str]
     mentions: bool = False
+    placed: frozenset[str] = frozenset()
+    named: frozenset[str] = frozenset()
 
 
 def addressed(text: str) -> frozenset[str]:
@@ -233,6 +264,23 @@ def addressed(text: str) -> frozenset[str]:
         if opens and closes:
             out.add(stem(low))
     return frozenset(out)
+
+
+def says_now(text: str) -> bool:
+    """Whether a sentence of ``text`` states, in the first person and not as a question, what
+    holds now (an adverb of the present: "now", "these days", "currently").
+
+    >>> says_now("I teach a class of ten-year-olds these days."), says_now("All good now?")
+    (True, False)
+    >>> says_now("Wow, Maria! Is she better now? I hope so.")
+    False
+    """
+    for sentence in _SENTENCES.split(text):
+        if not _NOW.search(sentence) or sentence.rstrip().endswith("?"):
+            continue
+        if any(w.lower() in _FIRST_SUBJECT for w in _RAW.findall(sentence)):
+            return True
+    return False
 
 
 def placed(text: str, names: frozenset[str]) -> bool:
@@ -265,10 +313,16 @@ def name_lexicon(texts: Iterable[str]) -> frozenset[str]:
 
 
 def read(
-    text: str, question: Question, lexicon: frozenset[str], linked: frozenset[str] = frozenset()
+    text: str,
+    question: Question,
+    lexicon: frozenset[str],
+    linked: frozenset[str] = frozenset(),
+    places: frozenset[str] = frozenset(),
 ) -> Reading:
     """Read ``text`` against ``question``; ``lexicon``: the store's names (:func:`name_lexicon`);
-    ``linked``: names a link introduced, which count as named by the question.
+    ``linked``: names a link introduced, which count as named by the question; ``places``: the
+    store's names of places (:func:`place_names`), which open a sentence without being its
+    subject ("New Zealand was ...", "New chapter: ...", when the store says "moved to New York").
 
     >>> q = Question.of("Where does Kofi live now?")
     >>> lex = name_lexicon(["My sister is Sara.", "I'm now settled in Oslo.", "Hi Kofi"])
@@ -279,12 +333,68 @@ def read(
     >>> sorted(r.bearing), r.other_subject, sorted(r.slots)
     (['oslo'], False, ['in'])
     """
-    return _read(text, question, lexicon, linked)
+    return _read(text, question, lexicon, linked, places)
+
+
+def place_names(texts: Iterable[str], lexicon: frozenset[str]) -> frozenset[str]:
+    """The names a store's messages use only as places (after a locative preposition, its
+    article, or as the next word of a place's name), never as a person or thing inside a
+    sentence. A place is not whom a sentence is about.
+
+    >>> lex = name_lexicon(["We moved to New York.", "Lots of New Year plans, Ana said."])
+    >>> sorted(place_names(["We moved to New York.", "Ana went to the Big Apple."], lex))
+    ['apple', 'big', 'new', 'york']
+    >>> sorted(place_names(["We moved to New York.", "Lots of New Year plans, Ana said."], lex))
+    ['york']
+    """
+    placed: set[str] = set()
+    named: set[str] = set()
+    for text in texts:
+        reading = _read(text, _ANYWHERE, lexicon, frozenset(), frozenset())
+        placed |= reading.placed
+        named |= reading.named
+    return frozenset(placed - named)
+
+
+def _place_slot(
+    i: int, words: list[tuple[str, int]], lowered: list[str], text: str, place_at: dict[int, str]
+) -> str | None:
+    """The slot of word ``i`` when it stands as (part of) a place's name, else None: after a
+    locative preposition ("in Porto") or its article ("to the Faroe Islands"); as the next
+    capitalised word of a place's name ("New York", "City of London"); or between an article
+    and the lowercase noun it modifies ("a Lagos native")."""
+
+    def joined(j: int) -> bool:  # word j runs into word j + 1 with a space only
+        end = words[j][1] + len(words[j][0])
+        return not text[end : words[j + 1][1]].strip()
+
+    previous = lowered[i - 1] if i else ""
+    if previous in _LOCATIVE:
+        return previous
+    if i >= 2 and previous in _ARTICLES and lowered[i - 2] in _LOCATIVE:
+        return lowered[i - 2]
+    if i - 1 in place_at and joined(i - 1):
+        return place_at[i - 1]
+    if previous == "of" and i - 2 in place_at and joined(i - 2) and joined(i - 1):
+        return place_at[i - 2]
+    if previous in _ARTICLES:
+        j = i
+        while j + 1 < len(words) and words[j + 1][0][0].isupper() and joined(j):
+            j += 1
+        after = lowered[j + 1] if j + 1 < len(words) else ""
+        noun = after and words[j + 1][0][0].islower() and after not in STOPWORDS
+        if noun and stem(after) not in _TIME_WORDS and joined(j):  # not "a Subaru today"
+            return previous
+    return None
 
 
 @functools.lru_cache(maxsize=1 << 14)
 def _read(
-    text: str, question: Question, lexicon: frozenset[str], linked: frozenset[str]
+    text: str,
+    question: Question,
+    lexicon: frozenset[str],
+    linked: frozenset[str],
+    known_places: frozenset[str],
 ) -> Reading:
     asked = question.asked | linked
     words = [(m.group(), m.start()) for m in _RAW.finditer(text)]
@@ -297,6 +407,8 @@ def _read(
     introduced: set[str] = set()
     mentioned: set[str] = set()
     slots: set[str] = set()
+    place_at: dict[int, str] = {}
+    named: set[str] = set()
     for i, (word, start) in enumerate(words):
         low = lowered[i]
         token = stem(low.split("'")[0])
@@ -307,15 +419,22 @@ def _read(
             mentioned.add(token)
             continue
         initial = i == 0 or bool(_SENTENCE_END.search(text, max(0, start - 3), start))
-        if initial and token not in lexicon:
-            continue  # a capital that only opens a sentence
+        if initial and (
+            token in known_places
+            or (token not in lexicon and not _APPOSITION.match(text, start + len(word)))
+        ):
+            continue  # a capital that only opens a sentence, or a place's name
         if token in _TIME_WORDS or token.isdigit():
             continue
         previous = lowered[i - 1] if i else ""
-        if previous in _LOCATIVE:
+        slot = _place_slot(i, words, lowered, text, place_at)
+        if slot is not None:
             places.add(token)
-            slots.add(previous)
+            slots.add(slot)
+            place_at[i] = slot
             continue
+        if not initial:
+            named.add(token)
         if (
             question.kind == PLACE
             and previous in _COPULA
@@ -363,7 +482,23 @@ def _read(
         first_person=first_person,
         slots=frozenset(slots),
         mentions=bool(mentioned),
+        placed=frozenset(places),
+        named=frozenset(named),
     )
+
+
+_ANYWHERE = Question.of("Where?")
+
+
+def placed_names(text: str) -> frozenset[str]:
+    """The (stemmed) names ``text`` puts in the place of a place, inside its sentences.
+
+    >>> sorted(placed_names("Evan has lived in New Orleans since May."))
+    ['new', 'orlean']
+    >>> sorted(placed_names("I'm a Lagos native.")), sorted(placed_names("I got a Subaru today!"))
+    (['lago'], [])
+    """
+    return _read(text, _ANYWHERE, frozenset(), frozenset(), frozenset()).placed
 
 
 def resolved_date(text: str, date: str) -> frozenset[str]:

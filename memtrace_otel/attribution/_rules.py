@@ -173,7 +173,7 @@ def left_out_of_context(op: str, unchecked: list[str] | None = None) -> Finding:
         ErrorType.RESPONSE,
         op,
         "the retrieved evidence was left out of the assembled context",
-        C.CONTENT,
+        C.LEFT_OUT,
         list(unchecked or ()),
     )
 
