@@ -450,3 +450,54 @@ def test_a_fact_about_a_team_is_tied_to_the_speaker_by_the_teams_name(pipe: Pipe
     verdict = pipe.verdict(prediction="I don't know.")
     assert moved.ref in verdict.evidence_refs, verdict.reason
     assert _culprit(verdict) == ("UpdateError", "t.update"), verdict.reason
+
+
+@pytest.mark.parametrize("gold", [True, False], ids=["expected", "no-expected"])
+@pytest.mark.parametrize("context", [False, True], ids=["", "records-as-context"])
+def test_someone_elses_record_with_the_same_value_does_not_carry_the_fact(
+    pipe: Pipe, gold: bool, context: bool
+) -> None:
+    # Wendeline and Osric both named their tortoise Pistachio. The search returned Osric's
+    # record, not Wendeline's: the name in the answer's context is said of someone else, so
+    # Wendeline's fact was stored and not retrieved (not ignored by the answer). Also when
+    # the extraction of Osric's message read Wendeline's record as context (mem0 2.x): what it
+    # wrote is Osric's fact, not a copy of hers.
+    msg = pipe.message("My cousin Wendeline adopted a tortoise and called it Pistachio.")
+    other_msg = pipe.message("My uncle Osric adopted a tortoise and called it Pistachio.")
+    choir = pipe.message("My cousin Wendeline sings in a choir.")
+    pipe.create(pipe.extract([choir], "Wendeline sings in a choir"))
+    rec = pipe.create(pipe.extract([msg], "Wendeline has a tortoise called Pistachio"))
+    read = [other_msg, rec] if context else [other_msg]
+    other = pipe.create(pipe.extract(read, "Osric has a tortoise called Pistachio"))
+    question = "What is the name of the tortoise that belongs to Wendeline?"
+    pipe.ask(question, [other], "I don't know.")
+    verdict = pipe.verdict(gold=["Pistachio"] if gold else [], prediction="I don't know.")
+    assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason
+
+
+def test_a_new_value_someone_else_shares_is_what_a_change_statement_says(pipe: Pipe) -> None:
+    # As the change statement above, but another person has the new job too: "luthier" is
+    # still what tells Kasimir's change apart from his own other messages, and the fact that
+    # kept it carries the change. The merge kept the old value: the merge lost it.
+    old = pipe.message("My landlady Kasimir pays the rent working as a stonemason.", "3 May 2023")
+    marit = pipe.message("My cousin Marit pays the rent working as a luthier.", "3 May 2023")
+    tuba = pipe.message("My landlady Kasimir plays the tuba in a brass band.", "4 May 2023")
+    pipe.create(pipe.extract([marit], "Marit works as a luthier"))
+    pipe.create(pipe.extract([tuba], "Kasimir plays the tuba"))
+    new = pipe.message(
+        "Kasimir handed in notice as a stonemason and now works as a luthier.", "9 May 2023"
+    )
+    older = pipe.create(pipe.extract([old], "Kasimir works as a stonemason"))
+    newer = pipe.create(pipe.extract([new], "Kasimir works as a luthier"))
+    mt = pipe.mt
+    with mt.generate("t.merge_llm", inputs=[older, newer]) as op:
+        merged = op.output(
+            mt.variable("merged:1", "Kasimir works as a stonemason", category="prediction")
+        )
+    rec = pipe.update(older, "Kasimir works as a stonemason", name="t.merge", inputs=[merged])
+    pipe.delete(newer)
+    wrong = "Kasimir is a stonemason."
+    pipe.ask("What does Kasimir do for a living?", [rec], wrong)
+    verdict = pipe.verdict(prediction=wrong)
+    assert verdict.evidence_refs == (new.ref,), verdict.reason
+    assert _culprit(verdict) == ("UpdateError", "t.merge"), verdict.reason

@@ -163,6 +163,8 @@ class Signature:
     loose: bool = False  # the key is a guess (no answer known, no names): any third will do
     event: frozenset[str] = frozenset()  # a time question's words for the event it asks about
     rare: bool = False  # the loose key is the words that tell the evidence apart in its store
+    subject: frozenset[str] = frozenset()  # the question's names the evidence speaks of
+    strangers: frozenset[str] = frozenset()  # the store's other names (not in the evidence)
 
     def carrying(
         self,
@@ -204,6 +206,9 @@ class Signature:
             else:
                 about = derived_about or bool(self.topic & words) or not self.topic
             about = about or any(len(c) >= 3 and recall(c, words) >= 0.8 for c in copied)
+            # A line of someone else is not about it, whoever wrote it (an extraction that read
+            # the evidence's record as context and wrote another person's fact).
+            about = about and not self.elsewhere(words)
             if about and has_tokens(self.gold, self.gold_strict, words):
                 out.append(words)
             elif self.key:
@@ -219,6 +224,12 @@ class Signature:
             elif recall(self.words, words) >= 0.6 or len(self.topic & words) >= 2:
                 out.append(words)
         return tuple(out)
+
+    def elsewhere(self, words: frozenset[str]) -> bool:
+        """Whether a line speaks of someone else: it names none of the question's names that
+        the evidence speaks of, and names another of the store ("Osric has a tortoise called
+        Pistachio" is not Wendeline's tortoise, though it holds the same name)."""
+        return bool(self.subject) and not self.subject & words and bool(self.strangers & words)
 
     def holds(self, words: frozenset[str]) -> bool:
         """Whether a line holds the answer-bearing tokens, whatever it is about (the expected
@@ -1642,19 +1653,21 @@ def _merge(given: Case, traced: Case) -> Case:
 
 
 def _rarest(scope: _Scope, words: frozenset[str], subject: frozenset[str]) -> frozenset[str]:
-    """The words of ``words`` that tell one fact apart in the store: not used by any message
-    about someone else than ``subject`` (the question's names: those words are the shape the
-    store's statements share, "practising the harp every Thursday evening"), and of those the
-    ones the fewest messages use, when at most two do (the message and a restatement; the
-    words every message about the person repeats, "my running buddy Tamsin", are not it).
-    When someone else's messages use every word (two people play the same instrument), the
-    fewest of the subject's own messages. Empty when no word qualifies."""
+    """The words of ``words`` that tell one fact apart in the store: not used by two or more
+    messages about someone else than ``subject`` (the question's names: those words are the
+    shape the store's statements share, "practising the harp every Thursday evening"; a word
+    one other message uses may be a value both facts share, "now works as a sommelier" when
+    someone else is one too), and of those the ones the fewest of the subject's messages use,
+    when at most two do (the message and a restatement; the words every message about the
+    person repeats, "my running buddy Tamsin", are not it). When others' messages use every
+    word, the fewest of the subject's own messages. Empty when no word qualifies."""
     _, corpus = _store_messages(scope)
     tries: list[tuple[frozenset[str], Sequence[frozenset[str]]]] = [(words, corpus.words)]
     if subject:
-        shared = frozenset().union(*(m for m in corpus.words if not m & subject))
+        others = [m for m in corpus.words if not m & subject]
+        shared = frozenset(w for w in words if sum(w in m for m in others) >= 2)
         own = [m for m in corpus.words if m & subject]
-        tries = [(words - shared, corpus.words), (words, own)]
+        tries = [(words - shared, own), (words, own)]
     for some, pool in tries:
         df = {w: sum(w in m for m in pool) for w in some}
         rare = min(df.values(), default=0)
@@ -1770,7 +1783,25 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
     if dated:
         # What the question asks the date of: its words but the names and the asking.
         event = asked - entity_tokens(case.question, anywhere=True) - _ASKING_TIME
-    return Signature(ref, key, strict, gold, gold_strict, topic, words, dated, loose, event, rare)
+    # Whom the evidence speaks of: the question's names it holds (not the speakers', which are
+    # in every record); a line that names another of the store's names instead is not about it.
+    subject = words & entity_tokens(case.question) - _speakers(scope)
+    strangers = _store_reading(scope)[0] - words - _speakers(scope) if subject else frozenset()
+    return Signature(
+        ref,
+        key,
+        strict,
+        gold,
+        gold_strict,
+        topic,
+        words,
+        dated,
+        loose,
+        event,
+        rare,
+        subject,
+        strangers,
+    )
 
 
 _MONTHS = frozenset(
