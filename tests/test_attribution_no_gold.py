@@ -501,3 +501,20 @@ def test_a_new_value_someone_else_shares_is_what_a_change_statement_says(pipe: P
     verdict = pipe.verdict(prediction=wrong)
     assert verdict.evidence_refs == (new.ref,), verdict.reason
     assert _culprit(verdict) == ("UpdateError", "t.merge"), verdict.reason
+
+
+def test_the_shape_one_other_statement_shares_is_not_what_a_carrier_keeps(pipe: Pipe) -> None:
+    # One other person's allergy is phrased the same way ("gets hives from anything with"):
+    # the phrasing their memory did not keep is shape, not the fact. The memory manager wrote
+    # the allergen (a decision of two lines), the record reached the answer, the answer
+    # declined: the answer is to blame. (A regression guard: passes on main.)
+    msg = pipe.message("Heads up: my aunt Ysolde gets hives from anything with sorrel in it.")
+    other = pipe.message("Heads up: my uncle Osric gets hives from anything with lupin in it.")
+    pipe.create(pipe.extract([other], "Osric is allergic to lupin"))
+    rec = pipe.create(
+        pipe.extract([msg], "Ysolde is allergic to sorrel\nMemory"), "Ysolde is allergic to sorrel"
+    )
+    pipe.ask("Which ingredient should be kept away from Ysolde's plate?", [rec], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert verdict.evidence_refs == (msg.ref,), verdict.reason
+    assert _culprit(verdict) == ("ResponseError", "t.answer"), verdict.reason

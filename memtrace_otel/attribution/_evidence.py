@@ -1653,19 +1653,20 @@ def _merge(given: Case, traced: Case) -> Case:
 
 
 def _rarest(scope: _Scope, words: frozenset[str], subject: frozenset[str]) -> frozenset[str]:
-    """The words of ``words`` that tell one fact apart in the store: not used by two or more
-    messages about someone else than ``subject`` (the question's names: those words are the
-    shape the store's statements share, "practising the harp every Thursday evening"; a word
-    one other message uses may be a value both facts share, "now works as a sommelier" when
-    someone else is one too), and of those the ones the fewest of the subject's messages use,
-    when at most two do (the message and a restatement; the words every message about the
-    person repeats, "my running buddy Tamsin", are not it). When others' messages use every
-    word, the fewest of the subject's own messages. Empty when no word qualifies."""
+    """The words of ``words`` that tell one fact apart in the store: not the shape the store's
+    statements share ("practising the harp every Thursday evening": words messages about
+    someone else than ``subject``, the question's names, use and their memories do not keep;
+    a word another person's memory keeps is a value both facts may share, "now works as a
+    sommelier" when someone else is one too), and of those the ones the fewest of the
+    subject's messages use, when at most two do (the message and a restatement; the words
+    every message about the person repeats, "my running buddy Tamsin", are not it). When the
+    shape takes every word, the fewest of the subject's own messages. Empty when no word
+    qualifies."""
     _, corpus = _store_messages(scope)
     tries: list[tuple[frozenset[str], Sequence[frozenset[str]]]] = [(words, corpus.words)]
     if subject:
-        others = [m for m in corpus.words if not m & subject]
-        shared = frozenset(w for w in words if sum(w in m for m in others) >= 2)
+        shared = frozenset().union(*(m for m in corpus.words if not m & subject))
+        shared -= _kept_of_others(scope, subject)
         own = [m for m in corpus.words if m & subject]
         tries = [(words - shared, own), (words, own)]
     for some, pool in tries:
@@ -1674,6 +1675,21 @@ def _rarest(scope: _Scope, words: frozenset[str], subject: frozenset[str]) -> fr
         if 0 < rare <= 2:
             return frozenset(w for w, n in df.items() if n == rare)
     return frozenset()
+
+
+def _kept_of_others(scope: _Scope, subject: frozenset[str]) -> frozenset[str]:
+    """The words the store's captured memories that do not name ``subject`` keep: what a
+    memory system kept of other people's statements is their content, not their phrasing."""
+    key = ("memory words", scope.store)
+    memories = scope.index.memo.get(key)
+    if memories is None:
+        memories = {
+            frozenset(content_tokens(_text(data["value"])))
+            for _, data in scope.index.G.nodes(data=True)
+            if data.get("value") and data.get("category") == Category.MEMORY
+        }
+        scope.index.memo[key] = memories
+    return frozenset().union(*(m for m in memories if not m & subject))
 
 
 _OPEN = re.compile(r"\b(?:what|which|who|whom|whose|where|when|why|how)\b", re.IGNORECASE)
