@@ -518,3 +518,23 @@ def test_the_shape_one_other_statement_shares_is_not_what_a_carrier_keeps(pipe: 
     verdict = pipe.verdict(prediction="I don't know.")
     assert verdict.evidence_refs == (msg.ref,), verdict.reason
     assert _culprit(verdict) == ("ResponseError", "t.answer"), verdict.reason
+
+
+def test_a_one_word_label_beside_a_fact_is_not_a_second_statement(pipe: Pipe) -> None:
+    # A memory manager's decision holds the fact and its tool's name ("Memory"). Osric's
+    # allergy is phrased alike and names the same allergen (his memory kept another one), so
+    # the key is every word only Ysolde's message uses: the decision that kept the allergen
+    # is one statement and carries the fact, the record was not retrieved.
+    msg = pipe.message("Heads up: my aunt Ysolde gets hives from anything with sorrel in it.")
+    other = pipe.message("Heads up: my uncle Osric gets hives from anything with sorrel in it.")
+    osric = pipe.create(pipe.extract([other], "Osric is allergic to lupin"))
+    for text in ("My aunt Ysolde sings in a choir.", "My aunt Ysolde plays the tuba."):
+        pipe.create(pipe.extract([pipe.message(text)], text))
+    pipe.create(
+        pipe.extract([msg], "Ysolde is allergic to sorrel\nMemory"), "Ysolde is allergic to sorrel"
+    )
+    question = "Which ingredient should be kept away from Ysolde's plate?"
+    pipe.ask(question, [osric], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert verdict.evidence_refs == (msg.ref,), verdict.reason
+    assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason

@@ -187,12 +187,14 @@ class Signature:
         say the time vaguely ("recently", a time word the evidence did not use).
         """
         segments = segment_words(text)
+        # One statement: a line of one word is a label beside it (a tool call's name, an
+        # event such as ADD), not a second statement.
+        single = sum(len(words) > 1 for words in segments) <= 1
         stamped = frozenset(content_tokens(stamp)) if stamp else frozenset()
         if stamped:
             segments = tuple(
                 words if (words & _VAGUE) - self.words else words | stamped for words in segments
             )
-        single = len(segments) <= 1
         if derived and len(content_tokens(text)) <= _SHORT and not self.dated:
             segments = (*segments, frozenset().union(*segments))
         # A date is shared by every fact of its day: in a value of several lines, a date
