@@ -475,14 +475,18 @@ def test_someone_elses_record_with_the_same_value_does_not_carry_the_fact(
     assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason
 
 
-def test_a_new_value_someone_else_shares_is_what_a_change_statement_says(pipe: Pipe) -> None:
-    # As the change statement above, but another person has the new job too: "luthier" is
-    # still what tells Kasimir's change apart from his own other messages, and the fact that
-    # kept it carries the change. The merge kept the old value: the merge lost it.
+@pytest.mark.parametrize("kept", ["luthier", "cooper"], ids=["kept", "distorted"])
+def test_a_new_value_someone_else_shares_is_what_a_change_statement_says(
+    pipe: Pipe, kept: str
+) -> None:
+    # As the change statement above, but another person's statement names the new job too
+    # (whatever their memory kept): "luthier" stands where the wrong answer's "stonemason"
+    # stands ("working as a ..."), a value, not the shape statements share. The fact that kept
+    # it carries the change. The merge kept the old value: the merge lost it.
     old = pipe.message("My landlady Kasimir pays the rent working as a stonemason.", "3 May 2023")
     marit = pipe.message("My cousin Marit pays the rent working as a luthier.", "3 May 2023")
     tuba = pipe.message("My landlady Kasimir plays the tuba in a brass band.", "4 May 2023")
-    pipe.create(pipe.extract([marit], "Marit works as a luthier"))
+    pipe.create(pipe.extract([marit], f"Marit works as a {kept}"))
     pipe.create(pipe.extract([tuba], "Kasimir plays the tuba"))
     new = pipe.message(
         "Kasimir handed in notice as a stonemason and now works as a luthier.", "9 May 2023"
@@ -538,3 +542,18 @@ def test_a_one_word_label_beside_a_fact_is_not_a_second_statement(pipe: Pipe) ->
     verdict = pipe.verdict(prediction="I don't know.")
     assert verdict.evidence_refs == (msg.ref,), verdict.reason
     assert _culprit(verdict) == ("RetrievalError", "t.search"), verdict.reason
+
+
+def test_a_verb_another_persons_memory_keeps_is_still_the_statements_shape(pipe: Pipe) -> None:
+    # "playing" is how both weekend statements are phrased; Osric's memory keeps it ("plays
+    # curling"), which does not make it Wilhelmina's fact: the extraction that wrote another
+    # sport lost hers. (A regression guard: passes on main.)
+    msg = pipe.message("On weekends my cousin Wilhelmina is always out playing handball.")
+    other = pipe.message("On weekends my uncle Osric is always out playing curling.")
+    pipe.create(pipe.extract([other], "Osric plays curling at weekends"))
+    rec = pipe.create(pipe.extract([msg], "Wilhelmina plays rugby at weekends"))
+    wrong = "Wilhelmina spends weekends on rugby."
+    pipe.ask("What game keeps Wilhelmina busy on Saturdays and Sundays?", [rec], wrong)
+    verdict = pipe.verdict(prediction=wrong)
+    assert verdict.evidence_refs == (msg.ref,), verdict.reason
+    assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason

@@ -1654,21 +1654,26 @@ def _merge(given: Case, traced: Case) -> Case:
     )
 
 
-def _rarest(scope: _Scope, words: frozenset[str], subject: frozenset[str]) -> frozenset[str]:
-    """The words of ``words`` that tell one fact apart in the store: not the shape the store's
-    statements share ("practising the harp every Thursday evening": words messages about
-    someone else than ``subject``, the question's names, use and their memories do not keep;
-    a word another person's memory keeps is a value both facts may share, "now works as a
-    sommelier" when someone else is one too), and of those the ones the fewest of the
-    subject's messages use, when at most two do (the message and a restatement; the words
-    every message about the person repeats, "my running buddy Tamsin", are not it). When the
-    shape takes every word, the fewest of the subject's own messages. Empty when no word
-    qualifies."""
+def _rarest(
+    scope: _Scope,
+    words: frozenset[str],
+    subject: frozenset[str],
+    values: frozenset[str] = frozenset(),
+) -> frozenset[str]:
+    """The words of ``words`` that tell one fact apart in the store: not used by any message
+    about someone else than ``subject`` (the question's names: those words are the shape the
+    store's statements share, "practising the harp every Thursday evening"), unless they are
+    among ``values`` (values of the asked kind another statement holds too, "now works as a
+    sommelier" when someone else is one), and of those the ones the fewest of the subject's
+    messages use, when at most two do (the message and a restatement; the words every
+    message about the person repeats, "my running buddy Tamsin", are not it). When someone
+    else's messages use every word (two people play the same instrument), the fewest of the
+    subject's own messages. Empty when no word qualifies."""
     _, corpus = _store_messages(scope)
     tries: list[tuple[frozenset[str], Sequence[frozenset[str]]]] = [(words, corpus.words)]
     if subject:
         shared = frozenset().union(*(m for m in corpus.words if not m & subject))
-        shared -= _kept_of_others(scope, subject)
+        shared -= values
         own = [m for m in corpus.words if m & subject]
         tries = [(words - shared, own), (words, own)]
     for some, pool in tries:
@@ -1679,19 +1684,26 @@ def _rarest(scope: _Scope, words: frozenset[str], subject: frozenset[str]) -> fr
     return frozenset()
 
 
-def _kept_of_others(scope: _Scope, subject: frozenset[str]) -> frozenset[str]:
-    """The words the store's captured memories that do not name ``subject`` keep: what a
-    memory system kept of other people's statements is their content, not their phrasing."""
-    key = ("memory words", scope.store)
-    memories = scope.index.memo.get(key)
-    if memories is None:
-        memories = {
-            frozenset(content_tokens(_text(data["value"])))
-            for _, data in scope.index.G.nodes(data=True)
-            if data.get("value") and data.get("category") == Category.MEMORY
-        }
-        scope.index.memo[key] = memories
-    return frozenset().union(*(m for m in memories if not m & subject))
+def _slot_values(scope: _Scope, wrong: frozenset[str]) -> frozenset[str]:
+    """The words the store's messages put where the wrong answer's value stands in its own
+    message: after the same word ("playing squash" beside "playing bouldering", "working as
+    a sommelier" beside "working as a glassblower"), values of the kind the question asks
+    for, not the shape of a statement. The value is what of the wrong answer at most two
+    messages use (its statement and a change of it)."""
+    _, corpus = _store_messages(scope)
+    value = {w for w in wrong - _COMMON if 0 < sum(w in m for m in corpus.words) <= 2}
+    if not value:
+        return frozenset()
+    sequences = [content_tokens(text) for text in corpus.texts]
+    slots = {
+        seq[i - 1]
+        for seq in sequences
+        for i, w in enumerate(seq)
+        if i and w in value and seq[i - 1] not in value
+    }
+    return frozenset(b for seq in sequences for a, b in itertools.pairwise(seq) if a in slots) - (
+        wrong
+    )
 
 
 _OPEN = re.compile(r"\b(?:what|which|who|whom|whose|where|when|why|how)\b", re.IGNORECASE)
@@ -1789,7 +1801,7 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
             key = (key - wrong or key) or frozenset(words & asked)
             if value is not None:
                 subject = entity_tokens(case.question) - _speakers(scope)
-                rarest = _rarest(scope, key, subject)
+                rarest = _rarest(scope, key, subject, _slot_values(scope, wrong))
                 key, rare = rarest or key, bool(rarest)
         strict = key & entities
     topic_pool = [
