@@ -557,3 +557,24 @@ def test_a_verb_another_persons_memory_keeps_is_still_the_statements_shape(pipe:
     verdict = pipe.verdict(prediction=wrong)
     assert verdict.evidence_refs == (msg.ref,), verdict.reason
     assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
+
+
+def test_a_value_another_statement_shares_is_not_its_shape(pipe: Pipe) -> None:
+    # Ysolde and Osric are both allergic to sorrel, said alike; Bertil's allergy fills the
+    # same frame ("anything with ... in it") with another word, so "sorrel" is a value there,
+    # not the shape (the relation word "aunt", in two of Ysolde's messages, is not the fact).
+    # The record that kept the allergen was deleted: the delete lost the fact.
+    msg = pipe.message("Heads up: my aunt Ysolde gets hives from anything with sorrel in it.")
+    osric = pipe.message("Heads up: my uncle Osric gets hives from anything with sorrel in it.")
+    bertil = pipe.message("Heads up: my nephew Bertil gets hives from anything with lupin in it.")
+    pipe.create(pipe.extract([osric], "Osric is allergic to sorrel"))
+    pipe.create(pipe.extract([bertil], "Bertil is allergic to lupin"))
+    tuba = pipe.message("My aunt Ysolde plays the tuba.")
+    other = pipe.create(pipe.extract([tuba], "Ysolde plays the tuba"))
+    rec = pipe.create(pipe.extract([msg], "Ysolde is allergic to sorrel"))
+    pipe.delete(rec)
+    question = "Which ingredient should be kept away from Ysolde's plate?"
+    pipe.ask(question, [other], "I don't know.")
+    verdict = pipe.verdict(prediction="I don't know.")
+    assert verdict.evidence_refs == (msg.ref,), verdict.reason
+    assert _culprit(verdict) == ("DeletionError", "t.delete"), verdict.reason

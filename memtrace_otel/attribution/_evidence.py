@@ -1663,8 +1663,8 @@ def _rarest(
     """The words of ``words`` that tell one fact apart in the store: not used by any message
     about someone else than ``subject`` (the question's names: those words are the shape the
     store's statements share, "practising the harp every Thursday evening"), unless they are
-    among ``values`` (values of the asked kind another statement holds too, "now works as a
-    sommelier" when someone else is one), and of those the ones the fewest of the subject's
+    among ``values`` (values another statement holds too, "allergic to hazelnuts" when
+    someone else is, :func:`_slot_values`), and of those the ones the fewest of the subject's
     messages use, when at most two do (the message and a restatement; the words every
     message about the person repeats, "my running buddy Tamsin", are not it). When someone
     else's messages use every word (two people play the same instrument), the fewest of the
@@ -1684,26 +1684,26 @@ def _rarest(
     return frozenset()
 
 
-def _slot_values(scope: _Scope, wrong: frozenset[str]) -> frozenset[str]:
-    """The words the store's messages put where the wrong answer's value stands in its own
-    message: after the same word ("playing squash" beside "playing bouldering", "working as
-    a sommelier" beside "working as a glassblower"), values of the kind the question asks
-    for, not the shape of a statement. The value is what of the wrong answer at most two
-    messages use (its statement and a change of it)."""
-    _, corpus = _store_messages(scope)
-    value = {w for w in wrong - _COMMON if 0 < sum(w in m for m in corpus.words) <= 2}
-    if not value:
-        return frozenset()
-    sequences = [content_tokens(text) for text in corpus.texts]
-    slots = {
-        seq[i - 1]
-        for seq in sequences
-        for i, w in enumerate(seq)
-        if i and w in value and seq[i - 1] not in value
-    }
-    return frozenset(b for seq in sequences for a, b in itertools.pairwise(seq) if a in slots) - (
-        wrong
-    )
+def _slot_values(scope: _Scope) -> frozenset[str]:
+    """The store's words that fill a slot of a shared frame: between the same two words (or
+    after the same word at a statement's end) where another message has another word
+    ("playing squash" beside "playing bouldering", "anything with sesame in it" beside
+    "anything with hazelnuts in it"). Those are values of a kind, not the shape statements
+    share ("gets hives", "every Thursday evening" stand in every frame alike). Built once per
+    store."""
+    key = ("slot values", scope.store)
+    cached = scope.index.memo.get(key)
+    if cached is None:
+        _, corpus = _store_messages(scope)
+        fillers: dict[tuple[str, str], set[str]] = {}
+        for text in corpus.texts:
+            seq = content_tokens(text)
+            for i in range(1, len(seq)):
+                after = seq[i + 1] if i + 1 < len(seq) else ""
+                fillers.setdefault((seq[i - 1], after), set()).add(seq[i])
+        cached = frozenset(w for words in fillers.values() if len(words) > 1 for w in words)
+        scope.index.memo[key] = cached
+    return cached
 
 
 _OPEN = re.compile(r"\b(?:what|which|who|whom|whose|where|when|why|how)\b", re.IGNORECASE)
@@ -1801,7 +1801,7 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
             key = (key - wrong or key) or frozenset(words & asked)
             if value is not None:
                 subject = entity_tokens(case.question) - _speakers(scope)
-                rarest = _rarest(scope, key, subject, _slot_values(scope, wrong))
+                rarest = _rarest(scope, key, subject, _slot_values(scope))
                 key, rare = rarest or key, bool(rarest)
         strict = key & entities
     topic_pool = [
