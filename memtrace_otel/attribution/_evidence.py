@@ -1663,7 +1663,7 @@ def _rarest(
     """The words of ``words`` that tell one fact apart in the store: not used by any message
     about someone else than ``subject`` (the question's names: those words are the shape the
     store's statements share, "practising the harp every Thursday evening"), unless they are
-    among ``values`` (values another statement holds too, "allergic to hazelnuts" when
+    among ``values`` (values another statement holds too, "can't eat peanuts" when
     someone else is, :func:`_slot_values`), and of those the ones the fewest of the subject's
     messages use, when at most two do (the message and a restatement; the words every
     message about the person repeats, "my running buddy Tamsin", are not it). When someone
@@ -1687,9 +1687,9 @@ def _rarest(
 def _slot_values(scope: _Scope) -> frozenset[str]:
     """The store's words that fill a slot of a shared frame: between the same two words (or
     after the same word at a statement's end) where another message has another word
-    ("playing squash" beside "playing bouldering", "anything with sesame in it" beside
-    "anything with hazelnuts in it"). Those are values of a kind, not the shape statements
-    share ("gets hives", "every Thursday evening" stand in every frame alike). Built once per
+    ("works as a welder" beside "works as a nurse", "can't eat peanuts at all" beside "can't
+    eat shellfish at all"). Those are values of a kind, not the shape statements
+    share ("can't eat", "every Thursday evening" stand in every frame alike). Built once per
     store."""
     key = ("slot values", scope.store)
     cached = scope.index.memo.get(key)
