@@ -172,6 +172,8 @@ class Signature:
     # words of the store's messages and of the wrong answer (a place a record derived from
     # the evidence names, and none of them does, is the evidence's place in other words).
     known: frozenset[str] | None = None
+    subject: frozenset[str] = frozenset()  # the question's names the evidence speaks of
+    strangers: frozenset[str] = frozenset()  # the store's other names (not in the evidence)
 
     def carrying(
         self,
@@ -194,12 +196,14 @@ class Signature:
         say the time vaguely ("recently", a time word the evidence did not use).
         """
         segments = segment_words(text)
+        # One statement: a line of one word is a label beside it (a tool call's name, an
+        # event such as ADD), not a second statement.
+        single = sum(len(words) > 1 for words in segments) <= 1
         stamped = frozenset(content_tokens(stamp)) if stamp else frozenset()
         if stamped:
             segments = tuple(
                 words if (words & _VAGUE) - self.words else words | stamped for words in segments
             )
-        single = len(segments) <= 1
         if derived and len(content_tokens(text)) <= _SHORT and not self.dated:
             segments = (*segments, frozenset().union(*segments))
         # A date is shared by every fact of its day: in a value of several lines, a date
@@ -213,6 +217,9 @@ class Signature:
             else:
                 about = derived_about or bool(self.topic & words) or not self.topic
             about = about or any(len(c) >= 3 and recall(c, words) >= 0.8 for c in copied)
+            # A line of someone else is not about it, whoever wrote it (an extraction that read
+            # the evidence's record as context and wrote another person's fact).
+            about = about and not self.elsewhere(words)
             if about and has_tokens(self.gold, self.gold_strict, words):
                 out.append(words)
             elif self.key:
@@ -236,6 +243,12 @@ class Signature:
             if named - self.known:
                 out.append(segments[0] if segments else frozenset(named))
         return tuple(out)
+
+    def elsewhere(self, words: frozenset[str]) -> bool:
+        """Whether a line speaks of someone else: it names none of the question's names that
+        the evidence speaks of, and names another of the store ("Osric has a tortoise called
+        Pistachio" is not Wendeline's tortoise, though it holds the same name)."""
+        return bool(self.subject) and not self.subject & words and bool(self.strangers & words)
 
     def holds(self, words: frozenset[str]) -> bool:
         """Whether a line holds the answer-bearing tokens, whatever it is about (the expected
@@ -1764,26 +1777,56 @@ def _merge(given: Case, traced: Case) -> Case:
     )
 
 
-def _rarest(scope: _Scope, words: frozenset[str], subject: frozenset[str]) -> frozenset[str]:
+def _rarest(
+    scope: _Scope,
+    words: frozenset[str],
+    subject: frozenset[str],
+    values: frozenset[str] = frozenset(),
+) -> frozenset[str]:
     """The words of ``words`` that tell one fact apart in the store: not used by any message
     about someone else than ``subject`` (the question's names: those words are the shape the
-    store's statements share, "practising the harp every Thursday evening"), and of those the
-    ones the fewest messages use, when at most two do (the message and a restatement; the
-    words every message about the person repeats, "my running buddy Tamsin", are not it).
-    When someone else's messages use every word (two people play the same instrument), the
-    fewest of the subject's own messages. Empty when no word qualifies."""
+    store's statements share, "practising the harp every Thursday evening"), unless they are
+    among ``values`` (values another statement holds too, "can't eat peanuts" when
+    someone else is, :func:`_slot_values`), and of those the ones the fewest of the subject's
+    messages use, when at most two do (the message and a restatement; the words every
+    message about the person repeats, "my running buddy Tamsin", are not it). When someone
+    else's messages use every word (two people play the same instrument), the fewest of the
+    subject's own messages. Empty when no word qualifies."""
     _, corpus = _store_messages(scope)
     tries: list[tuple[frozenset[str], Sequence[frozenset[str]]]] = [(words, corpus.words)]
     if subject:
         shared = frozenset().union(*(m for m in corpus.words if not m & subject))
+        shared -= values
         own = [m for m in corpus.words if m & subject]
-        tries = [(words - shared, corpus.words), (words, own)]
+        tries = [(words - shared, own), (words, own)]
     for some, pool in tries:
         df = {w: sum(w in m for m in pool) for w in some}
         rare = min(df.values(), default=0)
         if 0 < rare <= 2:
             return frozenset(w for w, n in df.items() if n == rare)
     return frozenset()
+
+
+def _slot_values(scope: _Scope) -> frozenset[str]:
+    """The store's words that fill a slot of a shared frame: between the same two words (or
+    after the same word at a statement's end) where another message has another word
+    ("works as a welder" beside "works as a nurse", "can't eat peanuts at all" beside "can't
+    eat shellfish at all"). Those are values of a kind, not the shape statements
+    share ("can't eat", "every Thursday evening" stand in every frame alike). Built once per
+    store."""
+    key = ("slot values", scope.store)
+    cached = scope.index.memo.get(key)
+    if cached is None:
+        _, corpus = _store_messages(scope)
+        fillers: dict[tuple[str, str], set[str]] = {}
+        for text in corpus.texts:
+            seq = content_tokens(text)
+            for i in range(1, len(seq)):
+                after = seq[i + 1] if i + 1 < len(seq) else ""
+                fillers.setdefault((seq[i - 1], after), set()).add(seq[i])
+        cached = frozenset(w for words in fillers.values() if len(words) > 1 for w in words)
+        scope.index.memo[key] = cached
+    return cached
 
 
 _OPEN = re.compile(r"\b(?:what|which|who|whom|whose|where|when|why|how)\b", re.IGNORECASE)
@@ -1886,7 +1929,7 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
             key = (key - wrong or key) or frozenset(words & asked)
             if value is not None:
                 subject = entity_tokens(case.question) - _speakers(scope)
-                rarest = _rarest(scope, key, subject)
+                rarest = _rarest(scope, key, subject, _slot_values(scope))
                 key, rare = rarest or key, bool(rarest)
         strict = key & entities
     topic_pool = [
@@ -1904,8 +1947,25 @@ def _signature(scope: _Scope, ref: str, case: Case, others: Sequence[str] = ()) 
         if key and key <= read(text, question, lexicon, places=places).bearing:
             wrong_words = frozenset(content_tokens(case.prediction or ""))
             known = _store_words(scope) | wrong_words
+    # Whom the evidence speaks of: the question's names it holds (not the speakers', which are
+    # in every record); a line that names another of the store's names instead is not about it.
+    subject = words & entity_tokens(case.question) - _speakers(scope)
+    strangers = _store_reading(scope)[0] - words - _speakers(scope) if subject else frozenset()
     return Signature(
-        ref, key, strict, gold, gold_strict, topic, words, dated, loose, event, rare, known
+        ref,
+        key,
+        strict,
+        gold,
+        gold_strict,
+        topic,
+        words,
+        dated,
+        loose,
+        event,
+        rare,
+        known=known,
+        subject=subject,
+        strangers=strangers,
     )
 
 
