@@ -12,7 +12,9 @@ point of the group ``memtrace_otel.extensions`` names a module (or object) with 
 ``register_methods()``, called before any parser is built, and an optional
 ``register_commands(subparsers)``. The bench wing (``memtrace demo``, ``memtrace bench``,
 ``memtrace optimize``) is one (:mod:`memtrace_bench.cli`). An extension that cannot be loaded is
-one warning on stderr; the product's own commands still run.
+one warning on stderr; the product's own commands still run. A product command's run builds
+only that command's parser (see :func:`build_parser`), so its start-up does not import the
+other commands' modules.
 """
 
 from __future__ import annotations
