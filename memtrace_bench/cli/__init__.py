@@ -16,10 +16,22 @@ COMMANDS: tuple[str, ...] = ("demo", "bench", "optimize")
 
 
 def register_methods() -> None:
-    """Make the bench wing's attribution methods available to ``get_method`` and ``--method``."""
-    from memtrace_bench.methods import register
+    """Make the bench wing's attribution methods available to ``get_method`` and ``--method``.
 
-    register()
+    Only the names are registered here: the methods' modules (the reference systems behind
+    ``replay``, half a second of imports) load when a method is made, so a command that runs
+    another method does not pay for them.
+    """
+    from memtrace_otel.attribution import register_method
+
+    register_method("replay", _replay)
+
+
+def _replay(**options: Any) -> Any:
+    """``replay``, imported on first use (see :func:`register_methods`)."""
+    from memtrace_bench.methods import ReplayMethod
+
+    return ReplayMethod(**options)
 
 
 def register_commands(subparsers: Any) -> None:

@@ -12,7 +12,9 @@ point of the group ``memtrace_otel.extensions`` names a module (or object) with 
 ``register_methods()``, called before any parser is built, and an optional
 ``register_commands(subparsers)``. The bench wing (``memtrace demo``, ``memtrace bench``,
 ``memtrace optimize``) is one (:mod:`memtrace_bench.cli`). An extension that cannot be loaded is
-one warning on stderr; the product's own commands still run.
+one warning on stderr; the product's own commands still run. A product command's run builds
+only that command's parser (see :func:`build_parser`), so its start-up does not import the
+other commands' modules.
 """
 
 from __future__ import annotations
@@ -71,8 +73,15 @@ def _extensions() -> list[Any]:
     return loaded
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every registered subcommand, extensions' included."""
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser with every registered subcommand, extensions' included.
+
+    Given the ``argv`` it will parse and that names one of the product's own commands, only that
+    command's parser is built: the other commands' modules (``serve``'s HTTP server, the
+    extensions' commands, which import the bench wing's reference systems: half a second of
+    start-up) are not imported. The extensions' methods are still registered, and the parse of
+    such an ``argv`` is the same either way.
+    """
     extensions = _extensions()
     for extension in extensions:
         getattr(extension, "register_methods", lambda: None)()
@@ -85,12 +94,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"memtrace-otel {__version__}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
-    for name in _COMMAND_MODULES:
+    own = _own_command(argv)
+    for name in _COMMAND_MODULES if own is None else (own,):
         module = importlib.import_module(f"memtrace_otel.cli.{name}")
         module.register(subparsers)
-    for extension in extensions:
-        getattr(extension, "register_commands", lambda _: None)(subparsers)
+    if own is None:
+        for extension in extensions:
+            getattr(extension, "register_commands", lambda _: None)(subparsers)
     return parser
+
+
+def _own_command(argv: Sequence[str] | None) -> str | None:
+    """``argv``'s command (its first argument) when it is one of :data:`_COMMAND_MODULES`."""
+    if argv is not None and len(argv) > 0 and argv[0] in _COMMAND_MODULES:
+        return argv[0]
+    return None
 
 
 BATCH_INSTALL = "pip install 'memtrace-otel[batch]'"
@@ -111,8 +129,10 @@ def _missing_package(exc: ModuleNotFoundError) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""
+    if argv is None:
+        argv = sys.argv[1:]
     try:
-        parser = build_parser()
+        parser = build_parser(argv)
     except ModuleNotFoundError as exc:
         return _missing_package(exc)
     args = parser.parse_args(argv)

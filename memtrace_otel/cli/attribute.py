@@ -29,13 +29,8 @@ from memtrace_otel.job._batch import QuietHeap
 from memtrace_otel.job._executors import default_executor
 from memtrace_otel.job._verdict_log import VerdictLog
 from memtrace_otel.job._writeback import VERDICT_TRACES, otlp_target, protocol_hint, send_verdicts
-from memtrace_otel.reporting import (
-    ReportViews,
-    check_base_url,
-    label_accuracy,
-    load_labels,
-    write_report,
-)
+from memtrace_otel.reporting._labels import label_accuracy, load_labels
+from memtrace_otel.reporting._links import check_base_url
 from memtrace_otel.sources import (
     DEFAULT_SKEW_SECONDS,
     ContentResolver,
@@ -346,6 +341,8 @@ def _run(
     loading = BatchSummary()
     outcomes: list[Outcome] = []
     views: dict[str, Any] | None = {} if scaled and args.report else None
+    if args.report:  # the HTML report's module (and its templates) only when one is written
+        from memtrace_otel.reporting import ReportViews, write_report
     drawer = (
         ReportViews(
             labels,

@@ -15,7 +15,9 @@ to the span in Jaeger or Tempo. :func:`case_html` is one case as a single self-c
 True
 """
 
-from memtrace_otel.reporting._html import ReportViews, case_html, json_for_html, write_report
+from typing import TYPE_CHECKING, Any
+
+from memtrace_otel._internal import lazy_names
 from memtrace_otel.reporting._labels import Label, label_accuracy, load_labels
 from memtrace_otel.reporting._links import check_base_url, jaeger_link, tempo_link
 from memtrace_otel.reporting._view import (
@@ -45,3 +47,16 @@ __all__ = [
     "verdict_data",
     "write_report",
 ]
+
+_HTML_NAMES = ("ReportViews", "case_html", "json_for_html", "write_report")
+
+if TYPE_CHECKING:
+    from memtrace_otel.reporting._html import ReportViews, case_html, json_for_html, write_report
+
+# The page writer (jinja2 and its templates) is imported on first use: a run without a report
+# (``memtrace attribute`` without ``--report``) reads labels and links from this package alone.
+_lazy = lazy_names(__name__, {name: "memtrace_otel.reporting._html" for name in _HTML_NAMES})
+
+
+def __getattr__(name: str) -> Any:
+    return _lazy(name)
