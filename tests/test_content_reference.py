@@ -208,6 +208,37 @@ def test_an_unwritable_store_drops_counted_as_a_metric_and_never_raises(tmp_path
     writer.shutdown(1000)
 
 
+def test_a_local_store_whose_folders_are_removed_between_batches_is_written_again(
+    tmp_path: Path,
+) -> None:
+    # The local writer remembers the folders it made; one removed by hand is made again.
+    import shutil
+
+    store = tmp_path / "content"
+    writer = ContentWriter(store.as_uri())
+    writer.put(f"objects/sha256/{1:064x}", b"one", "user-ana")
+    assert writer.flush(10_000)
+    shutil.rmtree(store)
+    writer.put(f"objects/sha256/{2:064x}", b"two", "user-bo")
+    assert writer.flush(10_000)
+    assert writer.dropped == 0 and writer.written == 2
+    assert (store / "objects" / "sha256" / f"{2:064x}").read_bytes() == b"two"
+    (part,) = (store / "manifests" / "user-bo").iterdir()
+    assert json.loads(part.read_text())["object"] == f"objects/sha256/{2:064x}"
+    writer.shutdown(1000)
+
+
+def test_a_memory_store_whose_root_is_a_file_drops_counted() -> None:
+    url = _memory_url()
+    fsspec.filesystem("memory").pipe_file(url, b"a file where the store's folder should be")
+    writer = ContentWriter(url)
+    for i in range(3):
+        writer.put(f"objects/sha256/{i:064x}", b"x", None)
+    assert writer.flush(10_000)
+    assert writer.dropped == 3 and writer.written == 0
+    writer.shutdown(1000)
+
+
 def test_a_full_queue_drops_instead_of_blocking() -> None:
     writer = ContentWriter(_memory_url(), max_queue_size=2)
     writer._thread = object()  # type: ignore[assignment]  # no worker: the queue only fills
