@@ -392,8 +392,8 @@ class ContentWriter:
         queue.append((name, data, store, time.time_ns()))
         if self._thread is None:
             self._start()
-        elif len(queue) >= _BATCH:
-            self._wake.set()
+        elif len(queue) >= _BATCH and not self._wake.is_set():
+            self._wake.set()  # once: a woken writer drains the whole queue, later puts included
 
     def _drop(self, count: int, why: str) -> None:
         self.dropped += count
