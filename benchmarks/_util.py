@@ -95,8 +95,16 @@ DIGEST, DIGEST_REF = A.MEMTRACE_VARIABLE_DIGEST, A.MEMTRACE_VARIABLE_REF
 
 
 _RECEIVER = """
+import os
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+def orphaned():  # the benchmark's end (or death) closes our stdin: leave with it
+    sys.stdin.read()
+    os._exit(0)
+
+threading.Thread(target=orphaned, daemon=True).start()
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: the exporter's session reuses its connection
