@@ -129,7 +129,9 @@ server.serve_forever()
 def otlp_sink() -> Iterator[str]:
     """An OTLP/HTTP trace endpoint on loopback, in a process of its own (what a Collector costs
     is not the app's): it reads each request and answers 200. Yields the ``/v1/traces`` URL."""
-    process = subprocess.Popen([sys.executable, "-c", _RECEIVER], stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", _RECEIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert process.stdout is not None
         port = int(process.stdout.readline())
