@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Link, Tracer
@@ -89,3 +92,95 @@ def by_hand(
 
 
 DIGEST, DIGEST_REF = A.MEMTRACE_VARIABLE_DIGEST, A.MEMTRACE_VARIABLE_REF
+
+
+_RECEIVER = """
+import os
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+def orphaned():  # the benchmark's end (or death) closes our stdin: leave with it
+    sys.stdin.read()
+    os._exit(0)
+
+threading.Thread(target=orphaned, daemon=True).start()
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: the exporter's session reuses its connection
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+@contextmanager
+def otlp_sink() -> Iterator[str]:
+    """An OTLP/HTTP trace endpoint on loopback, in a process of its own (what a Collector costs
+    is not the app's): it reads each request and answers 200. Yields the ``/v1/traces`` URL."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", _RECEIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        port = int(process.stdout.readline())
+        yield f"http://127.0.0.1:{port}/v1/traces"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@contextmanager
+def s3_sink() -> Iterator[str]:
+    """An S3 API on loopback (moto's server, a process of its own) with one bucket; the AWS
+    settings point at it for the duration of the block. Yields the bucket's ``s3://`` URL."""
+    import os
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    settings = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+    }
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        import fsspec
+
+        fsspec.filesystem("s3", skip_instance_cache=True).mkdir("bench-content")
+        yield "s3://bench-content"
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        process.terminate()
+        process.wait(10)

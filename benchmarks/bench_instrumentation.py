@@ -30,18 +30,24 @@ upstream instrumentor alone) with the us added per call.
 Then ``REFERENCE`` capture against ``SPAN_AND_EVENT`` on the manual op: each call writes a
 distinct ~1 KB value (a content store dedupes equal ones), capture ``SPAN_AND_EVENT`` (as
 configured by default, and with REFERENCE's default redaction hook ``redact_secrets``, so the
-two differ by the store alone) or ``REFERENCE`` into an fsspec ``memory://`` store (keyed digests
-in all), and each round ends with the content writer's flush. Two figures: the process's total
-CPU time, the upload thread included (``time.process_time`` counts every thread), and the app
-thread's alone (``time.thread_time``: what the app waits for). Goal: no more than capture on
-(ratio <= 1.0 is the issue's line; printed, not asserted).
+two differ by the store alone) or ``REFERENCE`` (keyed digests in all), and each round ends with
+the content writer's flush and the span processor's. Two figures: the process's total CPU time,
+the upload and export threads included (``time.process_time`` counts every thread), and the app
+thread's alone before those flushes (``time.thread_time``: what the app waits for). Four ways:
+a no-op span exporter (the first figure this benchmark printed; it charges capture on nothing
+for the text its spans carry) and the real OTLP/HTTP exporter posting to a loopback receiver in
+another process (what users run: exporting each span's text is the work ``REFERENCE`` moves to
+the content store), each with a ``memory://`` store and a local ``file://`` folder (real files).
+``--s3`` adds an S3 store (s3fs against moto's server on loopback, another process). Goal: no
+more than capture on (ratio <= 1.0 is the issue's line; printed, not asserted).
 
 Then the same two captures on real mem0 (``Memory.search`` with 20 hits and ``Memory.add`` with one
 new fact, the setup of ``bench_mem0.py``: embedded Qdrant, the scripted server), paired rounds,
-process CPU per call with the content writer's flush after each side's calls.
+process CPU per call with the content writer's and the span processor's flush after each side's
+calls; with the no-op exporter, then with the OTLP/HTTP one.
 
-Run: .venv/bin/python benchmarks/bench_instrumentation.py   (``--reference`` and/or ``--mem0`` for
-those parts alone)
+Run: .venv/bin/python benchmarks/bench_instrumentation.py   (``--reference``, ``--mem0`` and/or
+``--s3`` for those parts alone)
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _util import by_hand, interleaved, verdict
+from _util import by_hand, interleaved, otlp_sink, s3_sink, verdict
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
@@ -149,35 +155,39 @@ REFERENCE_ROUNDS = 7
 
 
 def reference_sides(
-    provider: TracerProvider,
-) -> dict[str, tuple[CaptureConfig, Callable[[], None]]]:
-    """The manual op under three captures, each call a distinct ~1 KB value (keyed digests):
+    provider: TracerProvider, store: str, number: int = REFERENCE_N
+) -> dict[str, tuple[CaptureConfig, Callable[[], float]]]:
+    """The manual op under four captures, each call a distinct ~1 KB value (keyed digests):
     ``on`` (SPAN_AND_EVENT as configured by default: no redaction hook), ``on+hook`` (the same
-    with REFERENCE's default hook, :func:`redact_secrets`, so the two differ by the store alone)
-    and ``reference`` (into an fsspec ``memory://`` store; a round ends with the writer's flush;
-    identifiers pseudonymised, its default with a key), and ``ref-no-pseud`` (the same with
-    ``pseudonymize_ids=False``: what the pseudonyms cost)."""
+    with REFERENCE's default hook, :func:`redact_secrets`, so the two differ by the store alone),
+    ``reference`` (into the content store ``store``: a ``memory://`` or ``file://`` URL under
+    which each side gets a folder of its own; identifiers pseudonymised, its default with a
+    key), and ``ref-no-pseud`` (the same with ``pseudonymize_ids=False``: what the pseudonyms
+    cost). A round of each side ends with the content writer's flush and the provider's (the
+    span exporter's work is inside the round); it returns the app thread's CPU time before those
+    flushes (a ``force_flush`` exports the last batch on the calling thread)."""
     import uuid
 
     from memtrace_otel.instrumentation import redact_secrets
 
     key = "bench-digest-key-0123456789abcdef"
+    base = store if store.endswith("://") else store.rstrip("/") + "/"
     configs = {
         "on": CaptureConfig(mode="SPAN_AND_EVENT", digest_key=key),
         "on+hook": CaptureConfig(mode="SPAN_AND_EVENT", digest_key=key, redact=redact_secrets),
         "reference": CaptureConfig(
-            mode="REFERENCE", content_url=f"memory://bench-{uuid.uuid4().hex}", digest_key=key
+            mode="REFERENCE", content_url=f"{base}bench-{uuid.uuid4().hex}", digest_key=key
         ),
         "ref-no-pseud": CaptureConfig(
             mode="REFERENCE",
-            content_url=f"memory://bench-{uuid.uuid4().hex}",
+            content_url=f"{base}bench-{uuid.uuid4().hex}",
             digest_key=key,
             pseudonymize_ids=False,
         ),
     }
     counter = itertools.count()
 
-    def side(capture: CaptureConfig) -> Callable[[], None]:
+    def side(capture: CaptureConfig) -> Callable[[], float]:
         mt = MemTracer(
             tracer_provider=provider,
             system="bench",
@@ -189,42 +199,67 @@ def reference_sides(
             source = op.output(mt.variable("msg:1", "seed", category=Category.MESSAGE))
         writer = capture.content_writer
 
-        def run() -> None:
-            for _ in range(REFERENCE_N):
+        def run() -> float:
+            for _ in range(number):
                 value = f"{next(counter):08d} {VALUE}"[:1024]
                 with mt.extract("bench.extract", inputs=[source.ref]) as op:
                     op.output(mt.variable("fact:1", value, category=Category.MEMORY))
+            app_done = time.thread_time()
             if writer is not None:
                 writer.flush(60_000)
+            provider.force_flush(60_000)
+            return app_done
 
         return run
 
+    provider.force_flush(60_000)  # the seeds' spans
     return {name: (c, side(c)) for name, c in configs.items()}
 
 
-def reference_overhead() -> None:
-    """CPU per op, REFERENCE against SPAN_AND_EVENT: the process's (the upload thread included)
-    and the app thread's alone; best round of each side, and the paired per-round ratios."""
+def _span_processor(endpoint: str | None) -> BatchSpanProcessor:
+    """The no-op exporter's processor, or the real OTLP/HTTP protobuf exporter's to ``endpoint``
+    (the default settings: no compression, batches of 512)."""
+    if endpoint is None:
+        return BatchSpanProcessor(NullExporter(), max_queue_size=100_000)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint), max_queue_size=100_000)
+
+
+def reference_overhead(
+    endpoint: str | None = None,
+    store: str = "memory://",
+    number: int = REFERENCE_N,
+    rounds: int = REFERENCE_ROUNDS,
+) -> dict[str, float]:
+    """CPU per op, REFERENCE against SPAN_AND_EVENT: the process's (the upload thread and the span
+    exporter's thread included) and the app thread's alone; best round of each side, and the
+    paired per-round ratios. ``endpoint``: an OTLP/HTTP receiver (else a no-op exporter);
+    ``store``: where the content store lives. Returns the medians of the per-round ratios
+    REFERENCE / on (``process``, ``app``)."""
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(NullExporter(), max_queue_size=100_000))
-    sides = reference_sides(provider)
+    provider.add_span_processor(_span_processor(endpoint))
+    sides = reference_sides(provider, store, number)
     process: dict[str, list[float]] = {name: [] for name in sides}
     app: dict[str, list[float]] = {name: [] for name in sides}
-    for _ in range(REFERENCE_ROUNDS):
+    for _ in range(rounds):
         for name, (_capture, fn) in sides.items():
             gc.collect()
             start, start_app = time.process_time(), time.thread_time()
-            fn()
-            process[name].append((time.process_time() - start) / REFERENCE_N)
-            app[name].append((time.thread_time() - start_app) / REFERENCE_N)
+            app_done = fn()
+            process[name].append((time.process_time() - start) / number)
+            app[name].append((app_done - start_app) / number)
     writer = sides["reference"][0].content_writer
     dropped = writer.dropped if writer is not None else 0
     provider.shutdown()
+    exporter = "a no-op span exporter" if endpoint is None else "the OTLP/HTTP exporter"
     print(
-        f"bench_instrumentation: REFERENCE vs SPAN_AND_EVENT, manual op, {REFERENCE_N} distinct "
-        f"~1 KB values x {REFERENCE_ROUNDS} interleaved rounds, CPU per op (best round; per-round "
-        f"ratio min/median); {dropped} objects dropped"
+        f"bench_instrumentation: REFERENCE vs SPAN_AND_EVENT, manual op, {exporter}, content "
+        f"store {store.split(':')[0]}://, {number} distinct ~1 KB values x "
+        f"{rounds} interleaved rounds, CPU per op (best round; per-round ratio "
+        f"min/median); {dropped} objects dropped; load average {_load()}"
     )
+    medians = {}
     for label, times in (("process (upload thread incl.)", process), ("app thread alone", app)):
         best = {name: min(values) for name, values in times.items()}
         print(
@@ -235,28 +270,86 @@ def reference_overhead() -> None:
         for base in ("on", "on+hook"):
             ratios = sorted(r / o for r, o in zip(times["reference"], times[base], strict=True))
             ratio = best["reference"] / best[base]
+            median = ratios[len(ratios) // 2]
+            if base == "on":
+                medians["process" if times is process else "app"] = median
             print(
                 f"    REFERENCE / {base:7}: {ratio:.3f} best rounds (goal <= 1.0: "
-                f"{verdict(ratio, 1.0)}); per round min {ratios[0]:.3f}, median "
-                f"{ratios[len(ratios) // 2]:.3f}"
+                f"{verdict(ratio, 1.0)}); per round min {ratios[0]:.3f}, median {median:.3f}"
             )
         ratios = sorted(r / o for r, o in zip(times["ref-no-pseud"], times["on"], strict=True))
         print(
             f"    REFERENCE without pseudonyms / on: per round min {ratios[0]:.3f}, median "
             f"{ratios[len(ratios) // 2]:.3f}"
         )
+    return medians
+
+
+def reference_figures() -> None:
+    """The manual op's REFERENCE overhead four ways: a no-op span exporter (the figure kept from
+    before; it charges capture on nothing for exporting the text it keeps in its spans) and the
+    real OTLP/HTTP exporter to a loopback receiver in another process (what users run: the
+    export of each span's text is the cost REFERENCE moves to the content store), each with an
+    in-memory store and a local folder (``file://``, real files)."""
+    import tempfile
+
+    summary = []
+    with otlp_sink() as endpoint, tempfile.TemporaryDirectory() as folder:
+        local = Path(folder).as_uri()
+        for label, sink, store in (
+            ("no-op exporter, memory://", None, "memory://"),
+            ("no-op exporter, file://  ", None, local),
+            ("OTLP/HTTP,      memory://", endpoint, "memory://"),
+            ("OTLP/HTTP,      file://  ", endpoint, local),
+        ):
+            summary.append((label, reference_overhead(sink, store)))
+    print("  summary, REFERENCE / capture on, median of the per-round ratios:")
+    for label, medians in summary:
+        print(
+            f"    {label}: process (upload thread incl.) {medians['process']:.3f}, "
+            f"app thread {medians['app']:.3f}"
+        )
+
+
+def mem0_figures() -> None:
+    """:func:`mem0_reference` with a no-op span exporter (the figure kept from before), then with
+    the real OTLP/HTTP exporter."""
+    with otlp_sink() as endpoint:
+        mem0_reference(None)
+        mem0_reference(endpoint)
+
+
+def reference_s3() -> None:
+    """The manual op's REFERENCE overhead with an S3 content store (s3fs against moto's server
+    on loopback, in a process of its own) and the real OTLP/HTTP exporter: one PUT per object.
+    Fewer ops a round: each object costs the writer thread an HTTP request."""
+    with otlp_sink() as endpoint, s3_sink() as bucket:
+        medians = reference_overhead(endpoint, bucket, number=300, rounds=5)
+    print(
+        f"  summary, OTLP/HTTP, s3:// (moto): REFERENCE / capture on, median of the per-round "
+        f"ratios: process (upload thread incl.) {medians['process']:.3f}, app thread "
+        f"{medians['app']:.3f}"
+    )
+
+
+def _load() -> str:
+    import os
+
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 MEM0_ROUNDS = 15
 MEM0_NUMBER = {"search": 8, "add": 4}
 
 
-def mem0_reference() -> None:
+def mem0_reference(endpoint: str | None = None) -> None:
     """REFERENCE against SPAN_AND_EVENT on real mem0 ``Memory.search`` (20 hits) and
     ``Memory.add`` (one new fact), the setup of ``bench_mem0.py``: embedded Qdrant, the scripted
     OpenAI-compatible server (a thread of this process, alike on both sides). Paired rounds, the
-    two captures alternating; each side's calls end with the content writer's flush, so the
-    figure is process CPU with the upload thread. Ratio: median of the rounds' ratios."""
+    two captures alternating; each side's calls end with the content writer's flush and the span
+    processor's, so the figure is process CPU with the upload and export threads. Spans go to a
+    no-op exporter, or with ``endpoint`` to the real OTLP/HTTP exporter (a loopback receiver in
+    another process). Ratio: median of the rounds' ratios."""
     import logging
     import statistics
     import tempfile
@@ -279,6 +372,10 @@ def mem0_reference() -> None:
     }
     with ScriptedOpenAI(_OneNewFact()) as server, tempfile.TemporaryDirectory() as folder:
         memory, provider, instrumentor = seeded_memory(server.base_url, Path(folder))
+        traced = provider
+        if endpoint is not None:
+            traced = TracerProvider()
+            traced.add_span_processor(_span_processor(endpoint))
         counter = itertools.count()
         written: list[str] = []
         legacy = version.startswith("1.")
@@ -304,7 +401,7 @@ def mem0_reference() -> None:
         for _ in range(MEM0_ROUNDS):
             for mode, capture in configs.items():
                 instrumentor.instrument(
-                    tracer_provider=provider, capture=capture, registry=WriterRegistry()
+                    tracer_provider=traced, capture=capture, registry=WriterRegistry()
                 )
                 writer = capture.content_writer
                 for op, fn in calls.items():
@@ -313,6 +410,7 @@ def mem0_reference() -> None:
                     flushed = time.process_time()
                     if writer is not None:
                         writer.flush(60_000)
+                    traced.force_flush(60_000)
                     flush = time.process_time() - flushed
                     per_call = (sum(times) + flush) / len(times)
                     rounds.setdefault((op, mode), []).append(per_call)
@@ -321,13 +419,15 @@ def mem0_reference() -> None:
                     singles.setdefault((op, mode), []).extend(t + flush / len(times) for t in times)
                 instrumentor.uninstrument()
         provider.shutdown()
+        traced.shutdown()
     writer = configs["REFERENCE"].content_writer
     dropped = writer.dropped if writer is not None else 0
+    exporter = "a no-op span exporter" if endpoint is None else "the OTLP/HTTP exporter"
     print(
         f"bench_instrumentation: REFERENCE vs SPAN_AND_EVENT on real mem0ai {version}, "
-        f"{MEM0_ROUNDS} paired rounds, process CPU per call incl. the upload thread's flush; "
-        f"ratio: median (min) of the rounds' ratios, and of the sides' 10th-percentile calls; "
-        f"{dropped} objects dropped"
+        f"{exporter}, {MEM0_ROUNDS} paired rounds, process CPU per call incl. the upload and "
+        f"export threads' flush; ratio: median (min) of the rounds' ratios, and of the sides' "
+        f"10th-percentile calls; {dropped} objects dropped; load average {_load()}"
     )
     for op in calls:
         on, ref = rounds[(op, "SPAN_AND_EVENT")], rounds[(op, "REFERENCE")]
@@ -442,13 +542,15 @@ def _each(fn: Callable[[], None], number: int) -> list[float]:
 
 
 if __name__ == "__main__":
-    if "--reference" in sys.argv or "--mem0" in sys.argv:
+    if "--reference" in sys.argv or "--mem0" in sys.argv or "--s3" in sys.argv:
         if "--reference" in sys.argv:
-            reference_overhead()
+            reference_figures()
+        if "--s3" in sys.argv:
+            reference_s3()
         if "--mem0" in sys.argv:
-            mem0_reference()
+            mem0_figures()
     else:
         main()
-        reference_overhead()
-        mem0_reference()
+        reference_figures()
+        mem0_figures()
         openai_chat()

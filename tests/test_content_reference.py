@@ -208,6 +208,37 @@ def test_an_unwritable_store_drops_counted_as_a_metric_and_never_raises(tmp_path
     writer.shutdown(1000)
 
 
+def test_a_local_store_whose_folders_are_removed_between_batches_is_written_again(
+    tmp_path: Path,
+) -> None:
+    # The local writer remembers the folders it made; one removed by hand is made again.
+    import shutil
+
+    store = tmp_path / "content"
+    writer = ContentWriter(store.as_uri())
+    writer.put(f"objects/sha256/{1:064x}", b"one", "user-ana")
+    assert writer.flush(10_000)
+    shutil.rmtree(store)
+    writer.put(f"objects/sha256/{2:064x}", b"two", "user-bo")
+    assert writer.flush(10_000)
+    assert writer.dropped == 0 and writer.written == 2
+    assert (store / "objects" / "sha256" / f"{2:064x}").read_bytes() == b"two"
+    (part,) = (store / "manifests" / "user-bo").iterdir()
+    assert json.loads(part.read_text())["object"] == f"objects/sha256/{2:064x}"
+    writer.shutdown(1000)
+
+
+def test_a_memory_store_whose_root_is_a_file_drops_counted() -> None:
+    url = _memory_url()
+    fsspec.filesystem("memory").pipe_file(url, b"a file where the store's folder should be")
+    writer = ContentWriter(url)
+    for i in range(3):
+        writer.put(f"objects/sha256/{i:064x}", b"x", None)
+    assert writer.flush(10_000)
+    assert writer.dropped == 3 and writer.written == 0
+    writer.shutdown(1000)
+
+
 def test_a_full_queue_drops_instead_of_blocking() -> None:
     writer = ContentWriter(_memory_url(), max_queue_size=2)
     writer._thread = object()  # type: ignore[assignment]  # no worker: the queue only fills
@@ -341,6 +372,49 @@ def test_redaction_near_its_needles_equals_the_patterns_own_substitution() -> No
         for text in texts:
             haystack = text.lower() if folded else text
             assert C._sub_near(pattern, text, haystack, needles, repl) == pattern.sub(repl, text)
+
+
+def test_redact_secrets_gated_equals_every_pattern_applied_in_turn() -> None:
+    # Its gates (one-character tests first) skip a pattern only where it cannot match: on each
+    # secret alone, in prose with and without "-", "_", ":" and "=", it is every substitution.
+    from memtrace_otel.instrumentation import _capture as C
+
+    def ungated(text: str) -> str:
+        text = C._PEM.sub("<private-key>", text)
+        text = C._JWT.sub("<jwt>", text)
+        text = C._BEARER.sub(r"\1\2<token>", text)
+        text = C._API_KEY.sub("<api-key>", text)
+        text = C._VENDOR_TOKEN.sub("<token>", text)
+        text = C._AWS_KEY.sub("<aws-key>", text)
+        return C._NAMED_SECRET.sub(C._named_secret, text)
+
+    secrets = [
+        "sk-live-4eC39HqLyjWDarjtT1zdp7dcAb",
+        "sk_live_4eC39HqLyjWDarjtT1zdp7dcAb",
+        "rk_test_4eC39HqLyjWDarjtT1zdp7dcAb",
+        "Bearer ya29a0AfH6SMBxlong",
+        "token abcdefgh12345",
+        "AKIAIOSFODNN7EXAMPLE",
+        "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
+        "github_pat_11ABCDEFG0123456789abcdefXYZijABCDEFGHIJ",
+        "xoxb-123456789012-abcdef",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.dozjgNryP4J3jVmNHl0w5N",
+        "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBkg\n-----END EC PRIVATE KEY-----",
+        "password=hunter22x",
+        "api key: zzzzzz99",
+    ]
+    prose = [
+        "Ana moved to Porto in May and works as a nurse",
+        "Ana's well-known flat near the river",
+        "a snake_case name and the key to Porto",
+        "ratio 3:2, x=y",
+    ]
+    for secret in secrets:
+        for text in prose:
+            for joined in (f"{text} {secret} {text}", f"{secret}{text}", secret):
+                assert C.redact_secrets(joined) == ungated(joined), joined
+    for text in prose:
+        assert C.redact_secrets(text) == ungated(text) == text
 
 
 def test_redaction_keeps_ordinary_text() -> None:

@@ -426,10 +426,11 @@ def test_an_injected_internal_fault_neither_raises_nor_loses_the_return_value(
 ) -> None:
     mt, exporter = make_tracer()
 
-    def broken_digest(text: str) -> str:
+    def broken_digest(self: object, data: bytes) -> str:
         raise RuntimeError("digest exploded")
 
-    monkeypatch.setattr(capture_module, "digest", broken_digest)
+    # Every value's digest is made by the capture's Digester (keyed or not).
+    monkeypatch.setattr(capture_module.Digester, "__call__", broken_digest)
 
     @mt.trace_extract("x")
     def work(v: Variable) -> Variable:

@@ -348,6 +348,7 @@ class ContentWriter:
             raise ValueError(f"max_queue_size must be >= 1, got {max_queue_size}")
         self.url = url.rstrip("/")
         self._fs, self._root = open_store(self.url)
+        self._direct = _direct_writer(self._fs, self._root)
         self._max = max_queue_size
         self._queue: deque[tuple[str, bytes, str | None, int]] = deque()
         self._wake = threading.Event()
@@ -391,8 +392,8 @@ class ContentWriter:
         queue.append((name, data, store, time.time_ns()))
         if self._thread is None:
             self._start()
-        elif len(queue) >= _BATCH:
-            self._wake.set()
+        elif len(queue) >= _BATCH and not self._wake.is_set():
+            self._wake.set()  # once: a woken writer drains the whole queue, later puts included
 
     def _drop(self, count: int, why: str) -> None:
         self.dropped += count
@@ -443,36 +444,64 @@ class ContentWriter:
 
     def _write(self, batch: list[tuple[str, bytes, str | None, int]]) -> None:
         root = self._root
+        written, listed_already = self._written, self._listed
+        fresh: dict[str, bytes] = {}
+        for name, data, _, _ in batch:
+            if name not in written:
+                fresh[f"{root}/{name}"] = data
+        failed = self._store_objects(fresh) if fresh else _NO_PATHS
         listed: dict[str | None, list[tuple[str, int]]] = {}
-        fresh = {f"{root}/{n}": d for n, d, _, _ in batch if n not in self._written}
-        failed: set[str] = set()
-        if fresh:
-            try:
-                self._fs.pipe(fresh)  # one call: concurrent uploads on object stores (s3fs)
-            except Exception:
-                failed = self._one_by_one(fresh)
         for name, _data, store, when in batch:
-            if name not in self._written:
-                if f"{root}/{name}" in failed:
+            if name not in written:
+                if failed and f"{root}/{name}" in failed:
                     continue
-                _remember(self._written, name)
+                _remember(written, name)
             self.written += 1
-            if (store, name) not in self._listed:
+            if (store, name) not in listed_already:
                 listed.setdefault(store, []).append((name, when))
         for store, entries in listed.items():
             self._seq += 1
             folder = store_key(store)
             part = f"{root}/{MANIFESTS}/{folder}/{time.time_ns()}-{os.getpid()}-{self._seq}.jsonl"
             # Object names are [a-z0-9/] (object_name): formatted, no JSON escaping to do.
-            body = "".join(f'{{"object":"{name}","time":{when}}}\n' for name, when in entries)
+            body = "".join([f'{{"object":"{name}","time":{when}}}\n' for name, when in entries])
             try:
-                self._pipe(part, body.encode("utf-8"))
+                self._put_one(part, body.encode("utf-8"))
             except Exception as exc:
                 # The objects exist but no manifest names them: erase cannot find them.
                 self._drop(len(entries), f"its manifest could not be written ({exc})")
                 continue
             for name, _ in entries:
-                _remember(self._listed, (store, name))
+                _remember(listed_already, (store, name))
+
+    def _store_objects(self, objects: dict[str, bytes]) -> set[str]:
+        """Write ``objects`` (path: bytes) with the store's cheapest call; the paths that failed.
+
+        A local or in-memory store is written object by object without fsspec's per-file
+        machinery (:func:`_direct_writer`); any other filesystem gets one ``fs.pipe`` call (s3fs,
+        gcsfs and adlfs upload its objects concurrently), object by object if that fails."""
+        direct = self._direct
+        if direct is None:
+            try:
+                self._fs.pipe(objects)
+            except Exception:
+                return self._one_by_one(objects)
+            return _NO_PATHS
+        failed: set[str] = set()
+        for path, data in objects.items():
+            try:
+                direct(path, data)
+            except Exception as exc:  # any filesystem's error: counted, never raised
+                self._drop(1, f"the write failed ({type(exc).__name__}: {exc})")
+                failed.add(path)
+        return failed
+
+    def _put_one(self, path: str, data: bytes) -> None:
+        direct = self._direct
+        if direct is not None:
+            direct(path, data)
+        else:
+            self._pipe(path, data)
 
     def _one_by_one(self, objects: dict[str, bytes]) -> set[str]:
         """Write ``objects`` one at a time (after a batch failed); the paths that failed."""
@@ -553,6 +582,72 @@ class ContentWriter:
             unit="{object}",
             description="Content objects REFERENCE capture could not write to its content store.",
         )
+
+
+_NO_PATHS: Final[set[str]] = set()
+_FLAGS: Final = (
+    os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+)
+_FOLDERS: Final = 4096
+"""Folders a local store's writer remembers as made (objects share one; manifests one a store)."""
+
+
+class _LocalObjects:
+    """Writes an object to a local (or mounted) store: ``os.open``/``os.write``/``os.close``, its
+    folder made once (remembered), where fsspec's ``pipe_file`` opens a file object through
+    several layers for each. Raises what the OS raises (the writer counts it as a drop)."""
+
+    __slots__ = ("_folders",)
+
+    def __init__(self) -> None:
+        self._folders: set[str] = set()
+
+    def __call__(self, path: str, data: bytes) -> None:
+        folder = path.rpartition("/")[0]
+        folders = self._folders
+        if folder not in folders:
+            os.makedirs(folder, exist_ok=True)
+            if len(folders) >= _FOLDERS:
+                folders.clear()
+            folders.add(folder)
+        try:
+            fd = os.open(path, _FLAGS, 0o666)
+        except FileNotFoundError:  # its folder was removed since: made again
+            os.makedirs(folder, exist_ok=True)
+            fd = os.open(path, _FLAGS, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+
+
+def _direct_writer(fs: Any, root: str) -> Any:
+    """A cheaper way than ``fs.pipe_file`` to write one object, for the filesystems whose
+    semantics it keeps: fsspec's local filesystem (:class:`_LocalObjects`) and its in-memory one
+    (the same ``MemoryFile`` commit its ``pipe_file`` ends in, without the parent checks, made
+    once here: the root must not be a file). ``None`` for any other filesystem."""
+    try:
+        from fsspec.implementations.local import LocalFileSystem
+        from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
+    except ImportError:  # pragma: no cover - an fsspec without them
+        return None
+    kind = type(fs)
+    if kind is LocalFileSystem:
+        return _LocalObjects()
+    if kind is MemoryFileSystem:
+        try:
+            if root and fs.isfile(root):
+                return None  # every write must fail, as pipe_file's parent check makes it
+        except Exception:
+            return None
+
+        def commit(path: str, data: bytes) -> None:
+            MemoryFile(fs, path, data).commit()
+
+        return commit
+    return None
 
 
 def _remember(seen: dict[Any, None], key: Any) -> None:
