@@ -21,7 +21,9 @@ from collections import Counter
 from typing import Any
 
 
-def _timed(owner: Any, name: str, label: str, seconds: Counter[str], calls: Counter[str]) -> None:
+def _timed(
+    owner: Any, name: str, label: str, seconds: dict[str, float], calls: Counter[str]
+) -> None:
     original = getattr(owner, name)
 
     @functools.wraps(original)
@@ -30,7 +32,7 @@ def _timed(owner: Any, name: str, label: str, seconds: Counter[str], calls: Coun
         try:
             return original(*args, **kwargs)
         finally:
-            seconds[label] += time.process_time() - started
+            seconds[label] = seconds.get(label, 0.0) + time.process_time() - started
             calls[label] += 1
 
     setattr(owner, name, wrapper)
@@ -44,7 +46,7 @@ def main(argv: list[str]) -> int:
     from memtrace_otel.sources._files import FileReader
 
     imported = time.process_time()
-    seconds: Counter[str] = Counter()
+    seconds: dict[str, float] = {}
     calls: Counter[str] = Counter()
     for owner, name in (
         (_executors, "scan_range"),
@@ -59,7 +61,7 @@ def main(argv: list[str]) -> int:
     total = time.process_time() - started
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", file=sys.stderr)
     print(f"{'importing the CLI':<20} {imported - started:7.2f} s", file=sys.stderr)
-    for label, value in seconds.most_common():
+    for label, value in sorted(seconds.items(), key=lambda item: -item[1]):
         print(f"{label:<20} {value:7.2f} s  ({calls[label]} calls)", file=sys.stderr)
     print(f"{'total':<20} {total:7.2f} s", file=sys.stderr)
     return code
