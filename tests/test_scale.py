@@ -272,6 +272,12 @@ def _hostile_copy(workload: Path, folder: Path) -> Path:
     ]["spans"]
     bad_span = json.loads(lines[60])
     bad_span["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["spanId"] = "not-hex"
+    # Two resources of two stores on one line, the second with a bad span: each store's partition
+    # drops the other's spans before decoding, so the bad span is counted once.
+    two_stores = json.loads(lines[90])
+    other = json.loads(lines[-90])
+    other["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["spanId"] = "not-hex-either"
+    two_stores["resourceSpans"] += other["resourceSpans"]
     long_value = json.loads(lines[80])
     long_value["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"].append(
         {"key": "huge", "value": {"stringValue": "x" * 5000}}
@@ -284,6 +290,7 @@ def _hostile_copy(workload: Path, folder: Path) -> Path:
         *[b'{"resourceSpans": [\n', b"\xff\xfe not utf-8\n"],  # invalid JSON, invalid UTF-8
         json.dumps(first).encode() + b"\n",
         json.dumps(bad_span).encode() + b"\n",
+        json.dumps(two_stores).encode() + b"\n",
         json.dumps(long_value).encode() + b"\n",
         *lines[100:150],
         *[lines[120], lines[121]],  # a Collector retry: duplicate spans
@@ -308,14 +315,15 @@ def test_bad_input_is_counted_once_by_the_scans_and_partitions(
     verdicts, summary = run_batch([source], get_method("evidence"), executor=executor)
     expected = _plain(single)
     # Exact duplicates (the merged line's two spans, lines 120-121) are dropped and counted;
-    # the long-value copy of line 80 says something else under the same span id: a conflict.
-    assert expected["duplicates"] == 2 + 2
+    # the long-value copy of line 80 says something else under the same span id: a conflict;
+    # the two-store line repeats line 90's span.
+    assert expected["duplicates"] == 2 + 2 + 1
     assert expected["skipped_by_kind"] == {
         "duplicate_span": 1,
         "empty_line": 1,
         "invalid_json": 1,
         "invalid_utf8": 1,
-        "invalid_span": 1,
+        "invalid_span": 2,
     }
     assert expected["truncated_values"] == 1
     assert _plain(summary) == expected

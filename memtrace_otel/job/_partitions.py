@@ -181,6 +181,9 @@ class Chunk:
     lines: LineTable | None
     counted: bool = False
     decoded: frozenset[int] = frozenset()
+    mixed: frozenset[int] | None = None
+    """The lines that hold spans of several stores (``None``: not known, so any may): only
+    those need other stores' spans dropped before decoding (see :func:`prune_stores`)."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,9 @@ class Plan:
     """Files planned by scanning: their partitions count what they decode."""
     decoded: dict[str, set[int]] = field(default_factory=dict)
     """file -> lines a scan decoded and counted already."""
+    mixed: dict[str, set[int]] = field(default_factory=dict)
+    """scanned file -> its lines found holding spans of more than one store (a scanned line
+    that is not here holds one store's spans only)."""
     case_stores: set[str] = field(default_factory=set)
     """Stores with a span naming a case; the others may be shared (see :func:`shared_stores`)."""
 
@@ -553,8 +559,11 @@ def merge_scan(plan: Plan, scan: RangeScan) -> None:
     last = max((line for lines in scan.lines.values() for _, line in lines[-1:]), default=0)
     if last >= len(offsets):
         offsets.extend(array("q", [-1]) * (last + 1 - len(offsets)))
+    mixed = plan.mixed.setdefault(path, set())
     for store, lines in scan.lines.items():
         for offset, line in lines:
+            if offsets[line] >= 0:  # a second store's spans (or a file read twice)
+                mixed.add(line)
             offsets[line] = offset
             plan.add(store, path, line, spans=0)
         plan.records[store] = plan.records.get(store, 0) + scan.spans[store]
@@ -642,12 +651,14 @@ def _partition(plan: Plan, number: int, stores: list[str]) -> Partition:
             continue
         offsets = plan.offsets[path]
         decoded = plan.decoded.get(path, set())
+        mixed = plan.mixed.get(path) if path in plan.scanned else None
         chunks.append(
             Chunk(
                 path,
                 LineTable((offsets[n], n) for n in sorted(lines)),
                 counted=path in plan.scanned,
                 decoded=frozenset(n for n in lines if n in decoded),
+                mixed=None if mixed is None else frozenset(n for n in lines if n in mixed),
             )
         )
     return Partition(
@@ -702,6 +713,7 @@ class _Loader:
             chunk.path, self.tally.on_error, None, RecordCapper(self.limits, stats)
         )
         quiet = FileReader(chunk.path, self._ignore, None, RecordCapper(self.limits))
+        mixed = chunk.mixed  # a line of one store holds no other store's spans to drop
         with open_binary(chunk.path) as stream:
             for offset, number in chunk.lines:
                 stream.seek(offset)
@@ -713,7 +725,7 @@ class _Loader:
                     if value is None:
                         continue
                 scanned_here = number in chunk.decoded
-                if not scanned_here:
+                if not scanned_here and (mixed is None or number in mixed):
                     prune_stores(value, self.wanted)
                 reader = counting if chunk.counted and not scanned_here else quiet
                 for record in reader.decode(value, number, len(raw)):

@@ -341,17 +341,20 @@ def _links(items: Any) -> tuple[LinkRecord, ...]:
     if items.__class__ is not list:
         return _careful_links(items)
     out = []
+    cached = _ID_CACHE.get
     try:
         for li in items:
-            kvs = li.get("attributes")
-            out.append(
-                _new_link(
-                    _cached_trace_id(li.get("traceId"), "traceId"),
-                    _cached_span_id(li.get("spanId"), "spanId"),
-                    attributes(kvs) if kvs else EMPTY_ATTRIBUTES,
-                )
-            )
-    except (Bad, AttributeError):
+            get = li.get
+            trace, span, kvs = get("traceId"), get("spanId"), get("attributes")
+            # The id caches inlined: a link names a span seen already, so these mostly hit.
+            trace_id = cached(trace) if trace.__class__ is str else None
+            if trace_id is None or len(trace_id) != 32:
+                trace_id = _cached_trace_id(trace, "traceId")
+            span_id = cached(span) if span.__class__ is str else None
+            if span_id is None or len(span_id) != 16:
+                span_id = _cached_span_id(span, "spanId")
+            out.append(_new_link(trace_id, span_id, attributes(kvs) if kvs else EMPTY_ATTRIBUTES))
+    except (Bad, AttributeError, TypeError):
         return _careful_links(items)
     return tuple(out)
 
@@ -506,44 +509,29 @@ def decode_resource_spans(
         )
         return records
     source = source_label(path, line)
+    # Field paths ("resourceSpans[0].scopeSpans[1]") are built only when an error names one.
     for ri, rs in enumerate(blocks):
-        where = f"{prefix}[{ri}]"
         try:
-            if type(rs) is not dict:
+            if rs.__class__ is not dict:
                 raise Bad("", "expected a ResourceSpans object")
             resource = rs.get("resource")
-            if resource is not None and type(resource) is not dict:
+            if resource is not None and resource.__class__ is not dict:
                 raise Bad("resource", "expected an object")
             resource_attrs = _resource_attributes(resource) if resource else EMPTY_ATTRIBUTES
             scopes_name, scope_blocks = _list_field(rs, "scopeSpans", "instrumentationLibrarySpans")
         except Bad as bad:
             on_error(
                 bad.kind,
-                make_error(bad.reason, path=path, line=line, field=join_field(where, bad.field)),
+                make_error(
+                    bad.reason, path=path, line=line, field=join_field(f"{prefix}[{ri}]", bad.field)
+                ),
             )
             continue
         for si, ss in enumerate(scope_blocks):
-            swhere = f"{where}.{scopes_name}[{si}]"
             try:
-                if type(ss) is not dict:
-                    raise Bad("", "expected a ScopeSpans object")
-                scope = ss.get("scope")
-                if scope is None:
-                    scope = ss.get("instrumentationLibrary")
-                if scope is None:
-                    scope = {}
-                if type(scope) is not dict:
-                    raise Bad("scope", "expected an object")
-                scope_name = _text(scope.get("name"), "scope.name")
-                scope_version = _text(scope.get("version"), "scope.version")
-                scope_kvs = scope.get("attributes")
-                scope_attrs = (
-                    _field_attributes(scope_kvs, "scope.attributes")
-                    if scope_kvs
-                    else EMPTY_ATTRIBUTES
-                )
-                _, spans = _list_field(ss, "spans")
+                scope_name, scope_version, scope_attrs, spans = _scope(ss)
             except Bad as bad:
+                swhere = f"{prefix}[{ri}].{scopes_name}[{si}]"
                 on_error(
                     bad.kind,
                     make_error(
@@ -560,6 +548,7 @@ def decode_resource_spans(
                         )
                     )
                 except Bad as bad:
+                    swhere = f"{prefix}[{ri}].{scopes_name}[{si}]"
                     on_error(
                         bad.kind,
                         make_error(
@@ -570,3 +559,28 @@ def decode_resource_spans(
                         ),
                     )
     return records
+
+
+def _scope(ss: Any) -> tuple[str, str, Attributes, list[Any]]:
+    """A ``ScopeSpans`` object's scope name, version and attributes, and its spans."""
+    if ss.__class__ is not dict:
+        raise Bad("", "expected a ScopeSpans object")
+    scope = ss.get("scope")
+    if scope is None:
+        scope = ss.get("instrumentationLibrary")
+    if scope is None:
+        scope = {}
+    if scope.__class__ is not dict:
+        raise Bad("scope", "expected an object")
+    scope_name = _text(scope.get("name"), "scope.name")
+    scope_version = _text(scope.get("version"), "scope.version")
+    scope_kvs = scope.get("attributes")
+    scope_attrs = (
+        _field_attributes(scope_kvs, "scope.attributes") if scope_kvs else EMPTY_ATTRIBUTES
+    )
+    spans = ss.get("spans")
+    if spans is None:
+        return scope_name, scope_version, scope_attrs, []
+    if spans.__class__ is not list:
+        raise Bad("spans", f"expected a list, got {short_repr(spans)}")
+    return scope_name, scope_version, scope_attrs, spans
