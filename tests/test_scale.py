@@ -247,6 +247,31 @@ def test_dask_survives_a_killed_worker(
     assert summary["failed"] == [] and summary["attributed"] == baseline[1]["attributed"]
 
 
+def test_dask_broadcast_to_a_frozen_worker_falls_back(
+    cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker that stops answering (SIGSTOP: alive, connected, silent) left the broadcast of the
+    # run's shared arguments waiting for good, every other worker idle. Each try is bounded: the
+    # engine gives up on the broadcast and sends the arguments with each task instead.
+    import signal
+
+    from memtrace_otel.job import _executors
+
+    monkeypatch.setattr(_executors, "_SCATTER_TIMEOUT", 1.0)
+    engine = _executors._DaskEngine(cluster.scheduler_address, retries=1)
+    try:
+        pids = engine._client.run(os.getpid)
+        frozen = pids[sorted(pids)[0]]
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            args = [{"settings": list(range(1000))}]
+            assert engine._scatter(args) is args  # not futures: sent with each task
+        finally:
+            os.kill(frozen, signal.SIGCONT)
+    finally:
+        engine.close()
+
+
 def test_dask_poison_partition_is_reported(
     workload: Path, baseline: tuple[list[Verdict], dict[str, Any]], cluster: Any
 ) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import copyreg
 import dataclasses
+import functools
 import io
 import os
 import pickle
@@ -1023,20 +1024,34 @@ class _DaskEngine(_Engine):
     def _scatter(self, args: list[Any]) -> list[Any]:
         """Ship ``args`` to every worker once (not with each task).
 
-        A worker dying during the broadcast breaks it: try again on the survivors, and in the
-        end send the arguments with each task instead.
+        A worker dying during the broadcast breaks it, or leaves it waiting for good (seen with
+        a worker killed while the broadcast ran, every worker idle): each try is bounded by
+        :data:`_SCATTER_TIMEOUT`; try again on the survivors, and in the end send the arguments
+        with each task instead.
         """
         if not args:
             return args
+        client = self._client
+        # scatter's own timeout bounds only the wait for workers, not the transfer: the
+        # asynchronous call run by the client's sync() is cancelled after callback_timeout.
+        scatter = functools.partial(client.scatter, asynchronous=True)
         for _ in range(3):
             try:
-                return list(self._client.scatter(args, broadcast=True, hash=False))
-            except OSError:  # distributed's CommClosedError is one
+                shipped = client.sync(
+                    scatter, args, broadcast=True, hash=False, callback_timeout=_SCATTER_TIMEOUT
+                )
+                return list(shipped)
+            except OSError:  # distributed's CommClosedError is one, and so is TimeoutError
                 time.sleep(0.5)
         return args
 
     def close(self) -> None:
         self._client.close()
+
+
+_SCATTER_TIMEOUT = 60.0
+"""Seconds one broadcast of a run's shared arguments may take before it is tried again (the
+arguments are the method and the run's settings: small, sent once to each worker)."""
 
 
 async def _import_on_worker() -> None:
