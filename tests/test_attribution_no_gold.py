@@ -25,7 +25,7 @@ from memtrace_otel.attribution._semantic import default_encoder
 from memtrace_otel.attribution._text import is_non_answer
 from memtrace_otel.export import span_to_record
 from memtrace_otel.graph import build_graph
-from memtrace_otel.instrumentation import MemTracer
+from memtrace_otel.instrumentation import MemTracer, Variable
 from memtrace_otel.job._scoring import production_view
 from tests.test_attribution_evidence import CASE, Pipe
 
@@ -288,13 +288,10 @@ def test_the_subjects_name_is_not_what_a_carrier_must_keep(pipe: Pipe) -> None:
     assert _culprit(verdict) == ("ExtractionError", "t.extract"), verdict.reason
 
 
-def test_a_wrong_answer_that_repeats_an_earlier_statement_is_followed_to_the_change(
-    pipe: Pipe,
-) -> None:
-    # A present-tense question answered with the earlier value: the later message that names
-    # that value and a new one changed it. A merge kept the old value: the merge lost it.
-    old = pipe.message("My landlady Kasimir pays the rent working as a stonemason.", "3 May 2023")
-    pipe.message("My cousin Marit pays the rent working as a glassblower.", "3 May 2023")
+def _assert_the_merge_lost_the_change(pipe: Pipe, old: Variable) -> None:
+    """Kasimir's later message changes the job ``old`` stated; a merge keeps the old value and
+    deletes the new record; asked without an expected answer, the wrong answer repeats the old
+    value: the change statement is the evidence and the merge lost it."""
     new = pipe.message(
         "Kasimir handed in notice as a stonemason and now works as a luthier.", "9 May 2023"
     )
@@ -312,6 +309,16 @@ def test_a_wrong_answer_that_repeats_an_earlier_statement_is_followed_to_the_cha
     verdict = pipe.verdict(prediction=wrong)
     assert verdict.evidence_refs == (new.ref,), verdict.reason
     assert _culprit(verdict) == ("UpdateError", "t.merge"), verdict.reason
+
+
+def test_a_wrong_answer_that_repeats_an_earlier_statement_is_followed_to_the_change(
+    pipe: Pipe,
+) -> None:
+    # A present-tense question answered with the earlier value: the later message that names
+    # that value and a new one changed it. A merge kept the old value: the merge lost it.
+    old = pipe.message("My landlady Kasimir pays the rent working as a stonemason.", "3 May 2023")
+    pipe.message("My cousin Marit pays the rent working as a glassblower.", "3 May 2023")
+    _assert_the_merge_lost_the_change(pipe, old)
 
 
 def test_a_record_that_keeps_the_word_that_tells_the_fact_apart_carries_it(pipe: Pipe) -> None:
@@ -617,23 +624,7 @@ def test_a_new_value_someone_else_shares_is_what_a_change_statement_says(
     tuba = pipe.message("My landlady Kasimir plays the tuba in a brass band.", "4 May 2023")
     pipe.create(pipe.extract([marit], f"Marit works as a {kept}"))
     pipe.create(pipe.extract([tuba], "Kasimir plays the tuba"))
-    new = pipe.message(
-        "Kasimir handed in notice as a stonemason and now works as a luthier.", "9 May 2023"
-    )
-    older = pipe.create(pipe.extract([old], "Kasimir works as a stonemason"))
-    newer = pipe.create(pipe.extract([new], "Kasimir works as a luthier"))
-    mt = pipe.mt
-    with mt.generate("t.merge_llm", inputs=[older, newer]) as op:
-        merged = op.output(
-            mt.variable("merged:1", "Kasimir works as a stonemason", category="prediction")
-        )
-    rec = pipe.update(older, "Kasimir works as a stonemason", name="t.merge", inputs=[merged])
-    pipe.delete(newer)
-    wrong = "Kasimir is a stonemason."
-    pipe.ask("What does Kasimir do for a living?", [rec], wrong)
-    verdict = pipe.verdict(prediction=wrong)
-    assert verdict.evidence_refs == (new.ref,), verdict.reason
-    assert _culprit(verdict) == ("UpdateError", "t.merge"), verdict.reason
+    _assert_the_merge_lost_the_change(pipe, old)
 
 
 def test_the_shape_one_other_statement_shares_is_not_what_a_carrier_keeps(pipe: Pipe) -> None:

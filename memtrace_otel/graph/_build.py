@@ -106,10 +106,8 @@ _MEMTRACE_VARIABLE_DIGEST = sc.MEMTRACE_VARIABLE_DIGEST
 _MEMTRACE_VARIABLE_TRUNCATED = sc.MEMTRACE_VARIABLE_TRUNCATED
 _MEMTRACE_VARIABLE_DELETED = sc.MEMTRACE_VARIABLE_DELETED
 
-_NOT_OP: dict[str, Any] = {"type": None}
-_NO_EDGE: dict[
-    str, Any
-] = {}  # read only: what a missing edge looks like  # what a span id that is not a loaded op looks like
+_NOT_OP: dict[str, Any] = {"type": None}  # what a span id that is not a loaded op looks like
+_NO_EDGE: dict[str, Any] = {}  # read only: what a missing edge looks like
 
 Event = dict[str, Any]
 AnomalyKey = tuple[str, tuple[str, ...], str]
