@@ -29,17 +29,42 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-if TYPE_CHECKING:
-    from memtrace_otel.attribution._semantic import _Layer
-
 __all__ = ["RUNTIME_PACKAGES", "Int8Layers", "missing_runtime"]
 
 Vectors = npt.NDArray[np.float32]
+
+
+class Layer(Protocol):
+    """The weights of one transformer layer, as the float32 encoder holds them (``_semantic``'s
+    frozen layers have these fields; named here so that this module does not import that one).
+    ``qkv_w`` is ``(hidden, 3 * hidden)``: the query, key and value projections side by side."""
+
+    @property
+    def qkv_w(self) -> Vectors: ...
+    @property
+    def qkv_b(self) -> Vectors: ...
+    @property
+    def out_w(self) -> Vectors: ...
+    @property
+    def out_b(self) -> Vectors: ...
+    @property
+    def ln1(self) -> tuple[Vectors, Vectors]: ...
+    @property
+    def ff_w(self) -> Vectors: ...
+    @property
+    def ff_b(self) -> Vectors: ...
+    @property
+    def down_w(self) -> Vectors: ...
+    @property
+    def down_b(self) -> Vectors: ...
+    @property
+    def ln2(self) -> tuple[Vectors, Vectors]: ...
+
 
 RUNTIME_PACKAGES = ("onnxruntime",)
 """What the int8 layers need (the ``semantic`` extra). The graph is written here as ONNX protobuf
@@ -201,7 +226,7 @@ class Int8Layers:
         ImportError: onnxruntime is not installed (the ``semantic`` extra).
     """
 
-    def __init__(self, layers: Sequence[_Layer], hidden: int, heads: int, eps: float) -> None:
+    def __init__(self, layers: Sequence[Layer], hidden: int, heads: int, eps: float) -> None:
         import onnxruntime
 
         g = _Graph()
