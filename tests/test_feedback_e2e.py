@@ -217,6 +217,9 @@ def _start_app(
             ),
             "MEMTRACE_INTERNAL_ERRORS": "raise",
             "MEM0_TELEMETRY": "false",
+            # Its own mem0 home: two apps start at once, and mem0 clears the local qdrant folder
+            # of its home at start (shutil.rmtree), so a shared ~/.mem0 raced (FileNotFoundError).
+            "MEM0_DIR": str(folder / "mem0-home"),
             "APP_SCENARIOS": json.dumps(
                 {f: {k: v for k, v in s.items() if k != "label"} for f, s in SCENARIOS.items()}
             ),

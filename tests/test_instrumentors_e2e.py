@@ -117,6 +117,9 @@ def _start(
             "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_AND_EVENT",
             "MEMTRACE_INTERNAL_ERRORS": "raise",  # our bugs must not hide in the subprocess
             "MEM0_TELEMETRY": "false",
+            # Its own mem0 home: both apps start at once, and mem0 clears the local qdrant
+            # folder of its home at start (shutil.rmtree), so a shared ~/.mem0 could race.
+            "MEM0_DIR": str(folder / "mem0-home"),
             "APP_PLAN": json.dumps({"user": USER, "steps": plan}),
             "APP_MEM0_CONFIG": json.dumps(mem0_config(server.base_url, folder)),
             "APP_OPENAI_BASE_URL": server.base_url,
