@@ -28,14 +28,15 @@ changes: the caller gets ``None`` (or the public fallback) and carries on.
    properties wrap each in Python-level code: a ``MappingProxyType`` whose ``copy`` calls
    ``BoundedAttributes.copy``, and a tuple made by ``BoundedList.__iter__`` under its lock.
    Together they were about 40 % of the cost of reading a span. An ended span no longer
-   changes: the SDK's mutators log a warning and return once a span has ended. A span that
+   changes (the SDK's mutators log a warning and return once a span has ended), and the graph
+   builder only reads a record's mappings, so the dicts are passed on without a copy. A span that
    lacks these names (a hand-made ``ReadableSpan``, another SDK version) is read
    through the public properties.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from opentelemetry import context as _otel_context
@@ -100,22 +101,22 @@ def hook_queue_full(processor: object, on_full: Callable[[int], None]) -> str | 
     return None
 
 
-def ended_span_parts(span: Any) -> tuple[dict[str, Any], Any, Any]:
-    """``(attributes, events, links)`` of an ended SDK span (entry 4): a copy of its
-    attributes as a plain dict, and its events and links as sequences not to be modified
-    (the SDK's own deques, or the public properties' tuples)."""
+def ended_span_parts(span: Any) -> tuple[Mapping[str, Any], Any, Any]:
+    """``(attributes, events, links)`` of an ended SDK span (entry 4), all to be read only: its
+    attributes as a plain dict (the SDK's own, not a copy: an ended span no longer changes), its
+    events and links as sequences (the SDK's own deques, or the public properties' tuples)."""
     try:
-        return span._attributes._dict.copy(), span._events._dq, span._links._dq
+        return span._attributes._dict, span._events._dq, span._links._dq
     except AttributeError:
         attributes = span.attributes
         plain = dict(attributes) if attributes else {}
         return plain, span.events, span.links
 
 
-def event_attributes(event: Any) -> dict[str, Any]:
-    """A plain-dict copy of an SDK event's attributes (entry 4)."""
+def event_attributes(event: Any) -> Mapping[str, Any]:
+    """An SDK event's attributes as a plain dict, to be read only (entry 4)."""
     try:
-        plain: dict[str, Any] = event._attributes._dict.copy()
+        plain: Mapping[str, Any] = event._attributes._dict
     except AttributeError:
         attributes = event.attributes
         return dict(attributes) if attributes else {}

@@ -464,9 +464,9 @@ class _Record(NamedTuple):
     ``span_to_record`` makes a complete, frozen :class:`SpanRecord` (kind, scope, trace state,
     status message, every event, each mapping frozen value by value), which the graph never
     reads: for the live fold that copy cost about as much as the fold itself. The attribute
-    dicts here are the SDK's own copies (``BoundedAttributes.copy``), read once by the fold and
-    then dropped; values the SDK would not produce (a span made by hand) are made plain by the
-    builder, as for any record.
+    dicts here are the SDK's own (not copies: an ended span no longer changes, and the builder
+    only reads them; see ``memtrace_otel/_shim.py``, entry 4); values the SDK would not produce
+    (a span made by hand) are made plain by the builder, as for any record.
 
     Named tuples, made with ``tuple.__new__`` (:func:`_new`): one C call per record and per
     event, where a class's ``__init__`` ran a Python frame setting each field (a tenth of the
