@@ -2,8 +2,8 @@
 
 ``on_end`` only appends the ended span (immutable from then on) to a bounded buffer, or counts
 it as dropped. Folding (reading the fields the graph uses from each span, then the builder's
-:func:`fold_records`) happens in a background thread every ``fold_interval`` seconds, or when
-the buffer is half full, and on demand in :meth:`EvolutionGraphProcessor.graph`,
+:func:`fold_records`) happens in a background thread every ``fold_interval`` seconds, or as
+soon as a chunk of 512 spans (or half the buffer, if smaller) is waiting, and on demand in :meth:`EvolutionGraphProcessor.graph`,
 ``force_flush`` and ``shutdown``. Memory is bounded: past ``max_ops`` op nodes, the stores that
 were active least recently are evicted.
 Nothing here raises into the app: faults go to :func:`memtrace_otel._internal.internal_error`.
