@@ -10,8 +10,10 @@ all measured in CPU time of this process (so other jobs on a shared machine dist
    only) and folding in the processor's background thread (which shares the GIL with the app);
    Then the background fold's total cost, in CPU of the whole process (every thread, up to the
    provider's shutdown, every span folded and none dropped) against the SDK batch processor
-   alone (goal <= 1.3), and a burst of 50,000 spans from one thread into the default buffer
-   (8,192) and fold interval (1 s): the share folded and the share dropped (counted);
+   alone (goal <= 1.3), with where the fold thread's time goes (reading the spans, folding them,
+   and the schema floor of the same spans, against the goal's budget), and a burst of 50,000
+   spans from one thread into the default buffer (8,192) and fold interval (1 s): the share
+   folded and the share dropped (counted);
 2. offline build throughput of ``build_graph`` in spans/s on one core (goal >= 100k spans/s);
 3. the build time for 10x more spans, as a ratio (goal <= 11x, i.e. linear);
 
@@ -35,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from memtrace_otel._internal import GcPaused
 from memtrace_otel.graph import build_graph
 from memtrace_otel.processing import EvolutionGraphProcessor
 from memtrace_otel.semconv import EventRecord, LinkRecord, SpanRecord
@@ -363,6 +366,40 @@ def processor_total_cpu(records: Sequence[SpanRecord], rounds: int = 5) -> dict[
     }
 
 
+def processor_breakdown(records: Sequence[SpanRecord], rounds: int = 5) -> dict[str, float]:
+    """Where the background fold's time goes, per span, best of ``rounds``: the fold thread's
+    whole work (one processor's ``force_flush`` of every ended span: reading and folding, in
+    chunks, with the collector paused), its reading part alone (the processor's light record of
+    each span), and :func:`schema_floor` of the same spans (the allocations alone)."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    _emit(provider, records)
+    spans = exporter.get_finished_spans()  # the ended SDK spans an on_end would get
+    reader = EvolutionGraphProcessor(fold_interval=0)
+
+    def flush() -> EvolutionGraphProcessor:
+        graphs = EvolutionGraphProcessor(max_buffer=len(spans) + 1, fold_interval=0)
+        for span in spans:
+            graphs.on_end(span)
+        graphs.force_flush()
+        return graphs  # freed outside the timing, as _best_of does with every result
+
+    def read() -> list[object]:
+        with GcPaused():
+            return [reader._record(span) for span in spans]
+
+    per_span = 1e6 / len(spans)
+    return {
+        "flush_us": _best_of(rounds, flush) * per_span,
+        "read_us": _best_of(rounds, read) * per_span,
+        "floor_us": _best_of(rounds, lambda: schema_floor(records)) * per_span,
+    }
+
+
 BURST_SPANS = 50_000
 
 
@@ -508,6 +545,15 @@ def main(argv: Sequence[str] = ()) -> int:
         f"{total['ratio']:.3f}x the SDK batch processor alone ({total['baseline_us']:.1f} -> "
         f"{total['background_us']:.1f} us/span; {total['folded']:.0f} of 3000 folded, none "
         f"dropped)  goal <= 1.3"
+    )
+    parts = processor_breakdown(small[:3_000])
+    budget = 0.3 * total["baseline_us"]
+    print(
+        f"  what is left: the goal leaves {budget:.1f} us/span beside the SDK's "
+        f"{total['baseline_us']:.1f}; the fold thread's work alone is {parts['flush_us']:.1f} "
+        f"us/span (reading the spans {parts['read_us']:.1f}, folding "
+        f"{parts['flush_us'] - parts['read_us']:.1f}), and the schema's allocations alone "
+        f"(schema floor) {parts['floor_us']:.1f}"
     )
     shot = burst(large[:BURST_SPANS])
     print(

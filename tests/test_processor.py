@@ -213,6 +213,44 @@ def test_the_light_record_folds_like_span_to_record() -> None:
     provider.shutdown()
 
 
+def test_a_hand_made_readable_span_folds_like_an_sdk_span() -> None:
+    """The fold reads an SDK span's attributes, events and links from their containers (see
+    memtrace_otel/_shim.py, entry 4); a ``ReadableSpan`` made by hand (plain dicts, tuples, no
+    attributes at all) has none of them and is read through the public properties."""
+    from opentelemetry.sdk.trace import Event
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    def context(span_id: int) -> SpanContext:
+        return SpanContext(7, span_id, is_remote=False, trace_flags=TraceFlags(1))
+
+    spans = [
+        ReadableSpan(
+            "write",
+            context(1),
+            attributes={sc.MEMTRACE_OP_KIND: "create", sc.MEMTRACE_OP_OUTPUTS: ("m@1",)},
+            events=(
+                Event(
+                    sc.MEMTRACE_VARIABLE_EVENT,
+                    {sc.MEMTRACE_VARIABLE_REF: "m@1", sc.MEMTRACE_VARIABLE_VALUE: "v"},
+                    timestamp=5,
+                ),
+                Event("other", None, timestamp=6),
+            ),
+            start_time=1,
+            end_time=9,
+        ),
+        ReadableSpan("GET /", context(2), parent=context(1), start_time=2, end_time=3),
+    ]
+    processor = EvolutionGraphProcessor(fold_interval=0)
+    for span in spans:
+        processor.on_end(span)
+    live = processor.graph()
+    assert canonical_form(live) == canonical_form(build_graph(span_to_record(s) for s in spans))
+    assert live.nodes["m@1"]["value"] == "v"
+    assert processor.stats["conversion_errors"] == 0
+    processor.shutdown()
+
+
 def test_concurrent_threads_give_the_offline_graph(
     provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
