@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import itertools
 import logging
 import os
 import re
@@ -218,6 +219,8 @@ _PII_IN_ID = re.compile(
 
 
 _KEPT: Final = frozenset(["pii", "uuid"])
+_PHONE_DIGITS: Final = 9
+"""The fewest digits :data:`_PII_IN_ID` takes for a phone number."""
 
 
 def looks_personal(identifier: str) -> bool:
@@ -264,15 +267,37 @@ class Pseudonymizer:
         out = seen.get(identifier)
         if out is not None:  # seen before: its mapping is written (listed by the first store)
             return out
-        if "@" not in identifier and not any(c.isdigit() for c in identifier):
-            out = identifier
+        record, at, version = identifier.rpartition("@")
+        if (
+            at
+            and record
+            and version.isdigit()
+            and len(version) < _PHONE_DIGITS
+            and version.isascii()
+        ):
+            # A ref "<id>@<version>": its id, cached, and the version (each write of a record
+            # is a new version: a cache of whole refs would miss every time). The same text as
+            # the whole ref's: no match spans the "@" (an e-mail's domain needs letters, a phone
+            # number 9 digits, and every pattern's edge treats "@" as the end of the text).
+            out = seen.get(record)
+            if out is None:
+                out = self._pseudonymise(record, store)
+                if len(seen) >= _REMEMBERED:
+                    seen.clear()
+                seen[record] = out
+            out = f"{out}@{version}" if out is not record else identifier
         else:
-            owner = self.plain(store) if store else None
-            out = _PII_IN_ID.sub(lambda m: self._token(m, owner), identifier)
+            out = self._pseudonymise(identifier, store)
         if len(seen) >= _REMEMBERED:
             seen.clear()
         seen[identifier] = out
         return out
+
+    def _pseudonymise(self, identifier: str, store: str | None) -> str:
+        if "@" not in identifier and not any(c.isdigit() for c in identifier):
+            return identifier
+        owner = self.plain(store) if store else None
+        return _PII_IN_ID.sub(lambda m: self._token(m, owner), identifier)
 
     def plain(self, identifier: str) -> str:
         """``identifier`` pseudonymised, writing nothing (readers, ``memtrace content erase``)."""
@@ -443,36 +468,44 @@ class ContentWriter:
                     self._idle.notify_all()
 
     def _write(self, batch: list[tuple[str, bytes, str | None, int]]) -> None:
-        root = self._root
+        prefix = self._root + "/"
         written, listed_already = self._written, self._listed
         fresh: dict[str, bytes] = {}
         for name, data, _, _ in batch:
             if name not in written:
-                fresh[f"{root}/{name}"] = data
+                fresh[prefix + name] = data
         failed = self._store_objects(fresh) if fresh else _NO_PATHS
-        listed: dict[str | None, list[tuple[str, int]]] = {}
+        # Per store: the (store, name) keys to remember once listed, and the manifest lines.
+        listed: dict[str | None, tuple[list[tuple[str | None, str]], list[str]]] = {}
+        done = 0
         for name, _data, store, when in batch:
             if name not in written:
-                if failed and f"{root}/{name}" in failed:
+                if failed and prefix + name in failed:
                     continue
-                _remember(written, name)
-            self.written += 1
-            if (store, name) not in listed_already:
-                listed.setdefault(store, []).append((name, when))
-        for store, entries in listed.items():
+                written[name] = None
+            done += 1
+            key = (store, name)
+            if key not in listed_already:
+                entries = listed.get(store)
+                if entries is None:
+                    entries = listed[store] = ([], [])
+                entries[0].append(key)
+                # Object names are [a-z0-9/] (object_name): formatted, no JSON escaping to do.
+                entries[1].append(f'{{"object":"{name}","time":{when}}}\n')
+        self.written += done
+        _trim(written)
+        for store, (keys, lines) in listed.items():
             self._seq += 1
             folder = store_key(store)
-            part = f"{root}/{MANIFESTS}/{folder}/{time.time_ns()}-{os.getpid()}-{self._seq}.jsonl"
-            # Object names are [a-z0-9/] (object_name): formatted, no JSON escaping to do.
-            body = "".join([f'{{"object":"{name}","time":{when}}}\n' for name, when in entries])
+            part = f"{prefix}{MANIFESTS}/{folder}/{time.time_ns()}-{os.getpid()}-{self._seq}.jsonl"
             try:
-                self._put_one(part, body.encode("utf-8"))
+                self._put_one(part, "".join(lines).encode("utf-8"))
             except Exception as exc:
                 # The objects exist but no manifest names them: erase cannot find them.
-                self._drop(len(entries), f"its manifest could not be written ({exc})")
+                self._drop(len(keys), f"its manifest could not be written ({exc})")
                 continue
-            for name, _ in entries:
-                _remember(listed_already, (store, name))
+            listed_already.update(dict.fromkeys(keys))
+        _trim(listed_already)
 
     def _store_objects(self, objects: dict[str, bytes]) -> set[str]:
         """Write ``objects`` (path: bytes) with the store's cheapest call; the paths that failed.
@@ -643,17 +676,32 @@ def _direct_writer(fs: Any, root: str) -> Any:
         except Exception:
             return None
 
+        import io
+        from datetime import UTC, datetime
+
+        store = fs.store
+        utc = UTC
+        new, bytes_io = MemoryFile.__new__, io.BytesIO.__init__
+
         def commit(path: str, data: bytes) -> None:
-            MemoryFile(fs, path, data).commit()
+            # What MemoryFile(fs, path, data).commit() leaves in the store (its BytesIO of the
+            # data, fs, path, created, modified), with one clock read where it makes three.
+            file = new(MemoryFile)
+            bytes_io(file, data)
+            file.fs, file.path = fs, path
+            file.created = file.modified = datetime.now(tz=utc)
+            store[path] = file
 
         return commit
     return None
 
 
-def _remember(seen: dict[Any, None], key: Any) -> None:
-    seen[key] = None
-    if len(seen) > _REMEMBERED:
-        del seen[next(iter(seen))]
+def _trim(seen: dict[Any, None]) -> None:
+    """Forget the oldest keys of ``seen`` beyond :data:`_REMEMBERED` (once a batch)."""
+    over = len(seen) - _REMEMBERED
+    if over > 0:
+        for key in list(itertools.islice(seen, over)):
+            del seen[key]
 
 
 _writers: dict[str, ContentWriter] = {}
