@@ -57,6 +57,7 @@ from memtrace_otel.semconv.env import (
     ENV_CAPTURE_MESSAGE_CONTENT,
     ENV_GENAI_UPLOAD_BASE_PATH,
     ENV_MEMTRACE_CAPTURE_CONTENT,
+    ENV_MEMTRACE_CONTENT_PACK,
     ENV_MEMTRACE_CONTENT_URL,
     ENV_MEMTRACE_DIGEST_KEY,
     ENV_MEMTRACE_MAX_VALUE_LENGTH,
@@ -345,6 +346,10 @@ class CaptureConfig:
             ``None`` reads ``MEMTRACE_PSEUDONYMIZE_IDS``, else on under ``REFERENCE`` with a
             digest key. Needs the key (without one it is logged once and off); under
             ``REFERENCE`` each pseudonym's original is written to the content store.
+        content_pack: under ``REFERENCE``, write each batch's objects of a memory store as one
+            pack object (``packs/``, found through the store's manifest) instead of one object
+            each: one write (one PUT on an object store) per batch. ``None`` reads
+            ``MEMTRACE_CONTENT_PACK``, else off.
 
     Raises:
         ValueError: an unknown mode or a non-positive length given as an argument, a
@@ -369,6 +374,7 @@ class CaptureConfig:
     content_url: str | None = None
     digest_key: str | bytes | None = field(default=None, repr=False, compare=False)
     pseudonymize_ids: bool | None = None
+    content_pack: bool | None = None
 
     def __post_init__(self) -> None:
         explicit = self.mode is not None
@@ -403,7 +409,11 @@ class CaptureConfig:
         if reference:
             url = resolve("content_url", self.content_url, ENV_MEMTRACE_CONTENT_URL, None, _url)
             url = url or resolve("content_url", None, ENV_GENAI_UPLOAD_BASE_PATH, None, _url)
-            writer = _writer_or_none(url, given=self.content_url is not None)
+            pack = resolve(
+                "content_pack", self.content_pack, ENV_MEMTRACE_CONTENT_PACK, False, _boolean
+            )
+            object.__setattr__(self, "content_pack", pack)
+            writer = _writer_or_none(url, given=self.content_url is not None, pack=pack)
             if writer is None:
                 mode = memory = CaptureMode.NO_CONTENT
         object.__setattr__(self, "content_url", url if writer is not None else self.content_url)
@@ -708,7 +718,7 @@ def _url(value: object) -> str | None:
 _no_store_logged: list[bool] = []
 
 
-def _writer_or_none(url: str | None, *, given: bool) -> ContentWriter | None:
+def _writer_or_none(url: str | None, *, given: bool, pack: bool = False) -> ContentWriter | None:
     """The content writer of ``url``; ``None`` (logged once) when no store is configured,
     fsspec is missing, or (from the environment) fsspec does not know the URL's protocol.
 
@@ -728,7 +738,7 @@ def _writer_or_none(url: str | None, *, given: bool) -> ContentWriter | None:
             why = "fsspec is not installed: pip install 'memtrace-otel[content]'"
     if why is None:
         try:
-            return content_writer(url)  # type: ignore[arg-type]
+            return content_writer(url, pack=pack)  # type: ignore[arg-type]
         except ValueError as exc:
             if given:
                 raise ValueError(f"invalid content_url {url!r}: {exc}") from None

@@ -7,6 +7,9 @@ URL) instead of into a span; the span carries the object's URL. Layout of a stor
     objects/sha256/<hex>              unkeyed: named by the sha256 of the bytes stored
     objects/b2k/<key id>/<hex>        keyed (MEMTRACE_DIGEST_KEY): keyed BLAKE2b of the bytes
     manifests/<store>/<part>.jsonl    per memory store: {"object": name, "time": ns} lines
+    packs/<store>/<part>.pack         packed (MEMTRACE_CONTENT_PACK): one batch's objects of one
+                                      store, end to end; its manifest lines add "pack", "offset"
+                                      and "size", and no objects/ file is written
     tombstones/<store>.json           written by ``memtrace content erase``
     pseudonyms/<key id>/<hex>         a pseudonymised identifier's original text (:class:`Pseudonymizer`)
 
@@ -48,6 +51,7 @@ _log = logging.getLogger("memtrace_otel")
 
 OBJECTS: Final = "objects"
 MANIFESTS: Final = "manifests"
+PACKS: Final = "packs"
 TOMBSTONES: Final = "tombstones"
 PSEUDONYMS: Final = "pseudonyms"
 PSEUDONYM_PREFIX: Final = "pii-"
@@ -355,6 +359,9 @@ class ContentWriter:
         url: the store, any fsspec URL (``file:///srv/content``, ``s3://bucket/prefix``, ...).
         max_queue_size: objects waiting at most; more are dropped and counted.
         meter_provider: where ``memtrace.content.dropped`` is reported (else the global one).
+        pack: write each batch's objects of a memory store as one pack object (``packs/``), found
+            through the store's manifest, instead of one object each: one write (one PUT on an
+            object store) per batch and store.
 
     Raises:
         ValueError: fsspec is missing or the URL's protocol is unknown (at construction).
@@ -368,10 +375,12 @@ class ContentWriter:
         *,
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
         meter_provider: Any = None,
+        pack: bool = False,
     ) -> None:
         if max_queue_size < 1:
             raise ValueError(f"max_queue_size must be >= 1, got {max_queue_size}")
         self.url = url.rstrip("/")
+        self.pack = pack
         self._fs, self._root = open_store(self.url)
         self._direct = _direct_writer(self._fs, self._root)
         self._max = max_queue_size
@@ -408,7 +417,7 @@ class ContentWriter:
         The app's thread only appends: the writer thread wakes when a batch is waiting (else on
         its timer, every :data:`_INTERVAL` seconds) and does the rest, the store's folder name
         and the manifest included."""
-        if name in self._written and (store, name) in self._listed:
+        if (self.pack or name in self._written) and (store, name) in self._listed:
             return  # written and listed for this store already: nothing to do
         queue = self._queue
         if self._stopped or len(queue) >= self._max:
@@ -468,6 +477,9 @@ class ContentWriter:
                     self._idle.notify_all()
 
     def _write(self, batch: list[tuple[str, bytes, str | None, int]]) -> None:
+        if self.pack:
+            self._write_packs(batch)
+            return
         prefix = self._root + "/"
         written, listed_already = self._written, self._listed
         fresh: dict[str, bytes] = {}
@@ -505,6 +517,59 @@ class ContentWriter:
                 self._drop(len(keys), f"its manifest could not be written ({exc})")
                 continue
             listed_already.update(dict.fromkeys(keys))
+        _trim(listed_already)
+
+    def _write_packs(self, batch: list[tuple[str, bytes, str | None, int]]) -> None:
+        """Each store's new objects of ``batch`` as one pack, then the manifest parts naming
+        them (pack, offset, size); a store's pack holds every object it refers to (another
+        store's copy may be erased with it), so erasing a store deletes its packs whole."""
+        prefix = self._root + "/"
+        listed_already = self._listed
+        stores: dict[str | None, tuple[list[tuple[str | None, str]], list[bytes], list[str]]] = {}
+        taken: set[tuple[str | None, str]] = set()
+        for name, data, store, when in batch:
+            key = (store, name)
+            if key in listed_already or key in taken:
+                continue  # listed before, or twice in one batch
+            taken.add(key)
+            entry = stores.get(store)
+            if entry is None:
+                entry = stores[store] = ([], [], [])
+            entry[0].append(key)
+            entry[1].append(data)
+            entry[2].append(f'"object":"{name}","time":{when}')
+        packs: dict[str, bytes] = {}
+        manifests: dict[str, tuple[str, list[tuple[str | None, str]]]] = {}
+        pid = os.getpid()
+        for store, (keys, chunks, heads) in stores.items():
+            self._seq += 1
+            folder = store_key(store)
+            part = f"{time.time_ns()}-{pid}-{self._seq}"
+            pack = f"{PACKS}/{folder}/{part}.pack"
+            lines = []
+            offset = 0
+            for head, data in zip(heads, chunks, strict=True):
+                size = len(data)
+                lines.append(f'{{{head},"pack":"{pack}","offset":{offset},"size":{size}}}\n')
+                offset += size
+            packs[prefix + pack] = b"".join(chunks)
+            manifest = f"{prefix}{MANIFESTS}/{folder}/{part}.jsonl"
+            manifests[manifest] = ("".join(lines), keys)
+        failed = self._store_objects(packs) if packs else _NO_PATHS
+        written = 0
+        for (manifest, (body, keys)), pack_path in zip(manifests.items(), packs, strict=True):
+            if failed and pack_path in failed:
+                self._drop(len(keys) - 1, "its pack could not be written")  # 1 counted already
+                continue
+            try:
+                self._put_one(manifest, body.encode("utf-8"))
+            except Exception as exc:
+                # The pack exists but no manifest names it: no reader can find its objects.
+                self._drop(len(keys), f"its manifest could not be written ({exc})")
+                continue
+            written += len(keys)
+            listed_already.update(dict.fromkeys(keys))
+        self.written += written
         _trim(listed_already)
 
     def _store_objects(self, objects: dict[str, bytes]) -> set[str]:
@@ -733,17 +798,19 @@ def _reset_writers_lock() -> None:
 on_fork_in_child(_reset_writers_lock)
 
 
-def content_writer(url: str) -> ContentWriter:
-    """The process's one writer of store ``url`` (every ``CaptureConfig`` naming it shares it).
+def content_writer(url: str, *, pack: bool = False) -> ContentWriter:
+    """The process's one writer of store ``url`` (every ``CaptureConfig`` naming it shares it;
+    one for packed writes, one for objects).
 
     Raises:
         ValueError: fsspec is missing or the URL's protocol is unknown.
     """
     key = url.rstrip("/")
+    slot = f"{key} packed" if pack else key
     with _writers_lock:
-        writer = _writers.get(key)
+        writer = _writers.get(slot)
         if writer is None or writer._stopped:
-            writer = _writers[key] = ContentWriter(key)
+            writer = _writers[slot] = ContentWriter(key, pack=pack)
         return writer
 
 
@@ -758,6 +825,7 @@ def flush_content(timeout_millis: float = DEFAULT_SHUTDOWN_MILLIS) -> bool:
 
 
 __all__ = [
+    "PACKS",
     "ContentWriter",
     "Digester",
     "Pseudonymizer",
