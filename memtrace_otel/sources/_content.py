@@ -55,6 +55,10 @@ _UPSTREAM_REFS = {
 }
 
 
+_PACKS_KEPT = 16
+"""Packs a resolver keeps read (a pack is one writer batch: at most 256 objects)."""
+
+
 class ContentStoreError(SourceError):
     """A content store the references name could not be read at all (credentials, network)."""
 
@@ -135,6 +139,7 @@ class ContentResolver:
         self._tombstones: dict[tuple[str, str], str | None] = {}
         self._cache: dict[str, str | None] = {}
         self._packed: dict[str, dict[str, tuple[str, int, int]]] = {}
+        self._packs: dict[str, bytes] = {}
         if self.url is not None:
             self._store(self.url)  # a bad --content fails here, before any work
 
@@ -270,18 +275,21 @@ class ContentResolver:
     def _read(self, root: str, name: str) -> bytes | None:
         fs, path = self._store(root)
         try:
-            try:
-                data: bytes = fs.cat_file(f"{path}/{name}")
-                return data
-            except FileNotFoundError:
-                packed = self._pack_index(root).get(name)
-                if packed is None:
-                    raise
-                pack, offset, size = packed
-                data = fs.cat_file(f"{path}/{pack}", start=offset, end=offset + size)
-                if len(data) != size:
-                    raise FileNotFoundError(name) from None  # a cut pack: the object is gone
-                return data
+            index = self._packed.get(root)
+            packed = index.get(name) if index else None
+            if packed is None:
+                try:
+                    data: bytes = fs.cat_file(f"{path}/{name}")
+                    return data
+                except FileNotFoundError:
+                    packed = self._pack_index(root).get(name)
+                    if packed is None:
+                        raise
+            pack, offset, size = packed
+            data = self._pack(fs, f"{path}/{pack}")[offset : offset + size]
+            if len(data) != size:
+                raise FileNotFoundError(name)  # a cut pack: the object is gone
+            return data
         except FileNotFoundError:
             self.stats.missing_count += 1
             if len(self.stats.missing) < 100:
@@ -292,6 +300,15 @@ class ContentResolver:
                 f"content store {root}: cannot read {name} ({type(exc).__name__}: {exc}); "
                 "check the credentials fsspec uses for it, or give --content URL"
             ) from None
+
+    def _pack(self, fs: Any, path: str) -> bytes:
+        """A pack's bytes, read once (one request for all its objects); the last few kept."""
+        data = self._packs.get(path)
+        if data is None:
+            if len(self._packs) >= _PACKS_KEPT:
+                self._packs.clear()
+            data = self._packs[path] = bytes(fs.cat_file(path))
+        return data
 
     def _pack_index(self, root: str) -> dict[str, tuple[str, int, int]]:
         """Object name -> ``(pack, offset, size)`` from every manifest of store ``root``
