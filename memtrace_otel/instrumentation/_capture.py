@@ -864,8 +864,9 @@ def event_attributes(
     category = var.category
     pseudonym = capture._pseudonymizer
     if pseudonym is not None:
-        ref = pseudonym(ref, store)
-        store = pseudonym(store) if store else store
+        known = pseudonym.known
+        ref = known(ref) or pseudonym(ref, store)
+        store = (known(store) or pseudonym(store)) if store else store
     attrs: dict[str, AttributeValue] = {
         A.MEMTRACE_VARIABLE_REF: ref,
         A.MEMTRACE_VARIABLE_ROLE: str(role),

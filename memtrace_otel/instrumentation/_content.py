@@ -256,13 +256,16 @@ class Pseudonymizer:
     True
     """
 
-    __slots__ = ("_key", "_seen", "_writer", "key_id")
+    __slots__ = ("_key", "_seen", "_writer", "key_id", "known")
 
     def __init__(self, key: bytes, writer: ContentWriter | None = None) -> None:
         self._key = key
         self.key_id = key_id(key)
         self._writer = writer
         self._seen: dict[str, str] = {}
+        self.known = self._seen.get
+        """The pseudonym of an identifier seen before, else ``None``: ``known(i) or p(i, store)``
+        in hot loops skips a Python call for the identifiers that repeat (most of them)."""
 
     def __call__(self, identifier: str, store: str | None = None) -> str:
         """``identifier`` with its personal parts pseudonymised; ``store``: the memory store it
