@@ -38,13 +38,15 @@ a no-op span exporter (the first figure this benchmark printed; it charges captu
 for the text its spans carry) and the real OTLP/HTTP exporter posting to a loopback receiver in
 another process (what users run: exporting each span's text is the work ``REFERENCE`` moves to
 the content store), each with a ``memory://`` store and a local ``file://`` folder (real files).
-``--s3`` adds an S3 store (s3fs against moto's server on loopback, another process). Goal: no
+``--s3`` adds an S3 store (s3fs against moto's server on loopback, another process). Each way
+also prints ``REFERENCE`` with ``content_pack=True`` (``MEMTRACE_CONTENT_PACK``: one pack object
+per batch and memory store instead of one object per value), beside the default. Goal: no
 more than capture on (ratio <= 1.0 is the issue's line; printed, not asserted).
 
 Then the same two captures on real mem0 (``Memory.search`` with 20 hits and ``Memory.add`` with one
 new fact, the setup of ``bench_mem0.py``: embedded Qdrant, the scripted server), paired rounds,
 process CPU per call with the content writer's and the span processor's flush after each side's
-calls; with the no-op exporter, then with the OTLP/HTTP one.
+calls (and REFERENCE packed beside them); with the no-op exporter, then with the OTLP/HTTP one.
 
 Run: .venv/bin/python benchmarks/bench_instrumentation.py   (``--reference``, ``--mem0`` and/or
 ``--s3`` for those parts alone)
@@ -162,8 +164,9 @@ def reference_sides(
     with REFERENCE's default hook, :func:`redact_secrets`, so the two differ by the store alone),
     ``reference`` (into the content store ``store``: a ``memory://`` or ``file://`` URL under
     which each side gets a folder of its own; identifiers pseudonymised, its default with a
-    key), and ``ref-no-pseud`` (the same with ``pseudonymize_ids=False``: what the pseudonyms
-    cost). A round of each side ends with the content writer's flush and the provider's (the
+    key), ``ref-no-pseud`` (the same with ``pseudonymize_ids=False``: what the pseudonyms
+    cost) and ``ref-packed`` (``reference`` with ``content_pack=True``: one pack object per batch
+    and store instead of one object per value). A round of each side ends with the content writer's flush and the provider's (the
     span exporter's work is inside the round); it returns the app thread's CPU time before those
     flushes (a ``force_flush`` exports the last batch on the calling thread)."""
     import uuid
@@ -183,6 +186,12 @@ def reference_sides(
             content_url=f"{base}bench-{uuid.uuid4().hex}",
             digest_key=key,
             pseudonymize_ids=False,
+        ),
+        "ref-packed": CaptureConfig(
+            mode="REFERENCE",
+            content_url=f"{base}bench-{uuid.uuid4().hex}",
+            digest_key=key,
+            content_pack=True,
         ),
     }
     counter = itertools.count()
@@ -236,7 +245,8 @@ def reference_overhead(
     exporter's thread included) and the app thread's alone; best round of each side, and the
     paired per-round ratios. ``endpoint``: an OTLP/HTTP receiver (else a no-op exporter);
     ``store``: where the content store lives. Returns the medians of the per-round ratios
-    REFERENCE / on (``process``, ``app``)."""
+    REFERENCE / on (``process``, ``app``) and packed REFERENCE / on (``process packed``,
+    ``app packed``)."""
     provider = TracerProvider()
     provider.add_span_processor(_span_processor(endpoint))
     sides = reference_sides(provider, store, number)
@@ -265,7 +275,8 @@ def reference_overhead(
         print(
             f"  {label}: capture on {best['on'] * 1e6:6.2f} us, on + REFERENCE's default hook "
             f"{best['on+hook'] * 1e6:6.2f} us, REFERENCE {best['reference'] * 1e6:6.2f} us "
-            f"({best['ref-no-pseud'] * 1e6:6.2f} us with identifiers as they are)"
+            f"({best['ref-no-pseud'] * 1e6:6.2f} us with identifiers as they are; packed "
+            f"{best['ref-packed'] * 1e6:6.2f} us)"
         )
         for base in ("on", "on+hook"):
             ratios = sorted(r / o for r, o in zip(times["reference"], times[base], strict=True))
@@ -281,6 +292,13 @@ def reference_overhead(
         print(
             f"    REFERENCE without pseudonyms / on: per round min {ratios[0]:.3f}, median "
             f"{ratios[len(ratios) // 2]:.3f}"
+        )
+        ratios = sorted(r / o for r, o in zip(times["ref-packed"], times["on"], strict=True))
+        median = ratios[len(ratios) // 2]
+        medians[("process" if times is process else "app") + " packed"] = median
+        print(
+            f"    REFERENCE packed (MEMTRACE_CONTENT_PACK) / on: per round min {ratios[0]:.3f}, "
+            f"median {median:.3f} (goal <= 1.0: {verdict(median, 1.0)})"
         )
     return medians
 
@@ -307,7 +325,8 @@ def reference_figures() -> None:
     for label, medians in summary:
         print(
             f"    {label}: process (upload thread incl.) {medians['process']:.3f}, "
-            f"app thread {medians['app']:.3f}"
+            f"app thread {medians['app']:.3f}; packed: process {medians['process packed']:.3f}, "
+            f"app thread {medians['app packed']:.3f}"
         )
 
 
@@ -328,7 +347,8 @@ def reference_s3() -> None:
     print(
         f"  summary, OTLP/HTTP, s3:// (moto): REFERENCE / capture on, median of the per-round "
         f"ratios: process (upload thread incl.) {medians['process']:.3f}, app thread "
-        f"{medians['app']:.3f}"
+        f"{medians['app']:.3f}; packed: process {medians['process packed']:.3f}, app thread "
+        f"{medians['app packed']:.3f}"
     )
 
 
@@ -368,6 +388,12 @@ def mem0_reference(endpoint: str | None = None) -> None:
         "SPAN_AND_EVENT": CaptureConfig(mode="SPAN_AND_EVENT", digest_key=key),
         "REFERENCE": CaptureConfig(
             mode="REFERENCE", content_url=f"memory://bench-mem0-{uuid.uuid4().hex}", digest_key=key
+        ),
+        "REFERENCE packed": CaptureConfig(
+            mode="REFERENCE",
+            content_url=f"memory://bench-mem0-{uuid.uuid4().hex}",
+            digest_key=key,
+            content_pack=True,
         ),
     }
     with ScriptedOpenAI(_OneNewFact()) as server, tempfile.TemporaryDirectory() as folder:
@@ -439,6 +465,13 @@ def mem0_reference(endpoint: str | None = None) -> None:
             f"(best rounds); ratio {ratio:.3f} (min {ratios[0]:.3f}; goal <= 1.0: "
             f"{verdict(ratio, 1.0)}), added {statistics.median(r - o for r, o in zip(ref, on, strict=True)) * 1e6:5.0f} us per call; "
             f"10th percentiles {low(singles[(op, 'REFERENCE')]) / low(singles[(op, 'SPAN_AND_EVENT')]):.3f}"
+        )
+        packed = rounds[(op, "REFERENCE packed")]
+        ratios = sorted(r / o for r, o in zip(packed, on, strict=True))
+        print(
+            f"  {'':24}  packed (MEMTRACE_CONTENT_PACK): {min(packed) * 1e3:6.2f} ms; ratio "
+            f"{statistics.median(ratios):.3f} (min {ratios[0]:.3f}); 10th percentiles "
+            f"{low(singles[(op, 'REFERENCE packed')]) / low(singles[(op, 'SPAN_AND_EVENT')]):.3f}"
         )
 
 

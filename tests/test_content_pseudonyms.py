@@ -194,3 +194,32 @@ def test_mem0_user_id_leaves_as_a_pseudonym_and_search_still_reads_what_add_wrot
         for ref in r.attributes.get(A.MEMTRACE_OP_INPUTS, ())
     }
     assert written & read
+
+
+def test_a_ref_pseudonymised_by_its_cached_id_reads_as_the_whole_ref_would() -> None:
+    """Refs are pseudonymised as ``<pseudonym of the id>@<version>`` (the id cached, as every
+    write makes a new version): the same text as the whole ref's, whatever the versions, and
+    each mapping still written once, listed by the store it came with."""
+    import fsspec as fs_module
+
+    from memtrace_otel.instrumentation._content import ContentWriter, Pseudonymizer
+
+    url = f"memory://pseudonym-cache-{uuid.uuid4().hex}"
+    writer = ContentWriter(url)
+    cached = Pseudonymizer(KEY.encode(), writer)
+    reference = Pseudonymizer(KEY.encode())
+    ids = [EMAIL, PHONE, "912345678", "fact:1", f"msg:{EMAIL}:{PHONE}", str(uuid.UUID(int=7))]
+    versions = ["1", "2", "12345678", "123456789", "3x", "", "²"]
+    for version in versions:  # 9 digits may be a phone number: the whole ref decides
+        for ident in ids:
+            for ref in (f"{ident}@{version}", f"{ident}@{version}@{version}", ident):
+                assert cached(ref, EMAIL) == reference.plain(ref), ref
+    assert cached(f"msg:{EMAIL}:3@7", EMAIL) == f"msg:{reference.token(EMAIL)}:3@7"
+    assert writer.flush(10_000)
+    fs = fs_module.filesystem("memory")
+    root = url.removeprefix("memory://")
+    mappings = fs.find(f"{root}/pseudonyms")
+    # The e-mail, the phone and the two 9-digit texts (taken for phone numbers): one object each.
+    assert sorted(fs.cat(m).decode() for m in mappings) == sorted(
+        [EMAIL, PHONE, "912345678", "123456789"]
+    )

@@ -417,6 +417,47 @@ def test_redact_secrets_gated_equals_every_pattern_applied_in_turn() -> None:
         assert C.redact_secrets(text) == ungated(text) == text
 
 
+def test_redact_secrets_gated_equals_every_pattern_on_non_ascii_text_and_folding_letters() -> None:
+    # Non-ASCII text is gated on its UTF-8 bytes; the case-insensitive patterns also match the
+    # four non-ASCII letters that fold to ASCII ones (İ, ı, ſ, the Kelvin sign): a gate must
+    # see those words too, or a secret written with one slips through.
+    from memtrace_otel.instrumentation import _capture as C
+
+    def ungated(text: str) -> str:
+        text = C._PEM.sub("<private-key>", text)
+        text = C._JWT.sub("<jwt>", text)
+        text = C._BEARER.sub(r"\1\2<token>", text)
+        text = C._API_KEY.sub("<api-key>", text)
+        text = C._VENDOR_TOKEN.sub("<token>", text)
+        text = C._AWS_KEY.sub("<aws-key>", text)
+        return C._NAMED_SECRET.sub(C._named_secret, text)
+
+    secrets = [
+        "Bearer ya29a0AfH6SMBxlong",
+        "Baſic dXNlcjpwYXNzd29yZA==",  # long s
+        "BASİC dXNlcjpwYXNzd29yZA==",  # dotted capital I
+        "to\u212aen abcdefgh12345",  # Kelvin sign
+        "ſecret: hunter22x",
+        "paſſword=hunter22x",
+        "apı_key=zzzzzz99",  # dotless i
+        "api_\u212aey=zzzzzz99",
+        "password=hunter22x",
+        "sk-live-4eC39HqLyjWDarjtT1zdp7dcAb",
+    ]
+    prose = [
+        "Ana mudou-se para o Porto em maio — é enfermeira no hospital",
+        "Ana 🙂 lives in Porto: a flat near the river",
+        "Ayşe İstanbul'da yaşıyor, ratio x=y",
+        "plain ASCII prose about a token of love",
+    ]
+    for secret in secrets:
+        for text in prose:
+            for joined in (f"{text} {secret} {text}", f"{secret}{text}", secret):
+                assert C.redact_secrets(joined) == ungated(joined), joined
+    for text in prose:
+        assert C.redact_secrets(text) == ungated(text) == text
+
+
 def test_redaction_keeps_ordinary_text() -> None:
     text = "Ana asked for a task list: skim the report, book the flight, call Tokyo at 9"
     assert redact_pii(text) == text

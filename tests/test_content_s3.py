@@ -33,11 +33,14 @@ def s3_url(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+    import uuid
+
     import fsspec
 
-    fsspec.filesystem("s3", skip_instance_cache=True).mkdir("memtrace-content")
+    bucket = f"memtrace-content-{uuid.uuid4().hex[:12]}"  # moto's backend outlives its server
+    fsspec.filesystem("s3", skip_instance_cache=True).mkdir(bucket)
     try:
-        yield "s3://memtrace-content/prod"
+        yield f"s3://{bucket}/prod"
     finally:
         server.stop()
         import s3fs
@@ -45,13 +48,25 @@ def s3_url(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         s3fs.S3FileSystem.clear_instance_cache()
 
 
+@pytest.mark.parametrize("pack", [False, True], ids=["objects", "packed"])
 def test_reference_over_s3_attributes_erases_and_keeps_text_out_of_the_spans(
-    tmp_path: Path, s3_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    s3_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    pack: bool,
 ) -> None:
-    capture = CaptureConfig(mode="REFERENCE", content_url=s3_url, digest_key=KEY)
+    capture = CaptureConfig(mode="REFERENCE", content_url=s3_url, digest_key=KEY, content_pack=pack)
     traces, cases = write_workload(tmp_path, capture=capture)
     writer = capture.content_writer
     assert writer is not None and writer.flush(30_000) and writer.dropped == 0
+    import fsspec
+
+    s3 = fsspec.filesystem("s3", skip_instance_cache=True)
+    bucket = s3_url.removeprefix("s3://")
+    assert (
+        bool(s3.find(f"{bucket}/packs")) is pack and bool(s3.find(f"{bucket}/objects")) is not pack
+    )
     raw = traces.read_text(encoding="utf-8")
     assert "Porto" not in raw and "hiking" not in raw
     assert A.MEMTRACE_VARIABLE_VALUE_REF in raw and s3_url in raw

@@ -7,6 +7,9 @@ URL) instead of into a span; the span carries the object's URL. Layout of a stor
     objects/sha256/<hex>              unkeyed: named by the sha256 of the bytes stored
     objects/b2k/<key id>/<hex>        keyed (MEMTRACE_DIGEST_KEY): keyed BLAKE2b of the bytes
     manifests/<store>/<part>.jsonl    per memory store: {"object": name, "time": ns} lines
+    packs/<store>/<part>.pack         packed (MEMTRACE_CONTENT_PACK): one batch's objects of one
+                                      store, end to end; its manifest lines add "pack", "offset"
+                                      and "size", and no objects/ file is written
     tombstones/<store>.json           written by ``memtrace content erase``
     pseudonyms/<key id>/<hex>         a pseudonymised identifier's original text (:class:`Pseudonymizer`)
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import itertools
 import logging
 import os
 import re
@@ -47,6 +51,7 @@ _log = logging.getLogger("memtrace_otel")
 
 OBJECTS: Final = "objects"
 MANIFESTS: Final = "manifests"
+PACKS: Final = "packs"
 TOMBSTONES: Final = "tombstones"
 PSEUDONYMS: Final = "pseudonyms"
 PSEUDONYM_PREFIX: Final = "pii-"
@@ -218,6 +223,8 @@ _PII_IN_ID = re.compile(
 
 
 _KEPT: Final = frozenset(["pii", "uuid"])
+_PHONE_DIGITS: Final = 9
+"""The fewest digits :data:`_PII_IN_ID` takes for a phone number."""
 
 
 def looks_personal(identifier: str) -> bool:
@@ -249,13 +256,16 @@ class Pseudonymizer:
     True
     """
 
-    __slots__ = ("_key", "_seen", "_writer", "key_id")
+    __slots__ = ("_key", "_seen", "_writer", "key_id", "known")
 
     def __init__(self, key: bytes, writer: ContentWriter | None = None) -> None:
         self._key = key
         self.key_id = key_id(key)
         self._writer = writer
         self._seen: dict[str, str] = {}
+        self.known = self._seen.get
+        """The pseudonym of an identifier seen before, else ``None``: ``known(i) or p(i, store)``
+        in hot loops skips a Python call for the identifiers that repeat (most of them)."""
 
     def __call__(self, identifier: str, store: str | None = None) -> str:
         """``identifier`` with its personal parts pseudonymised; ``store``: the memory store it
@@ -264,15 +274,37 @@ class Pseudonymizer:
         out = seen.get(identifier)
         if out is not None:  # seen before: its mapping is written (listed by the first store)
             return out
-        if "@" not in identifier and not any(c.isdigit() for c in identifier):
-            out = identifier
+        record, at, version = identifier.rpartition("@")
+        if (
+            at
+            and record
+            and version.isdigit()
+            and len(version) < _PHONE_DIGITS
+            and version.isascii()
+        ):
+            # A ref "<id>@<version>": its id, cached, and the version (each write of a record
+            # is a new version: a cache of whole refs would miss every time). The same text as
+            # the whole ref's: no match spans the "@" (an e-mail's domain needs letters, a phone
+            # number 9 digits, and every pattern's edge treats "@" as the end of the text).
+            out = seen.get(record)
+            if out is None:
+                out = self._pseudonymise(record, store)
+                if len(seen) >= _REMEMBERED:
+                    seen.clear()
+                seen[record] = out
+            out = f"{out}@{version}" if out is not record else identifier
         else:
-            owner = self.plain(store) if store else None
-            out = _PII_IN_ID.sub(lambda m: self._token(m, owner), identifier)
+            out = self._pseudonymise(identifier, store)
         if len(seen) >= _REMEMBERED:
             seen.clear()
         seen[identifier] = out
         return out
+
+    def _pseudonymise(self, identifier: str, store: str | None) -> str:
+        if "@" not in identifier and not any(c.isdigit() for c in identifier):
+            return identifier
+        owner = self.plain(store) if store else None
+        return _PII_IN_ID.sub(lambda m: self._token(m, owner), identifier)
 
     def plain(self, identifier: str) -> str:
         """``identifier`` pseudonymised, writing nothing (readers, ``memtrace content erase``)."""
@@ -330,6 +362,9 @@ class ContentWriter:
         url: the store, any fsspec URL (``file:///srv/content``, ``s3://bucket/prefix``, ...).
         max_queue_size: objects waiting at most; more are dropped and counted.
         meter_provider: where ``memtrace.content.dropped`` is reported (else the global one).
+        pack: write each batch's objects of a memory store as one pack object (``packs/``), found
+            through the store's manifest, instead of one object each: one write (one PUT on an
+            object store) per batch and store.
 
     Raises:
         ValueError: fsspec is missing or the URL's protocol is unknown (at construction).
@@ -343,10 +378,12 @@ class ContentWriter:
         *,
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
         meter_provider: Any = None,
+        pack: bool = False,
     ) -> None:
         if max_queue_size < 1:
             raise ValueError(f"max_queue_size must be >= 1, got {max_queue_size}")
         self.url = url.rstrip("/")
+        self.pack = pack
         self._fs, self._root = open_store(self.url)
         self._direct = _direct_writer(self._fs, self._root)
         self._max = max_queue_size
@@ -383,7 +420,7 @@ class ContentWriter:
         The app's thread only appends: the writer thread wakes when a batch is waiting (else on
         its timer, every :data:`_INTERVAL` seconds) and does the rest, the store's folder name
         and the manifest included."""
-        if name in self._written and (store, name) in self._listed:
+        if (self.pack or name in self._written) and (store, name) in self._listed:
             return  # written and listed for this store already: nothing to do
         queue = self._queue
         if self._stopped or len(queue) >= self._max:
@@ -443,36 +480,100 @@ class ContentWriter:
                     self._idle.notify_all()
 
     def _write(self, batch: list[tuple[str, bytes, str | None, int]]) -> None:
-        root = self._root
+        if self.pack:
+            self._write_packs(batch)
+            return
+        prefix = self._root + "/"
         written, listed_already = self._written, self._listed
         fresh: dict[str, bytes] = {}
         for name, data, _, _ in batch:
             if name not in written:
-                fresh[f"{root}/{name}"] = data
+                fresh[prefix + name] = data
         failed = self._store_objects(fresh) if fresh else _NO_PATHS
-        listed: dict[str | None, list[tuple[str, int]]] = {}
+        # Per store: the (store, name) keys to remember once listed, and the manifest lines.
+        listed: dict[str | None, tuple[list[tuple[str | None, str]], list[str]]] = {}
+        done = 0
         for name, _data, store, when in batch:
             if name not in written:
-                if failed and f"{root}/{name}" in failed:
+                if failed and prefix + name in failed:
                     continue
-                _remember(written, name)
-            self.written += 1
-            if (store, name) not in listed_already:
-                listed.setdefault(store, []).append((name, when))
-        for store, entries in listed.items():
+                written[name] = None
+            done += 1
+            key = (store, name)
+            if key not in listed_already:
+                entries = listed.get(store)
+                if entries is None:
+                    entries = listed[store] = ([], [])
+                entries[0].append(key)
+                # Object names are [a-z0-9/] (object_name): formatted, no JSON escaping to do.
+                entries[1].append(f'{{"object":"{name}","time":{when}}}\n')
+        self.written += done
+        _trim(written)
+        for store, (keys, lines) in listed.items():
             self._seq += 1
             folder = store_key(store)
-            part = f"{root}/{MANIFESTS}/{folder}/{time.time_ns()}-{os.getpid()}-{self._seq}.jsonl"
-            # Object names are [a-z0-9/] (object_name): formatted, no JSON escaping to do.
-            body = "".join([f'{{"object":"{name}","time":{when}}}\n' for name, when in entries])
+            part = f"{prefix}{MANIFESTS}/{folder}/{time.time_ns()}-{os.getpid()}-{self._seq}.jsonl"
             try:
-                self._put_one(part, body.encode("utf-8"))
+                self._put_one(part, "".join(lines).encode("utf-8"))
             except Exception as exc:
                 # The objects exist but no manifest names them: erase cannot find them.
-                self._drop(len(entries), f"its manifest could not be written ({exc})")
+                self._drop(len(keys), f"its manifest could not be written ({exc})")
                 continue
-            for name, _ in entries:
-                _remember(listed_already, (store, name))
+            listed_already.update(dict.fromkeys(keys))
+        _trim(listed_already)
+
+    def _write_packs(self, batch: list[tuple[str, bytes, str | None, int]]) -> None:
+        """Each store's new objects of ``batch`` as one pack, then the manifest parts naming
+        them (pack, offset, size); a store's pack holds every object it refers to (another
+        store's copy may be erased with it), so erasing a store deletes its packs whole."""
+        prefix = self._root + "/"
+        listed_already = self._listed
+        stores: dict[str | None, tuple[list[tuple[str | None, str]], list[bytes], list[str]]] = {}
+        taken: set[tuple[str | None, str]] = set()
+        for name, data, store, when in batch:
+            key = (store, name)
+            if key in listed_already or key in taken:
+                continue  # listed before, or twice in one batch
+            taken.add(key)
+            entry = stores.get(store)
+            if entry is None:
+                entry = stores[store] = ([], [], [])
+            entry[0].append(key)
+            entry[1].append(data)
+            entry[2].append(f'"object":"{name}","time":{when}')
+        packs: dict[str, bytes] = {}
+        manifests: dict[str, tuple[str, list[tuple[str | None, str]]]] = {}
+        pid = os.getpid()
+        for store, (keys, chunks, heads) in stores.items():
+            self._seq += 1
+            folder = store_key(store)
+            part = f"{time.time_ns()}-{pid}-{self._seq}"
+            pack = f"{PACKS}/{folder}/{part}.pack"
+            lines = []
+            offset = 0
+            for head, data in zip(heads, chunks, strict=True):
+                size = len(data)
+                lines.append(f'{{{head},"pack":"{pack}","offset":{offset},"size":{size}}}\n')
+                offset += size
+            packs[prefix + pack] = b"".join(chunks)
+            manifest = f"{prefix}{MANIFESTS}/{folder}/{part}.jsonl"
+            manifests[manifest] = ("".join(lines), keys)
+        failed = self._store_objects(packs) if packs else _NO_PATHS
+        written = 0
+        for (manifest, (body, keys)), pack_path in zip(manifests.items(), packs, strict=True):
+            if failed and pack_path in failed:
+                self._drop(len(keys) - 1, "its pack could not be written")  # 1 counted already
+                continue
+            try:
+                self._put_one(manifest, body.encode("utf-8"))
+            except Exception as exc:
+                # The pack exists but no manifest names it: no reader can find its objects.
+                self._drop(len(keys), f"its manifest could not be written ({exc})")
+                continue
+            written += len(keys)
+            listed_already.update(dict.fromkeys(keys))
+        self.written += written
+        _trim(listed_already)
 
     def _store_objects(self, objects: dict[str, bytes]) -> set[str]:
         """Write ``objects`` (path: bytes) with the store's cheapest call; the paths that failed.
@@ -643,17 +744,32 @@ def _direct_writer(fs: Any, root: str) -> Any:
         except Exception:
             return None
 
+        import io
+        from datetime import UTC, datetime
+
+        store = fs.store
+        utc = UTC
+        new, bytes_io = MemoryFile.__new__, io.BytesIO.__init__
+
         def commit(path: str, data: bytes) -> None:
-            MemoryFile(fs, path, data).commit()
+            # What MemoryFile(fs, path, data).commit() leaves in the store (its BytesIO of the
+            # data, fs, path, created, modified), with one clock read where it makes three.
+            file = new(MemoryFile)
+            bytes_io(file, data)
+            file.fs, file.path = fs, path
+            file.created = file.modified = datetime.now(tz=utc)
+            store[path] = file
 
         return commit
     return None
 
 
-def _remember(seen: dict[Any, None], key: Any) -> None:
-    seen[key] = None
-    if len(seen) > _REMEMBERED:
-        del seen[next(iter(seen))]
+def _trim(seen: dict[Any, None]) -> None:
+    """Forget the oldest keys of ``seen`` beyond :data:`_REMEMBERED` (once a batch)."""
+    over = len(seen) - _REMEMBERED
+    if over > 0:
+        for key in list(itertools.islice(seen, over)):
+            del seen[key]
 
 
 _writers: dict[str, ContentWriter] = {}
@@ -685,17 +801,19 @@ def _reset_writers_lock() -> None:
 on_fork_in_child(_reset_writers_lock)
 
 
-def content_writer(url: str) -> ContentWriter:
-    """The process's one writer of store ``url`` (every ``CaptureConfig`` naming it shares it).
+def content_writer(url: str, *, pack: bool = False) -> ContentWriter:
+    """The process's one writer of store ``url`` (every ``CaptureConfig`` naming it shares it;
+    one for packed writes, one for objects).
 
     Raises:
         ValueError: fsspec is missing or the URL's protocol is unknown.
     """
     key = url.rstrip("/")
+    slot = f"{key} packed" if pack else key
     with _writers_lock:
-        writer = _writers.get(key)
+        writer = _writers.get(slot)
         if writer is None or writer._stopped:
-            writer = _writers[key] = ContentWriter(key)
+            writer = _writers[slot] = ContentWriter(key, pack=pack)
         return writer
 
 
@@ -710,6 +828,7 @@ def flush_content(timeout_millis: float = DEFAULT_SHUTDOWN_MILLIS) -> bool:
 
 
 __all__ = [
+    "PACKS",
     "ContentWriter",
     "Digester",
     "Pseudonymizer",

@@ -243,8 +243,9 @@ class Op:
         pseudonym = mt.capture._pseudonymizer
         if pseudonym is not None:  # identifiers as they leave (the store id is, in `static`)
             store = self._store_id or mt.store_id
+            known = pseudonym.known
             if inputs:
-                attributes[A.MEMTRACE_OP_INPUTS] = [pseudonym(r, store) for r in inputs]
+                attributes[A.MEMTRACE_OP_INPUTS] = [known(r) or pseudonym(r, store) for r in inputs]
                 if A.MEMTRACE_PROMPT_REF in attributes:
                     attributes[A.MEMTRACE_PROMPT_REF] = pseudonym(inputs[0], store)
             if self._case_id:
@@ -252,7 +253,7 @@ class Op:
             if self._attributes:
                 _pseudonymise(attributes, mt.capture, store)
             if links:
-                links = [(pseudonym(ref, store), writer) for ref, writer in links]
+                links = [(known(ref) or pseudonym(ref, store), writer) for ref, writer in links]
         span = self._adopted
         if span is not None:
             # Enrich a span someone else started (and will end): ours are its attributes,
@@ -319,7 +320,10 @@ class Op:
         if pseudonym is not None:
             store = self._store_id or self._mt.store_id
             if self._outputs:
-                final[A.MEMTRACE_OP_OUTPUTS] = [pseudonym(r, store) for r in self._outputs]
+                known = pseudonym.known
+                final[A.MEMTRACE_OP_OUTPUTS] = [
+                    known(r) or pseudonym(r, store) for r in self._outputs
+                ]
             if self._inputs_changed and self._inputs:
                 final[A.MEMTRACE_OP_INPUTS] = [pseudonym(r, store) for r in self._inputs]
             record = final.get(A.GEN_AI_MEMORY_RECORD_ID)
@@ -553,7 +557,14 @@ class Op:
                         unwritten.append(Variable.from_ref(ref, value, category=category))
                 inputs.append(ref)
                 if writer is not None:
-                    add_link(writer, {_REF: ref if pseudonym is None else pseudonym(ref, store)})
+                    add_link(
+                        writer,
+                        {
+                            _REF: ref
+                            if pseudonym is None
+                            else pseudonym.known(ref) or pseudonym(ref, store)
+                        },
+                    )
             self._inputs_changed = True
             if unwritten:
                 _input_events(

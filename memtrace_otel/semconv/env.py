@@ -18,6 +18,10 @@ ENV_MEMTRACE_CONTENT_URL: Final = "MEMTRACE_CONTENT_URL"
 ENV_GENAI_UPLOAD_BASE_PATH: Final = "OTEL_INSTRUMENTATION_GENAI_UPLOAD_BASE_PATH"
 """Upstream (``opentelemetry-util-genai``'s upload hook): the content store, honoured when
 ``MEMTRACE_CONTENT_URL`` is unset."""
+ENV_MEMTRACE_CONTENT_PACK: Final = "MEMTRACE_CONTENT_PACK"
+"""(v0.3) ``true``/``false``: whether ``REFERENCE`` capture writes each batch's objects of a memory
+store as one pack object (``packs/``, found through the store's manifest) instead of one object
+each: one write, one PUT on an object store, per batch. Default off (one object each)."""
 ENV_MEMTRACE_DIGEST_KEY: Final = "MEMTRACE_DIGEST_KEY"
 """(v0.3) Key of the keyed digests (at least 16 bytes): with it set, ``memtrace.variable.digest`` and content object names are ``b2k:<key id>:<hex>`` (keyed BLAKE2b)."""
 ENV_MEMTRACE_PSEUDONYMIZE_IDS: Final = "MEMTRACE_PSEUDONYMIZE_IDS"

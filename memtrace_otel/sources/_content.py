@@ -22,11 +22,13 @@ import json
 import os
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from memtrace_otel.errors import SourceError
 from memtrace_otel.instrumentation._capture import META_CONTENT_REF
 from memtrace_otel.instrumentation._content import (
+    MANIFESTS,
+    PACKS,
     TOMBSTONES,
     digest_of_name,
     digest_with,
@@ -51,6 +53,10 @@ _UPSTREAM_REFS = {
     A.GEN_AI_OUTPUT_MESSAGES_REF: A.GEN_AI_OUTPUT_MESSAGES,
     A.GEN_AI_SYSTEM_INSTRUCTIONS_REF: A.GEN_AI_SYSTEM_INSTRUCTIONS,
 }
+
+
+_PACKS_KEPT = 16
+"""Packs a resolver keeps read (a pack is one writer batch: at most 256 objects)."""
 
 
 class ContentStoreError(SourceError):
@@ -132,6 +138,8 @@ class ContentResolver:
         self._stores: dict[str, tuple[Any, str]] = {}
         self._tombstones: dict[tuple[str, str], str | None] = {}
         self._cache: dict[str, str | None] = {}
+        self._packed: dict[str, dict[str, tuple[str, int, int]]] = {}
+        self._packs: dict[str, bytes] = {}
         if self.url is not None:
             self._store(self.url)  # a bad --content fails here, before any work
 
@@ -267,7 +275,20 @@ class ContentResolver:
     def _read(self, root: str, name: str) -> bytes | None:
         fs, path = self._store(root)
         try:
-            data: bytes = fs.cat_file(f"{path}/{name}")
+            index = self._packed.get(root)
+            packed = index.get(name) if index else None
+            if packed is None:
+                try:
+                    data: bytes = fs.cat_file(f"{path}/{name}")
+                    return data
+                except FileNotFoundError:
+                    packed = self._pack_index(root).get(name)
+                    if packed is None:
+                        raise
+            pack, offset, size = packed
+            data = self._pack(fs, f"{path}/{pack}")[offset : offset + size]
+            if len(data) != size:
+                raise FileNotFoundError(name)  # a cut pack: the object is gone
             return data
         except FileNotFoundError:
             self.stats.missing_count += 1
@@ -279,6 +300,28 @@ class ContentResolver:
                 f"content store {root}: cannot read {name} ({type(exc).__name__}: {exc}); "
                 "check the credentials fsspec uses for it, or give --content URL"
             ) from None
+
+    def _pack(self, fs: Any, path: str) -> bytes:
+        """A pack's bytes, read once (one request for all its objects); the last few kept."""
+        data = self._packs.get(path)
+        if data is None:
+            if len(self._packs) >= _PACKS_KEPT:
+                self._packs.clear()
+            data = self._packs[path] = bytes(fs.cat_file(path))
+        return data
+
+    def _pack_index(self, root: str) -> dict[str, tuple[str, int, int]]:
+        """Object name -> ``(pack, offset, size)`` from every manifest of store ``root``
+        (packed writes, ``MEMTRACE_CONTENT_PACK``); read once, when an object is not found."""
+        index = self._packed.get(root)
+        if index is None:
+            fs, path = self._store(root)
+            index = self._packed[root] = {}
+            for entries in _manifest_entries(fs, f"{path}/{MANIFESTS}").values():
+                for entry in entries:
+                    if entry.pack is not None:
+                        index.setdefault(entry.name, (entry.pack, entry.offset, entry.size))
+        return index
 
     def _verify(self, digest: str, data: bytes) -> bool | None:
         parts = split_digest(digest)
@@ -426,20 +469,46 @@ def parse_age(text: str) -> float:
     return seconds
 
 
-def _manifest_entries(fs: Any, folder: str) -> dict[str, list[tuple[str, int]]]:
-    """Manifest part path -> its ``(object name, time ns)`` entries (bad lines skipped)."""
-    parts: dict[str, list[tuple[str, int]]] = {}
+class _Entry(NamedTuple):
+    """One manifest line: an object the store refers to, when, and where it is packed
+    (``pack`` ``None``: its own object, ``objects/...``)."""
+
+    name: str
+    time: int
+    pack: str | None = None
+    offset: int = 0
+    size: int = 0
+
+    def line(self) -> str:
+        item: dict[str, Any] = {"object": self.name, "time": self.time}
+        if self.pack is not None:
+            item.update(pack=self.pack, offset=self.offset, size=self.size)
+        return json.dumps(item, separators=(",", ":")) + "\n"
+
+
+def _manifest_entries(fs: Any, folder: str) -> dict[str, list[_Entry]]:
+    """Manifest part path -> its entries (bad lines skipped)."""
+    parts: dict[str, list[_Entry]] = {}
     try:
         paths = [p for p in fs.find(folder) if str(p).endswith(".jsonl")]
     except FileNotFoundError:
         return parts
     for path in paths:
-        entries: list[tuple[str, int]] = []
+        entries: list[_Entry] = []
         for line in fs.cat_file(path).decode("utf-8", "replace").splitlines():
             try:
                 item = json.loads(line)
-                entries.append((str(item["object"]), int(item["time"])))
-            except (ValueError, KeyError, TypeError):
+                pack = item.get("pack")
+                if pack is None:
+                    entries.append(_Entry(str(item["object"]), int(item["time"])))
+                    continue
+                offset, size = int(item["offset"]), int(item["size"])
+                if not (isinstance(pack, str) and pack.startswith(f"{PACKS}/")):
+                    continue
+                if offset < 0 or size < 0 or ".." in pack.split("/"):
+                    continue
+                entries.append(_Entry(str(item["object"]), int(item["time"]), pack, offset, size))
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue
         parts[str(path)] = entries
     return parts
@@ -480,8 +549,6 @@ def erase_store(
     """
     import time as _time
 
-    from memtrace_otel.instrumentation._content import MANIFESTS
-
     fs, root = open_store(url)
     now = _time.time_ns() if now_ns is None else now_ns
     cutoff = None if older_than is None else now - int(older_than * 1e9)
@@ -495,31 +562,47 @@ def erase_store(
         mine_prefix = f"{root}/{MANIFESTS}/{key}/".lstrip("/")
         selected: set[str] = set()
         kept: set[str] = set()
-        rewrites: dict[str, list[tuple[str, int]]] = {}
+        packed: dict[str, str] = {}  # erased name -> the pack of the store's that holds it
+        rewrites: dict[str, list[_Entry]] = {}
         for path, entries in everything.items():
             if not path.lstrip("/").startswith(mine_prefix):
-                kept.update(name for name, _ in entries)
+                kept.update(entry.name for entry in entries)
                 continue
-            newer = [(n, t) for n, t in entries if cutoff is not None and t >= cutoff]
-            selected.update(n for n, t in entries if cutoff is None or t < cutoff)
-            kept.update(n for n, _ in newer)
+            # A pack goes whole: with its newest entry (a pack is one batch: <= 0.25 s apart).
+            newest: dict[str, int] = {}
+            for entry in entries:
+                if entry.pack is not None:
+                    newest[entry.pack] = max(newest.get(entry.pack, entry.time), entry.time)
+            newer = []
+            for entry in entries:
+                written = entry.time if entry.pack is None else newest[entry.pack]
+                if cutoff is not None and written >= cutoff:
+                    newer.append(entry)
+                    continue
+                selected.add(entry.name)
+                if entry.pack is not None:
+                    packed[entry.name] = entry.pack
+            kept.update(entry.name for entry in newer)
             rewrites[path] = newer
+        doomed = set(packed.values())
+        present = {pack for pack in doomed if fs.exists(f"{root}/{pack}")}
         for name in sorted(selected):
             if name in kept:
                 result.kept_shared += 1
                 continue
             target = f"{root}/{name}"
-            if not fs.exists(target):
+            if fs.exists(target):
+                fs.rm_file(target)
+                result.deleted += 1
+            elif packed.get(name) in present:
+                result.deleted += 1  # with its pack, below
+            else:
                 result.missing += 1
-                continue
-            fs.rm_file(target)
-            result.deleted += 1
+        for pack in sorted(present):
+            fs.rm_file(f"{root}/{pack}")
         for path, newer in rewrites.items():
             if newer:
-                body = "".join(
-                    json.dumps({"object": n, "time": t}, separators=(",", ":")) + "\n"
-                    for n, t in newer
-                )
+                body = "".join(entry.line() for entry in newer)
                 fs.pipe_file(path, body.encode("utf-8"))
             else:
                 fs.rm_file(path)
