@@ -374,19 +374,23 @@ def test_redaction_near_its_needles_equals_the_patterns_own_substitution() -> No
             assert C._sub_near(pattern, text, haystack, needles, repl) == pattern.sub(repl, text)
 
 
+def _ungated(text: str) -> str:
+    """Every pattern of :func:`redact_secrets` applied in turn, without its gates."""
+    from memtrace_otel.instrumentation import _capture as C
+
+    text = C._PEM.sub("<private-key>", text)
+    text = C._JWT.sub("<jwt>", text)
+    text = C._BEARER.sub(r"\1\2<token>", text)
+    text = C._API_KEY.sub("<api-key>", text)
+    text = C._VENDOR_TOKEN.sub("<token>", text)
+    text = C._AWS_KEY.sub("<aws-key>", text)
+    return C._NAMED_SECRET.sub(C._named_secret, text)
+
+
 def test_redact_secrets_gated_equals_every_pattern_applied_in_turn() -> None:
     # Its gates (one-character tests first) skip a pattern only where it cannot match: on each
     # secret alone, in prose with and without "-", "_", ":" and "=", it is every substitution.
     from memtrace_otel.instrumentation import _capture as C
-
-    def ungated(text: str) -> str:
-        text = C._PEM.sub("<private-key>", text)
-        text = C._JWT.sub("<jwt>", text)
-        text = C._BEARER.sub(r"\1\2<token>", text)
-        text = C._API_KEY.sub("<api-key>", text)
-        text = C._VENDOR_TOKEN.sub("<token>", text)
-        text = C._AWS_KEY.sub("<aws-key>", text)
-        return C._NAMED_SECRET.sub(C._named_secret, text)
 
     secrets = [
         "sk-live-4eC39HqLyjWDarjtT1zdp7dcAb",
@@ -412,25 +416,16 @@ def test_redact_secrets_gated_equals_every_pattern_applied_in_turn() -> None:
     for secret in secrets:
         for text in prose:
             for joined in (f"{text} {secret} {text}", f"{secret}{text}", secret):
-                assert C.redact_secrets(joined) == ungated(joined), joined
+                assert C.redact_secrets(joined) == _ungated(joined), joined
     for text in prose:
-        assert C.redact_secrets(text) == ungated(text) == text
+        assert C.redact_secrets(text) == _ungated(text) == text
 
 
 def test_redact_secrets_gated_equals_every_pattern_on_non_ascii_text_and_folding_letters() -> None:
-    # Non-ASCII text is gated on its UTF-8 bytes; the case-insensitive patterns also match the
+    # Non-ASCII text is gated too; the case-insensitive patterns also match the
     # four non-ASCII letters that fold to ASCII ones (İ, ı, ſ, the Kelvin sign): a gate must
     # see those words too, or a secret written with one slips through.
     from memtrace_otel.instrumentation import _capture as C
-
-    def ungated(text: str) -> str:
-        text = C._PEM.sub("<private-key>", text)
-        text = C._JWT.sub("<jwt>", text)
-        text = C._BEARER.sub(r"\1\2<token>", text)
-        text = C._API_KEY.sub("<api-key>", text)
-        text = C._VENDOR_TOKEN.sub("<token>", text)
-        text = C._AWS_KEY.sub("<aws-key>", text)
-        return C._NAMED_SECRET.sub(C._named_secret, text)
 
     secrets = [
         "Bearer ya29a0AfH6SMBxlong",
@@ -453,9 +448,9 @@ def test_redact_secrets_gated_equals_every_pattern_on_non_ascii_text_and_folding
     for secret in secrets:
         for text in prose:
             for joined in (f"{text} {secret} {text}", f"{secret}{text}", secret):
-                assert C.redact_secrets(joined) == ungated(joined), joined
+                assert C.redact_secrets(joined) == _ungated(joined), joined
     for text in prose:
-        assert C.redact_secrets(text) == ungated(text) == text
+        assert C.redact_secrets(text) == _ungated(text) == text
 
 
 def test_redaction_keeps_ordinary_text() -> None:
