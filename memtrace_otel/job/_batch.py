@@ -584,6 +584,14 @@ class QuietHeap(GcPaused):
         if self._resume:
             gc.enable()
 
+    def built(self) -> None:
+        """A graph was just built (with the collector paused) and stays while its cases are
+        attributed: freeze it too, once :meth:`loaded` has frozen the heap. Else the collector's
+        next young collections would traverse every object of the graph twice (gen 0, then
+        gen 1) before promoting it to the generation that is seldom collected."""
+        if self._froze:
+            gc.freeze()
+
     def __exit__(self, *exc_info: object) -> None:
         if self._froze:
             gc.unfreeze()

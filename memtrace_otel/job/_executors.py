@@ -317,6 +317,7 @@ def run_partition(
         for store in partition.stores:
             records = by_store.pop(store)
             G = build_graph(records + join.records_for(store, records))
+            heap.built()
             del records
             results.append(attribute_store(store, G, shared, forced))
     forget_texts()
