@@ -483,6 +483,9 @@ class SentenceEncoder:
         agreement = min(float(fast[t] @ exact[t]) for t in _PROBES)
         if agreement >= _PROBE_FLOOR:
             self._int8 = layers
+            # The session holds its own (int8) weights: the float32 layers, some 42 MB of
+            # MiniLM-L6's 90, were needed only for this check.
+            self._layers = []
             return
         logger.warning(
             "int8 sentence vectors are at cosine %.3f to float32 on this CPU (below %s): the "
