@@ -577,9 +577,14 @@ _VERDICT_NAMES = (A.MEMTRACE_ATTRIBUTION_SPAN, A.MEMTRACE_REVIEW_SPAN)
 
 
 def _has_evaluation(events: list[Any]) -> bool:
-    return any(
-        type(e) is dict and e.get("name") == A.GEN_AI_EVALUATION_RESULT_EVENT for e in events
-    )
+    # A loop, not any() over a generator: this runs for every span with events (most spans).
+    for event in events:
+        if type(event) is dict and event.get("name") == _EVALUATION_EVENT:
+            return True
+    return False
+
+
+_EVALUATION_EVENT = A.GEN_AI_EVALUATION_RESULT_EVENT
 
 
 def merge_scan(plan: Plan, scan: RangeScan) -> None:
