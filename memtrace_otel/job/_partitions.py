@@ -578,7 +578,7 @@ _VERDICT_NAMES = (A.MEMTRACE_ATTRIBUTION_SPAN, A.MEMTRACE_REVIEW_SPAN)
 
 def _has_evaluation(events: list[Any]) -> bool:
     # A loop, not any() over a generator: this runs for every span with events (most spans).
-    for event in events:
+    for event in events:  # noqa: SIM110
         if type(event) is dict and event.get("name") == _EVALUATION_EVENT:
             return True
     return False

@@ -258,6 +258,7 @@ def read_verdict_spans(
     """
     for spec in sources:
         for path in expand_paths(spec):
+            found: list[SpanRecord] | None
             if scanned is not None and path in scanned:
                 found = _decoded_verdict_spans(path, scanned[path])
             else:
