@@ -594,7 +594,7 @@ class QuietHeap(GcPaused):
         >>> with QuietHeap() as heap:
         ...     heap.loaded()
         ...     before = gc.get_freeze_count()
-        ...     graph = [{"op": n} for n in range(1000)]
+        ...     graph = [{"op": [n]} for n in range(1000)]  # tracked containers
         ...     heap.built()
         ...     gc.get_freeze_count() >= before + 1000
         True
