@@ -156,6 +156,27 @@ def backoff_delay(
     return delay
 
 
+def release_free_memory() -> None:
+    """Hand the C heap's free pages back to the operating system (glibc's ``malloc_trim``; a
+    no-op elsewhere). After a large one-off build (loading a model's weights, then dropping
+    the float32 copies) glibc keeps the freed blocks, which count in the resident size for the
+    rest of the process; this returns them. Never raises."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            import ctypes
+
+            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        with contextlib.suppress(Exception):
+            _malloc_trim(0)
+
+
+_malloc_trim: Any = None
+
+
 class GcPaused:
     """Pause Python's cyclic garbage collector for a block that builds many acyclic objects.
 

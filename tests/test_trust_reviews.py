@@ -289,6 +289,44 @@ def test_streamed_reading_finds_the_same_verdict_and_review_spans(
     assert sorted(map(key, read_verdict_spans([str(packed)]))) == loaded
 
 
+def test_a_streamed_run_takes_the_reviews_from_its_scan_without_reading_the_file_again(
+    verdicts: tuple[Path, Path, Path, dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scan of a streamed run parses every line already: it keeps the lines holding verdict
+    and review spans (those spans alone, on a line shared with the app's spans), so the reviews
+    need no third pass over a scanned file, and the precision equals the in-memory run's."""
+    from memtrace_otel.job import _reviews
+
+    traces, cases, written, spans = verdicts
+    reviews = tmp_path / "reviews.jsonl"
+    _review(reviews, spans["case-retrieval"], "confirmed")
+    _review(reviews, spans["case-update"], "rejected")
+    # one line holding an app span and a review span: only the review is kept for the pass
+    app_line = json.loads(traces.read_text().splitlines()[0])
+    review_line = json.loads(reviews.read_text().splitlines()[0])
+    app_line["resourceSpans"] += review_line["resourceSpans"]
+    mixed = tmp_path / "all.jsonl"
+    mixed.write_text(
+        traces.read_text() + written.read_text() + reviews.read_text().splitlines()[1] + "\n"
+        + json.dumps(app_line) + "\n"
+    )  # fmt: skip
+    in_memory, loaded = run_batch([str(mixed)], EvidenceMethod(), cases_file=str(cases))
+
+    def no_second_read(path: str) -> None:
+        raise AssertionError(f"{path} read again for its reviews")
+
+    monkeypatch.setattr(_reviews, "_json_lines_verdict_spans", no_second_read)
+    streamed, summary = run_batch(
+        [str(mixed)], EvidenceMethod(), cases_file=str(cases), executor="inline"
+    )
+    assert summary.review_precision is not None
+    assert summary.review_precision == loaded.review_precision
+    assert summary.review_precision["reviews"] == 2
+    assert streamed == in_memory
+
+
 def test_serve_signs_the_reviews_it_sends_when_a_key_is_set(
     verdicts: tuple[Path, Path, Path, dict[str, Any]],
     tmp_path: Path,

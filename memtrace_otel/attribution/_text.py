@@ -25,7 +25,13 @@ import re
 from collections.abc import Iterable, Sequence
 
 from memtrace_otel.attribution._semantic import Vectors, default_encoder
-from memtrace_otel.attribution._tokens import STOPWORDS, Bm25Index, content_tokens, stem
+from memtrace_otel.attribution._tokens import (
+    STOPWORDS,
+    Bm25Index,
+    content_token_set,
+    content_tokens,
+    stem,
+)
 
 __all__ = [
     "SEMANTIC_FLOOR",
@@ -170,7 +176,7 @@ def segment_words(text: str) -> tuple[frozenset[str], ...]:
     [['ana', 'live', 'porto'], ['bob', 'cat']]
     """
     parts = (part for line in text.splitlines() for part in _SENTENCE.split(line))
-    return tuple(words for words in (frozenset(content_tokens(p)) for p in parts) if words)
+    return tuple(words for words in map(content_token_set, parts) if words)
 
 
 def asks_for_time(question: str) -> bool:

@@ -272,6 +272,25 @@ def content_tokens(text: str) -> list[str]:
     return list(_content_tokens(text))
 
 
+def content_token_set(text: str) -> frozenset[str]:
+    """The distinct :func:`content_tokens` of ``text`` (from the cached tuple, without the
+    list copy :func:`content_tokens` makes for its callers).
+
+    >>> sorted(content_token_set("Where does Maya live now? Maya lives in Porto."))
+    ['live', 'maya', 'porto']
+    """
+    return frozenset(_content_tokens(text))
+
+
+def content_token_count(text: str) -> int:
+    """``len(content_tokens(text))``, without the list copy.
+
+    >>> content_token_count("Where does Maya live now?")
+    2
+    """
+    return len(_content_tokens(text))
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def _content_tokens(text: str) -> tuple[str, ...]:
     # Memory texts are tokenised again at every index rebuild and evidence check: once is enough.

@@ -584,6 +584,24 @@ class QuietHeap(GcPaused):
         if self._resume:
             gc.enable()
 
+    def built(self) -> None:
+        """A graph was just built (with the collector paused) and stays while its cases are
+        attributed: freeze it too, once :meth:`loaded` has frozen the heap. Else the collector's
+        next young collections would traverse every object of the graph twice (gen 0, then
+        gen 1) before promoting it to the generation that is seldom collected.
+
+        >>> import gc
+        >>> with QuietHeap() as heap:
+        ...     heap.loaded()
+        ...     before = gc.get_freeze_count()
+        ...     graph = [{"op": [n]} for n in range(1000)]  # tracked containers
+        ...     heap.built()
+        ...     gc.get_freeze_count() >= before + 1000
+        True
+        """
+        if self._froze:
+            gc.freeze()
+
     def __exit__(self, *exc_info: object) -> None:
         if self._froze:
             gc.unfreeze()

@@ -317,6 +317,7 @@ def run_partition(
         for store in partition.stores:
             records = by_store.pop(store)
             G = build_graph(records + join.records_for(store, records))
+            heap.built()
             del records
             results.append(attribute_store(store, G, shared, forced))
     forget_texts()
@@ -451,6 +452,8 @@ def run_scaled(
     sources: Sequence[str],
     method: Method,
     options: RunOptions | None = None,
+    *,
+    verdict_lines: dict[str, list[tuple[int, Any]]] | None = None,
     **fields: Any,
 ) -> tuple[list[Verdict], BatchSummary]:
     """The batch job on an executor, or in one process with bounded memory.
@@ -469,6 +472,10 @@ def run_scaled(
     finishes, so a killed run keeps the partitions it finished; a case whose ops turn out to be
     in an earlier store too gets its single-process verdict appended again at the end (the last
     line of a case counts). Verdicts another store's view could change wait for the end.
+
+    ``verdict_lines``, when given, gets the lines the scans found holding verdict or review
+    spans, per scanned file (:func:`~memtrace_otel.job._reviews.read_verdict_spans` reads
+    those instead of the file again).
     """
     options = RunOptions(**fields) if options is None else dataclasses.replace(options, **fields)
     started = time.perf_counter()
@@ -480,7 +487,7 @@ def run_scaled(
         log = out if isinstance(out, VerdictLog) or out is None else VerdictLog(out)
         if log is not None and log is not out:
             stack.enter_context(log)
-        verdicts = _run_scaled(sources, method, options, log, summary)
+        verdicts = _run_scaled(sources, method, options, log, summary, verdict_lines)
         if log is not None:
             summary.recount(log.entries.values())
     if options.on_verdict is not None:
@@ -496,6 +503,7 @@ def _run_scaled(
     options: RunOptions,
     log: VerdictLog | None,
     summary: BatchSummary,
+    verdict_lines: dict[str, list[tuple[int, Any]]] | None = None,
 ) -> list[Verdict]:
     spec, bound, cases_file = options.executor_spec, options.bound, options.cases_file
     strict, progress, partitions = options.strict, options.progress, options.partitions
@@ -570,6 +578,8 @@ def _run_scaled(
             counts = _Counts()
             outcomes: list[Outcome] = []
             plan = _plan(engine, sources, strict, counts, wanted, outcomes)
+            if verdict_lines is not None:
+                verdict_lines.update({p: plan.verdict_lines.get(p, []) for p in plan.scanned})
             shared = dataclasses.replace(shared, outcomes=tuple(outcomes))
             if partitions is None:  # enough partitions that none holds much more than its share
                 wanted = max(wanted, -(-sum(plan.records.values()) // PARTITION_SPANS))

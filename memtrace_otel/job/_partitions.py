@@ -224,6 +224,9 @@ class Plan:
     that is not here holds one store's spans only)."""
     case_stores: set[str] = field(default_factory=set)
     """Stores with a span naming a case; the others may be shared (see :func:`shared_stores`)."""
+    verdict_lines: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
+    """scanned file -> ``(line number, parsed value)`` of each line holding a verdict or review
+    span, in line order (the reviews pass reads these instead of the file again)."""
 
     def add(
         self, store: str, path: str, line: int | None, spans: int = 1, case: bool = False
@@ -374,6 +377,9 @@ class RangeScan:
     """Stores with a span naming a case."""
     outcomes: list[Found] = field(default_factory=list)
     """The evaluations of the range (feedback spans, evaluation events, log records)."""
+    verdict_lines: list[tuple[int, Any]] = field(default_factory=list)
+    """``(line number, parsed value)`` of the lines holding a verdict or review span (of a
+    plain OTLP JSON line, only those spans, with their resources and scopes)."""
 
 
 Found = tuple[int, int, "tuple[str, str] | None", Outcome]
@@ -497,19 +503,25 @@ def scan_range(part: Range) -> RangeScan:
             if stores is None:  # not plain OTLP JSON: decode it now, and count it here
                 scan.decoded.append(line)
                 stores = {}
+                verdicts = False
                 for record in reader.decode(value, line, size):
                     store = store_of(record)
                     stores[store] = stores.get(store, 0) + 1
                     if A.MEMTRACE_CASE_ID in record.attributes:
                         scan.case_stores.add(store)
                     _evaluations(scan, line, record)
+                    verdicts = verdicts or is_verdict_span(record)
                 scan.outcomes += [(1, line, None, outcome) for outcome in logs.outcomes]
                 logs.outcomes.clear()
+                if verdicts:
+                    scan.verdict_lines.append((line, value))
             else:
-                evaluated = _evaluated_spans(value)
+                evaluated, verdict_spans = _evaluated_spans(value)
                 if evaluated is not None:  # rare: decode those spans alone, for their outcomes
                     for record in quiet.decode(evaluated, line, size):
                         _evaluations(scan, line, record)
+                if verdict_spans is not None:  # for the reviews pass (those spans alone)
+                    scan.verdict_lines.append((line, verdict_spans))
             for store, spans in stores.items():
                 scan.lines.setdefault(store, []).append((offset, line))
                 scan.spans[store] = scan.spans.get(store, 0) + spans
@@ -526,26 +538,53 @@ def _evaluations(scan: RangeScan, line: int, record: SpanRecord) -> None:
     ]
 
 
-def _evaluated_spans(value: dict[str, Any]) -> dict[str, Any] | None:
-    """The spans of a parsed OTLP JSON line that carry an evaluation event, with their
-    resources and scopes (``None``: none does)."""
-    resources = []
+def _evaluated_spans(value: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """In one pass over the spans of a parsed OTLP JSON line: those that carry an evaluation
+    event, and those that are verdict or review spans (by name), each with their resources and
+    scopes (``None``: none is)."""
+    evaluated: list[dict[str, Any]] = []
+    verdicts: list[dict[str, Any]] = []
     for resource in value["resourceSpans"]:
-        scopes = [
-            {**scope, "spans": spans}
-            for scope in resource["scopeSpans"]
-            if (spans := [s for s in scope["spans"] if _has_evaluation(s)])
-        ]
-        if scopes:
-            resources.append({**resource, "scopeSpans": scopes})
-    return {"resourceSpans": resources} if resources else None
-
-
-def _has_evaluation(span: Any) -> bool:
-    events = span.get("events") if type(span) is dict else None
-    return type(events) is list and any(
-        type(e) is dict and e.get("name") == A.GEN_AI_EVALUATION_RESULT_EVENT for e in events
+        e_scopes = []
+        v_scopes = []
+        for scope in resource["scopeSpans"]:
+            e_spans = []
+            v_spans = []
+            for span in scope["spans"]:
+                if type(span) is not dict:
+                    continue
+                name = span.get("name")
+                if name in _VERDICT_NAMES:  # a tuple: compared, never hashed
+                    v_spans.append(span)
+                events = span.get("events")
+                if events and type(events) is list and _has_evaluation(events):
+                    e_spans.append(span)
+            if e_spans:
+                e_scopes.append({**scope, "spans": e_spans})
+            if v_spans:
+                v_scopes.append({**scope, "spans": v_spans})
+        if e_scopes:
+            evaluated.append({**resource, "scopeSpans": e_scopes})
+        if v_scopes:
+            verdicts.append({**resource, "scopeSpans": v_scopes})
+    return (
+        {"resourceSpans": evaluated} if evaluated else None,
+        {"resourceSpans": verdicts} if verdicts else None,
     )
+
+
+_VERDICT_NAMES = (A.MEMTRACE_ATTRIBUTION_SPAN, A.MEMTRACE_REVIEW_SPAN)
+
+
+def _has_evaluation(events: list[Any]) -> bool:
+    # A loop, not any() over a generator: this runs for every span with events (most spans).
+    for event in events:  # noqa: SIM110
+        if type(event) is dict and event.get("name") == _EVALUATION_EVENT:
+            return True
+    return False
+
+
+_EVALUATION_EVENT = A.GEN_AI_EVALUATION_RESULT_EVENT
 
 
 def merge_scan(plan: Plan, scan: RangeScan) -> None:
@@ -569,6 +608,10 @@ def merge_scan(plan: Plan, scan: RangeScan) -> None:
         plan.records[store] = plan.records.get(store, 0) + scan.spans[store]
     if scan.decoded:
         plan.decoded.setdefault(path, set()).update(scan.decoded)
+    if scan.verdict_lines:
+        held = plan.verdict_lines.setdefault(path, [])
+        held += scan.verdict_lines
+        held.sort(key=lambda item: item[0])  # ranges may come in any order
     plan.case_stores |= scan.case_stores
 
 

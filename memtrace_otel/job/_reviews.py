@@ -242,7 +242,9 @@ def precision_of(
 _NAMES = (A.MEMTRACE_ATTRIBUTION_SPAN.encode(), A.MEMTRACE_REVIEW_SPAN.encode())
 
 
-def read_verdict_spans(sources: Sequence[str]) -> Iterator[SpanRecord]:
+def read_verdict_spans(
+    sources: Sequence[str], scanned: Mapping[str, Sequence[tuple[int, Any]]] | None = None
+) -> Iterator[SpanRecord]:
     """The verdict and review spans of file sources, for runs that stream everything else by
     store (those never hold every record, and drop verdict spans from the stores' graphs).
 
@@ -250,13 +252,33 @@ def read_verdict_spans(sources: Sequence[str]) -> Iterator[SpanRecord]:
     review span name are decoded (a pass at the speed of reading the file); other files
     (compressed, protobuf, whole documents) are decoded whole, keeping only those spans. Bad
     lines and records are skipped here without a count: the run's own reading counts them.
+
+    ``scanned``: per file, the ``(line number, parsed value)`` of its lines that a scaled run's
+    scan found holding such spans (``Plan.verdict_lines``): those files are not read again.
     """
     for spec in sources:
         for path in expand_paths(spec):
-            found = _json_lines_verdict_spans(path)
+            found: list[SpanRecord] | None
+            if scanned is not None and path in scanned:
+                found = _decoded_verdict_spans(path, scanned[path])
+            else:
+                found = _json_lines_verdict_spans(path)
             if found is None:
                 found = [r for r in open_source(path).records() if is_verdict_span(r)]
             yield from found
+
+
+def _decoded_verdict_spans(path: str, lines: Iterable[tuple[int, Any]]) -> list[SpanRecord]:
+    """The verdict and review spans of parsed lines, decoded as :func:`_json_lines_verdict_spans`
+    decodes a line."""
+    found: list[SpanRecord] = []
+    for number, value in lines:
+        try:
+            records = decode_document(value, path=path, line=number, errors=[])
+        except (ValueError, MemtraceError):
+            continue
+        found += [r for r in records if is_verdict_span(r)]
+    return found
 
 
 def _json_lines_verdict_spans(path: str) -> list[SpanRecord] | None:

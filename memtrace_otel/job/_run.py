@@ -57,14 +57,17 @@ def run_batch(
         The verdicts of this run (resumed cases excluded) and the summary.
 
     People's reviews of verdict spans give ``summary.review_precision`` in every way of running,
-    screened by ``rule.trust``; a scaled run reads them in a pass of their own
+    screened by ``rule.trust``; a scaled run takes them from the lines its scans found holding
+    them, and reads the files it did not scan in a pass of their own
     (:func:`~memtrace_otel.job._reviews.read_verdict_spans`).
     """
     options = RunOptions(**fields) if options is None else dataclasses.replace(options, **fields)
     if graphs is None and options.scaled:
-        verdicts, summary = run_scaled(sources, method, options)
+        scanned: dict[str, list[tuple[int, Any]]] = {}
+        verdicts, summary = run_scaled(sources, method, options, verdict_lines=scanned)
         try:
-            precision = precision_of(list(read_verdict_spans(sources)), options.rule.trust)
+            spans = list(read_verdict_spans(sources, scanned))
+            precision = precision_of(spans, options.rule.trust)
         except (MemtraceError, OSError) as exc:  # the run read these files: rare, and said
             summary.source_errors.append(f"reviews not read: {exc}")
             precision = None
