@@ -11,7 +11,6 @@ the batch job and ``memtrace content erase``.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from pathlib import Path
@@ -27,7 +26,12 @@ from memtrace_otel.semconv import Category
 from memtrace_otel.semconv import env as E
 from memtrace_otel.sources import ContentResolver, erase_store
 from tests._pipeline import write_workload
-from tests.test_content_reference import _captured_texts, _flush, _substrings, _verdicts
+from tests.test_content_reference import (
+    _captured_texts,
+    _flush,
+    _substrings,
+    assert_keyed_verdicts,
+)
 
 KEY = "k" * 32
 
@@ -60,12 +64,7 @@ def test_packed_store_gives_the_same_verdicts_no_text_in_spans_and_no_object_fil
     assert packs
     raw = traces.read_text(encoding="utf-8")
     assert sorted(p for p in _substrings(texts) if p in raw) == []
-    os.environ[E.ENV_MEMTRACE_DIGEST_KEY] = KEY
-    try:
-        assert _verdicts(traces, cases) == expected
-        assert _verdicts(traces, cases, content=url) == expected
-    finally:
-        del os.environ[E.ENV_MEMTRACE_DIGEST_KEY]
+    assert_keyed_verdicts(traces, cases, url, expected)
 
 
 def test_the_environment_switches_packing_on(monkeypatch: pytest.MonkeyPatch) -> None:

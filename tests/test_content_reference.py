@@ -387,11 +387,21 @@ def _ungated(text: str) -> str:
     return C._NAMED_SECRET.sub(C._named_secret, text)
 
 
+def _assert_gated_equals_ungated(secrets: list[str], prose: list[str]) -> None:
+    """Each secret alone, before prose and inside it: redacted as by every pattern in turn."""
+    from memtrace_otel.instrumentation import _capture as C
+
+    for secret in secrets:
+        for text in prose:
+            for joined in (f"{text} {secret} {text}", f"{secret}{text}", secret):
+                assert C.redact_secrets(joined) == _ungated(joined), joined
+    for text in prose:
+        assert C.redact_secrets(text) == _ungated(text) == text
+
+
 def test_redact_secrets_gated_equals_every_pattern_applied_in_turn() -> None:
     # Its gates (one-character tests first) skip a pattern only where it cannot match: on each
     # secret alone, in prose with and without "-", "_", ":" and "=", it is every substitution.
-    from memtrace_otel.instrumentation import _capture as C
-
     secrets = [
         "sk-live-4eC39HqLyjWDarjtT1zdp7dcAb",
         "sk_live_4eC39HqLyjWDarjtT1zdp7dcAb",
@@ -413,20 +423,13 @@ def test_redact_secrets_gated_equals_every_pattern_applied_in_turn() -> None:
         "a snake_case name and the key to Porto",
         "ratio 3:2, x=y",
     ]
-    for secret in secrets:
-        for text in prose:
-            for joined in (f"{text} {secret} {text}", f"{secret}{text}", secret):
-                assert C.redact_secrets(joined) == _ungated(joined), joined
-    for text in prose:
-        assert C.redact_secrets(text) == _ungated(text) == text
+    _assert_gated_equals_ungated(secrets, prose)
 
 
 def test_redact_secrets_gated_equals_every_pattern_on_non_ascii_text_and_folding_letters() -> None:
     # Non-ASCII text is gated too; the case-insensitive patterns also match the
     # four non-ASCII letters that fold to ASCII ones (İ, ı, ſ, the Kelvin sign): a gate must
     # see those words too, or a secret written with one slips through.
-    from memtrace_otel.instrumentation import _capture as C
-
     secrets = [
         "Bearer ya29a0AfH6SMBxlong",
         "Baſic dXNlcjpwYXNzd29yZA==",  # long s
@@ -445,12 +448,7 @@ def test_redact_secrets_gated_equals_every_pattern_on_non_ascii_text_and_folding
         "Ayşe İstanbul'da yaşıyor, ratio x=y",
         "plain ASCII prose about a token of love",
     ]
-    for secret in secrets:
-        for text in prose:
-            for joined in (f"{text} {secret} {text}", f"{secret}{text}", secret):
-                assert C.redact_secrets(joined) == _ungated(joined), joined
-    for text in prose:
-        assert C.redact_secrets(text) == _ungated(text) == text
+    _assert_gated_equals_ungated(secrets, prose)
 
 
 def test_redaction_keeps_ordinary_text() -> None:
@@ -459,6 +457,19 @@ def test_redaction_keeps_ordinary_text() -> None:
 
 
 # --- the batch job resolves references ---------------------------------------------------------
+
+
+def assert_keyed_verdicts(traces: Path, cases: Path, url: str, expected: Any) -> None:
+    """With the job holding the digest key: the verdicts ``expected``, by the refs' own location
+    and by ``--content url``."""
+    import os
+
+    os.environ[E.ENV_MEMTRACE_DIGEST_KEY] = KEY
+    try:
+        assert _verdicts(traces, cases) == expected
+        assert _verdicts(traces, cases, content=url) == expected
+    finally:
+        del os.environ[E.ENV_MEMTRACE_DIGEST_KEY]
 
 
 def _verdicts(traces: Path, cases: Path, **options: Any) -> dict[str, tuple[Any, Any]]:
@@ -526,12 +537,7 @@ def test_reference_gives_the_same_verdicts_and_no_text_reaches_the_spans(tmp_pat
     # Same verdicts with the job's key, by the refs' own location or by --content.
     import os
 
-    os.environ[E.ENV_MEMTRACE_DIGEST_KEY] = KEY
-    try:
-        assert _verdicts(traces, cases) == expected
-        assert _verdicts(traces, cases, content=url) == expected
-    finally:
-        del os.environ[E.ENV_MEMTRACE_DIGEST_KEY]
+    assert_keyed_verdicts(traces, cases, url, expected)
     # Verdict spans written back from these verdicts carry labels and refs, no text.
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
