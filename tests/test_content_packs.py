@@ -11,7 +11,6 @@ the batch job and ``memtrace content erase``.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from tests.test_content_reference import (
     _flush,
     _substrings,
     assert_keyed_verdicts,
+    old_then_new,
 )
 
 KEY = "k" * 32
@@ -132,12 +132,7 @@ def test_erase_of_a_packed_store_removes_its_packs_and_only_its_objects(
 def test_erase_older_than_takes_whole_packs_and_keeps_newer_ones() -> None:
     url = f"memory://packs-{uuid.uuid4().hex}"
     capture = _packed(url)
-    old, _ = capture.record("an old memory of Ana", Category.MEMORY, "user-ana")
-    _flush(capture)
-    between = time.time_ns()
-    time.sleep(0.01)
-    new, _ = capture.record("a newer memory of Ana", Category.MEMORY, "user-ana")
-    _flush(capture)
+    old, new, between = old_then_new(capture)
     fs = fsspec.filesystem("memory")
     root = url.removeprefix("memory://")
     assert len(fs.find(f"{root}/packs")) == 2

@@ -459,6 +459,20 @@ def test_redaction_keeps_ordinary_text() -> None:
 # --- the batch job resolves references ---------------------------------------------------------
 
 
+def old_then_new(capture: CaptureConfig) -> tuple[str, str, int]:
+    """Two memories of one store written 10 ms apart, each flushed: their refs and a time
+    between the two writes."""
+    import time
+
+    old, _ = capture.record("an old memory of Ana", Category.MEMORY, "user-ana")
+    _flush(capture)
+    between = time.time_ns()
+    time.sleep(0.01)
+    new, _ = capture.record("a newer memory of Ana", Category.MEMORY, "user-ana")
+    _flush(capture)
+    return old, new, between
+
+
 def assert_keyed_verdicts(traces: Path, cases: Path, url: str, expected: Any) -> None:
     """With the job holding the digest key: the verdicts ``expected``, by the refs' own location
     and by ``--content url``."""
@@ -700,16 +714,10 @@ def test_erase_removes_only_the_objects_no_other_store_refers_to_and_leaves_a_to
 
 
 def test_erase_older_than_keeps_newer_entries() -> None:
-    import time
 
     url = _memory_url()
     capture = CaptureConfig(mode="REFERENCE", content_url=url)
-    old, _ = capture.record("an old memory of Ana", Category.MEMORY, "user-ana")
-    _flush(capture)
-    between = time.time_ns()
-    time.sleep(0.01)
-    new, _ = capture.record("a newer memory of Ana", Category.MEMORY, "user-ana")
-    _flush(capture)
+    old, new, between = old_then_new(capture)
     # "Older than 1 ms" on a clock set 1 ms after the first write: only that one goes.
     result = erase_store(url, "user-ana", older_than=0.001, now_ns=between + 1_000_000)
     assert (result.deleted, result.kept_shared, result.tombstone) == (1, 0, None)
