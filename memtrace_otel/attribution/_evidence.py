@@ -304,15 +304,21 @@ class EvidenceMethod:
         store whose case may be located by the question alone (no evidence given, no expected
         answer), so each distinct text is encoded once and in full batches. Optional: verdicts are the same
         without it. Returns how many texts were encoded (0 without the sentence model)."""
-        encoder = default_encoder()
+        # Only cases without evidence or an expected answer are located by meaning: the model
+        # is built for the first of them (a run may need it for none).
+        needing = [
+            (index, ops, case)
+            for G, case in work
+            if not case.evidence_refs and not case.gold_answers
+            for index in (graph_index(G),)
+            if (ops := index.ops_of(case.case_id))
+        ]
+        encoder = default_encoder() if needing else None
         texts: dict[str, None] = {}
-        for G, case in work if encoder is not None else ():
-            index = graph_index(G)
-            ops = index.ops_of(case.case_id)
-            if ops and not case.evidence_refs and not case.gold_answers:
-                corpus = _store_messages(_scope(index, ops))[1]
-                asked = (corpus.focus(case.question), Question.of(case.question).text)
-                texts.update(dict.fromkeys([*corpus.texts, *asked]))
+        for index, ops, case in needing if encoder is not None else ():
+            corpus = _store_messages(_scope(index, ops))[1]
+            asked = (corpus.focus(case.question), Question.of(case.question).text)
+            texts.update(dict.fromkeys([*corpus.texts, *asked]))
         return encoder.prefetch(list(texts)) if encoder is not None else 0
 
     def attribute(self, G: nx.MultiDiGraph, case: Case) -> Verdict:

@@ -13,7 +13,7 @@ from typing import Any
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from memtrace_otel.attribution import Verdict, get_method, method_names
-from memtrace_otel.attribution._semantic import default_encoder
+from memtrace_otel.attribution._semantic import check_default_model
 from memtrace_otel.cli import EXIT_FAILURES, EXIT_NOTHING_TO_ATTRIBUTE, EXIT_OK, EXIT_USAGE
 from memtrace_otel.cli._backend import add_backend_options, http_options
 from memtrace_otel.export._configure import ENDPOINT_VARS, resolve_exporter
@@ -244,8 +244,9 @@ def run(args: argparse.Namespace) -> int:
         for url, option in ((args.jaeger_url, "--jaeger-url"), (args.tempo_url, "--tempo-url")):
             if url:
                 check_base_url(url, option)
-        # The sentence model is checked once, here, not found broken by every case.
-        default_encoder()
+        # The sentence model is checked once, here, not found broken by every case; it is
+        # built when a case first needs it (many runs need none).
+        check_default_model()
     except ValueError as exc:  # e.g. a model-based method with no endpoint configured
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
