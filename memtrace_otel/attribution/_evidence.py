@@ -99,8 +99,8 @@ from memtrace_otel.attribution._text import (
     recall,
     says_undated,
     segment_words,
+    word_count,
 )
-from memtrace_otel.attribution._tokens import content_token_count
 from memtrace_otel.graph import GraphIndex, graph_index
 from memtrace_otel.graph import op_order_key as order_key
 from memtrace_otel.semconv import Category, OpKind
@@ -205,7 +205,7 @@ class Signature:
             segments = tuple(
                 words if (words & _VAGUE) - self.words else words | stamped for words in segments
             )
-        if derived and content_token_count(text) <= _SHORT and not self.dated:
+        if derived and word_count(text) <= _SHORT and not self.dated:
             segments = (*segments, frozenset().union(*segments))
         # A date is shared by every fact of its day: in a value of several lines, a date
         # carries only in a line about the event (by the evidence's words or the question's).
@@ -2043,7 +2043,7 @@ def _carries(
         lines[var] = tuple(w for w in held if any(recall(c, w) >= 0.8 for c in known)) or held
         return True
     sources = _sources(G, var)
-    short = content_token_count(text) <= _SHORT
+    short = word_count(text) <= _SHORT
     if sources:
         # A short value its op wrote from a carrier derives from it even when its source refs
         # were carried over from the version it replaced (an update names the old sources).
