@@ -313,29 +313,46 @@ def check_model_dir(root: Path) -> dict[str, Any]:
     return config
 
 
-def _read_model(root: Path) -> tuple[dict[str, Any], Tokenizer, dict[str, Vectors]]:
+def _read_model(
+    root: Path, *, keep: bool = True
+) -> tuple[dict[str, Any], Tokenizer, dict[str, Vectors]]:
     """The config, tokenizer and float32 weights of a model directory, every file checked
     (:func:`check_model_dir`, then the tokenizer's ids and every weight finite).
+
+    The tensors are read one at a time (by ``pread`` where safetensors offers it, so the file is
+    not mapped whole beside them); with ``keep=False`` (a check alone) each is dropped once
+    checked, so the check holds one tensor at a time, and no weights are returned.
 
     Raises:
         ModelDirError: a file of it is corrupt or does not fit (it names the file).
         ImportError: ``tokenizers`` or ``safetensors`` is not installed.
     """
-    from safetensors.numpy import load_file
+    from safetensors import safe_open
 
     config = check_model_dir(root)
     tokenizer = _tokenizer(root / "tokenizer.json", config["vocab_size"])
     weights_file = root / "model.safetensors"
+    needed = _expected_shapes(config)
+    weights: dict[str, Vectors] = {}
     try:
-        loaded = load_file(str(weights_file))
+        try:
+            opened = safe_open(str(weights_file), framework="np", backend="pread")
+        except TypeError:  # safetensors before 0.8: mapped
+            opened = safe_open(str(weights_file), framework="np")
+        with opened as handle:
+            for name in handle.keys():  # noqa: SIM118 - a safetensors handle, not a dict
+                if name not in needed:
+                    continue
+                tensor = handle.get_tensor(name).astype(np.float32, copy=False)
+                if not np.isfinite(tensor).all():
+                    raise ModelDirError(str(weights_file), f"tensor {name!r} holds NaN or infinity")
+                if keep:
+                    weights[name] = tensor
+                del tensor
+    except ModelDirError:
+        raise
     except Exception as exc:  # checked above; what the library still refuses
         raise ModelDirError(str(weights_file), f"unreadable ({str(exc)[:200]})") from None
-    needed = _expected_shapes(config)
-    weights = {k: v.astype(np.float32, copy=False) for k, v in loaded.items() if k in needed}
-    del loaded
-    for name, tensor in weights.items():
-        if not np.isfinite(tensor).all():
-            raise ModelDirError(str(weights_file), f"tensor {name!r} holds NaN or infinity")
     return config, tokenizer, weights
 
 
@@ -779,7 +796,7 @@ def check_default_model() -> None:
         default_encoder()  # says once that the similarity is off
         return
     try:
-        _read_model(path)
+        _read_model(path, keep=False)
     except ImportError:
         default_encoder()  # says once that the semantic extra is missing
     release_free_memory()  # the weights read for the check
