@@ -433,6 +433,14 @@ class _Layer:
     ln2: tuple[Vectors, Vectors]
 
 
+_COPIED = ("attention.output.dense.weight", "intermediate.dense.weight", "output.dense.weight")
+"""The tensors of a layer (under ``encoder.layer.N.``) it copies, besides the q/k/v weights."""
+
+
+class _Consumable(dict[str, "Vectors"]):
+    """Weights the encoder may drop as it copies them into its layers (:meth:`SentenceEncoder.from_dir`)."""
+
+
 class SentenceEncoder:
     """A BERT sentence-transformer (mean pooling, L2 normalised) run in numpy.
 
@@ -508,6 +516,10 @@ class SentenceEncoder:
                     ln2=(w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"]),
                 )
             )
+            if isinstance(w, _Consumable):  # the layer holds its own copies of these now
+                for name in (*(a + x + ".weight" for x in ("query", "key", "value")),
+                             *(p + x for x in _COPIED)):  # fmt: skip
+                    del w[name]
         self._int8: Int8Layers | None = None
         if self.precision == "int8":
             from memtrace_otel.attribution._int8 import Int8Layers
@@ -560,8 +572,12 @@ class SentenceEncoder:
             seq = _read_json(st_config).get("max_seq_length")
             if isinstance(seq, int):
                 options["max_tokens"] = seq
-        encoder = cls(tokenizer, weights, config, precision=precision, **options)
+        # Each layer's float32 tensors are dropped as soon as the layer has copied them (the
+        # encoder's load, some 210 MB at its peak, may come in the middle of a run).
+        owned = _Consumable(weights)
         del weights
+        encoder = cls(tokenizer, owned, config, precision=precision, **options)
+        del owned
         # The file's tensors and the layers' float32 copies (dropped with int8) were freed into
         # the C heap, which keeps them resident: some 90 MB of every later peak.
         release_free_memory()
