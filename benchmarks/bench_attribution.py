@@ -56,7 +56,7 @@ def _cold() -> None:
 
     for index in list(_index._cache.values()):
         index.memo.clear()
-    _text.segment_words.cache_clear()
+    _text._segmented.cache_clear()
     _text.entity_tokens.cache_clear()
     _tokens._content_tokens.cache_clear()
     with _semantic._default_lock:

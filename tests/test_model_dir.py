@@ -178,3 +178,30 @@ def test_the_cli_says_one_line_and_exits_2(
     (line,) = captured.err.strip().splitlines()
     assert line.startswith("memtrace: error: ") and str(root / filename) in line
     assert captured.out == ""  # no verdict made without the model: no silent fallback
+
+
+def test_a_run_whose_cases_hold_their_answers_checks_the_model_but_builds_no_encoder(
+    tmp_path: Path, traces: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model's files are checked before any case (a broken one is exit 2, above), but the
+    encoder (layers, int8 session, int8 check) is built only for a case located by meaning:
+    a case with its expected answer never is. Its verdicts do not change (the model was never
+    asked)."""
+    built: list[Path] = []
+    from_dir = SentenceEncoder.from_dir.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[SentenceEncoder], /, path: Path, **options: object) -> SentenceEncoder:
+        built.append(Path(path))
+        return from_dir(cls, path, **options)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(SentenceEncoder, "from_dir", classmethod(counting))
+    monkeypatch.setenv(E.ENV_MEMTRACE_EMBEDDING_MODEL, str(_model(tmp_path / "m")))
+    out = tmp_path / "v.jsonl"
+    cases = traces.parent / "cases.jsonl"  # each case with its expected answer
+    assert all(json.loads(line)["gold_answers"] for line in cases.read_text().splitlines())
+    assert (
+        main(["attribute", str(traces), "--cases", str(cases), "--quiet", "--out", str(out)]) == 0
+    )
+    verdicts = [json.loads(line) for line in out.read_text().splitlines()]
+    assert verdicts and all(v["op_id"] for v in verdicts)
+    assert built == []

@@ -99,8 +99,8 @@ from memtrace_otel.attribution._text import (
     recall,
     says_undated,
     segment_words,
+    word_count,
 )
-from memtrace_otel.attribution._tokens import content_token_count
 from memtrace_otel.graph import GraphIndex, graph_index
 from memtrace_otel.graph import op_order_key as order_key
 from memtrace_otel.semconv import Category, OpKind
@@ -205,7 +205,7 @@ class Signature:
             segments = tuple(
                 words if (words & _VAGUE) - self.words else words | stamped for words in segments
             )
-        if derived and content_token_count(text) <= _SHORT and not self.dated:
+        if derived and word_count(text) <= _SHORT and not self.dated:
             segments = (*segments, frozenset().union(*segments))
         # A date is shared by every fact of its day: in a value of several lines, a date
         # carries only in a line about the event (by the evidence's words or the question's).
@@ -304,15 +304,21 @@ class EvidenceMethod:
         store whose case may be located by the question alone (no evidence given, no expected
         answer), so each distinct text is encoded once and in full batches. Optional: verdicts are the same
         without it. Returns how many texts were encoded (0 without the sentence model)."""
-        encoder = default_encoder()
+        # Only cases without evidence or an expected answer are located by meaning: the model
+        # is built for the first of them (a run may need it for none).
+        needing = [
+            (index, ops, case)
+            for G, case in work
+            if not case.evidence_refs and not case.gold_answers
+            for index in (graph_index(G),)
+            if (ops := index.ops_of(case.case_id))
+        ]
+        encoder = default_encoder() if needing else None
         texts: dict[str, None] = {}
-        for G, case in work if encoder is not None else ():
-            index = graph_index(G)
-            ops = index.ops_of(case.case_id)
-            if ops and not case.evidence_refs and not case.gold_answers:
-                corpus = _store_messages(_scope(index, ops))[1]
-                asked = (corpus.focus(case.question), Question.of(case.question).text)
-                texts.update(dict.fromkeys([*corpus.texts, *asked]))
+        for index, ops, case in needing if encoder is not None else ():
+            corpus = _store_messages(_scope(index, ops))[1]
+            asked = (corpus.focus(case.question), Question.of(case.question).text)
+            texts.update(dict.fromkeys([*corpus.texts, *asked]))
         return encoder.prefetch(list(texts)) if encoder is not None else 0
 
     def attribute(self, G: nx.MultiDiGraph, case: Case) -> Verdict:
@@ -2037,7 +2043,7 @@ def _carries(
         lines[var] = tuple(w for w in held if any(recall(c, w) >= 0.8 for c in known)) or held
         return True
     sources = _sources(G, var)
-    short = content_token_count(text) <= _SHORT
+    short = word_count(text) <= _SHORT
     if sources:
         # A short value its op wrote from a carrier derives from it even when its source refs
         # were carried over from the version it replaced (an update names the old sources).

@@ -72,6 +72,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MODEL_PACKAGE",
     "SentenceEncoder",
+    "check_default_model",
     "check_model_dir",
     "default_encoder",
     "model_dir",
@@ -312,6 +313,49 @@ def check_model_dir(root: Path) -> dict[str, Any]:
     return config
 
 
+def _read_model(
+    root: Path, *, keep: bool = True
+) -> tuple[dict[str, Any], Tokenizer, dict[str, Vectors]]:
+    """The config, tokenizer and float32 weights of a model directory, every file checked
+    (:func:`check_model_dir`, then the tokenizer's ids and every weight finite).
+
+    The tensors are read one at a time (by ``pread`` where safetensors offers it, so the file is
+    not mapped whole beside them); with ``keep=False`` (a check alone) each is dropped once
+    checked, so the check holds one tensor at a time, and no weights are returned.
+
+    Raises:
+        ModelDirError: a file of it is corrupt or does not fit (it names the file).
+        ImportError: ``tokenizers`` or ``safetensors`` is not installed.
+    """
+    from safetensors import safe_open
+
+    config = check_model_dir(root)
+    tokenizer = _tokenizer(root / "tokenizer.json", config["vocab_size"])
+    weights_file = root / "model.safetensors"
+    needed = _expected_shapes(config)
+    weights: dict[str, Vectors] = {}
+    try:
+        try:
+            opened = safe_open(str(weights_file), framework="np", backend="pread")
+        except TypeError:  # safetensors before 0.8: mapped
+            opened = safe_open(str(weights_file), framework="np")
+        with opened as handle:
+            for name in handle.keys():  # noqa: SIM118 - a safetensors handle, not a dict
+                if name not in needed:
+                    continue
+                tensor = handle.get_tensor(name).astype(np.float32, copy=False)
+                if not np.isfinite(tensor).all():
+                    raise ModelDirError(str(weights_file), f"tensor {name!r} holds NaN or infinity")
+                if keep:
+                    weights[name] = tensor
+                del tensor
+    except ModelDirError:
+        raise
+    except Exception as exc:  # checked above; what the library still refuses
+        raise ModelDirError(str(weights_file), f"unreadable ({str(exc)[:200]})") from None
+    return config, tokenizer, weights
+
+
 def _tokenizer(path: Path, vocab: int) -> Tokenizer:
     from tokenizers import Tokenizer
 
@@ -389,6 +433,14 @@ class _Layer:
     ln2: tuple[Vectors, Vectors]
 
 
+_COPIED = ("attention.output.dense.weight", "intermediate.dense.weight", "output.dense.weight")
+"""The tensors of a layer (under ``encoder.layer.N.``) it copies, besides the q/k/v weights."""
+
+
+class _Consumable(dict[str, "Vectors"]):
+    """Weights the encoder may drop as it copies them into its layers (:meth:`SentenceEncoder.from_dir`)."""
+
+
 class SentenceEncoder:
     """A BERT sentence-transformer (mean pooling, L2 normalised) run in numpy.
 
@@ -464,6 +516,10 @@ class SentenceEncoder:
                     ln2=(w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"]),
                 )
             )
+            if isinstance(w, _Consumable):  # the layer holds its own copies of these now
+                for name in (*(a + x + ".weight" for x in ("query", "key", "value")),
+                             *(p + x for x in _COPIED)):  # fmt: skip
+                    del w[name]
         self._int8: Int8Layers | None = None
         if self.precision == "int8":
             from memtrace_otel.attribution._int8 import Int8Layers
@@ -508,30 +564,20 @@ class SentenceEncoder:
             ImportError: ``tokenizers`` or ``safetensors`` is not installed (the ``semantic``
                 extra), or ``precision="int8"`` without onnxruntime and onnx.
         """
-        from safetensors.numpy import load_file
-
         root = model_dir(path)
         assert root is not None  # an explicit directory is never "off"
-        config = check_model_dir(root)
+        config, tokenizer, weights = _read_model(root)
         st_config = root / "sentence_bert_config.json"
         if st_config.is_file() and "max_tokens" not in options:
             seq = _read_json(st_config).get("max_seq_length")
             if isinstance(seq, int):
                 options["max_tokens"] = seq
-        tokenizer = _tokenizer(root / "tokenizer.json", config["vocab_size"])
-        weights_file = root / "model.safetensors"
-        try:
-            loaded = load_file(str(weights_file))
-        except Exception as exc:  # checked above; what the library still refuses
-            raise ModelDirError(str(weights_file), f"unreadable ({str(exc)[:200]})") from None
-        needed = _expected_shapes(config)
-        weights = {k: v.astype(np.float32, copy=False) for k, v in loaded.items() if k in needed}
-        del loaded
-        for name, tensor in weights.items():
-            if not np.isfinite(tensor).all():
-                raise ModelDirError(str(weights_file), f"tensor {name!r} holds NaN or infinity")
-        encoder = cls(tokenizer, weights, config, precision=precision, **options)
+        # Each layer's float32 tensors are dropped as soon as the layer has copied them (the
+        # encoder's load, some 210 MB at its peak, may come in the middle of a run).
+        owned = _Consumable(weights)
         del weights
+        encoder = cls(tokenizer, owned, config, precision=precision, **options)
+        del owned
         # The file's tensors and the layers' float32 copies (dropped with int8) were freed into
         # the C heap, which keeps them resident: some 90 MB of every later peak.
         release_free_memory()
@@ -748,6 +794,28 @@ _controller: Any = None
 _default: SentenceEncoder | None = None
 _default_key: object = object()
 _default_lock = threading.Lock()
+
+
+def check_default_model() -> None:
+    """Check the configured model's files as :func:`default_encoder` would load them, without
+    building the encoder: a run checks its model once, before any case, but builds the encoder
+    (its layers, the int8 session and the int8 check: some 0.2 s of CPU and 40 MB of RSS) only
+    when a case first needs sentence similarity (questions without an expected answer). A
+    missing ``semantic`` extra is said once, as :func:`default_encoder` says it.
+
+    Raises:
+        ValueError: ``MEMTRACE_EMBEDDING_MODEL`` names a directory without a model, or a file
+            of the model is corrupt (:class:`~memtrace_otel.errors.ModelDirError`).
+    """
+    path = model_dir()
+    if path is None:
+        default_encoder()  # says once that the similarity is off
+        return
+    try:
+        _read_model(path, keep=False)
+    except ImportError:
+        default_encoder()  # says once that the semantic extra is missing
+    release_free_memory()  # the weights read for the check
 
 
 def default_encoder() -> SentenceEncoder | None:

@@ -28,7 +28,7 @@ from memtrace_otel.attribution._semantic import Vectors, default_encoder
 from memtrace_otel.attribution._tokens import (
     STOPWORDS,
     Bm25Index,
-    content_token_set,
+    _content_tokens,
     content_tokens,
     stem,
 )
@@ -167,7 +167,6 @@ def has_tokens(key: frozenset[str], strict: frozenset[str], words: frozenset[str
     return found == len(loose) if len(loose) <= 2 else found / len(loose) >= 0.6
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def segment_words(text: str) -> tuple[frozenset[str], ...]:
     """Content tokens of each line and sentence of a value (cached: the same records are tested
     for every case of their store).
@@ -175,8 +174,34 @@ def segment_words(text: str) -> tuple[frozenset[str], ...]:
     >>> [sorted(s) for s in segment_words("Ana lives in Porto. Bob has a cat.")]
     [['ana', 'live', 'porto'], ['bob', 'cat']]
     """
-    parts = (part for line in text.splitlines() for part in _SENTENCE.split(line))
-    return tuple(words for words in map(content_token_set, parts) if words)
+    return _segmented(text)[0]
+
+
+def word_count(text: str) -> int:
+    """``content_token_count(text)``, counted over the lines and sentences that
+    :func:`segment_words` reads (no token spans two of them: they are cut at whitespace), in
+    the same pass: a value is tokenized once, not whole and then again by parts.
+
+    >>> from memtrace_otel.attribution._tokens import content_token_count
+    >>> text = "Ana's cat is called Tofu. She moved to Porto!" + chr(10) + "Bob's; Ann"
+    >>> word_count(text), content_token_count(text)
+    (8, 8)
+    """
+    return _segmented(text)[1]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _segmented(text: str) -> tuple[tuple[frozenset[str], ...], int]:
+    """:func:`segment_words` and :func:`word_count` of ``text``, in one pass (cached)."""
+    segments = []
+    count = 0
+    for line in text.splitlines():
+        for part in _SENTENCE.split(line):
+            tokens = _content_tokens(part)
+            if tokens:
+                count += len(tokens)
+                segments.append(frozenset(tokens))
+    return tuple(segments), count
 
 
 def asks_for_time(question: str) -> bool:

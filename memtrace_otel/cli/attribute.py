@@ -13,7 +13,8 @@ from typing import Any
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from memtrace_otel.attribution import Verdict, get_method, method_names
-from memtrace_otel.attribution._semantic import default_encoder
+from memtrace_otel.attribution._model import load_cases
+from memtrace_otel.attribution._semantic import check_default_model, default_encoder
 from memtrace_otel.cli import EXIT_FAILURES, EXIT_NOTHING_TO_ATTRIBUTE, EXIT_OK, EXIT_USAGE
 from memtrace_otel.cli._backend import add_backend_options, http_options
 from memtrace_otel.export._configure import ENDPOINT_VARS, resolve_exporter
@@ -244,8 +245,15 @@ def run(args: argparse.Namespace) -> int:
         for url, option in ((args.jaeger_url, "--jaeger-url"), (args.tempo_url, "--tempo-url")):
             if url:
                 check_base_url(url, option)
-        # The sentence model is checked once, here, not found broken by every case.
-        default_encoder()
+        # The sentence model is checked once, here, not found broken by every case. Cases
+        # without their expected answer are located by meaning: the encoder is built now,
+        # before any trace is in memory (built later, its load adds to the run's peak). A cases
+        # file whose every case holds its answer (or evidence) may need it for none: it is then
+        # built when a case first does.
+        if _answers_known(args.cases):
+            check_default_model()
+        else:
+            default_encoder()
     except ValueError as exc:  # e.g. a model-based method with no endpoint configured
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -323,6 +331,17 @@ def run(args: argparse.Namespace) -> int:
         # The verdicts file is checked and locked before anything is loaded.
         log = stack.enter_context(VerdictLog(args.out)) if args.out else None
         return _run(args, method, dataclasses.replace(options, out=log), labels, exporter)
+
+
+def _answers_known(cases: str | None) -> bool:
+    """Whether every case of the cases file ``cases`` gives its expected answer or evidence
+    (``False`` without one, or when it cannot be read: the run reports that)."""
+    if cases is None:
+        return False
+    try:
+        return all(c.gold_answers or c.evidence_refs for c in load_cases(cases, strict=False))
+    except (OSError, ValueError):
+        return False
 
 
 def _run(

@@ -273,7 +273,7 @@ def forget_texts() -> None:
     for cached in (
         _tokens._content_tokens,
         _tokens.count_tokens,
-        _text.segment_words,
+        _text._segmented,
         _text.entity_tokens,
         _evidence._held,
         _evidence._text,
