@@ -9,7 +9,8 @@ and maps every trace and span id through a hash, so stores, ids and prompt store
 distinct and no span duplicates another copy's. Size N reads the first N copies as N files.
 
 For each size it prints the CPU time (user + sys) of the child process (``os.wait4``, so its
-own children count too), its peak RSS, spans/s, and the floor measured in this same run: the
+own children count too), its peak RSS (the child is started from a small launcher process, since
+Linux carries the parent's peak into a child's ``ru_maxrss``), spans/s, and the floor measured in this same run: the
 CPU time of stdlib ``json.loads`` over the same lines; then the ratio. Nothing carries over
 between runs: each run is a fresh interpreter writing a fresh verdicts file (a verdicts file
 left from an earlier run would resume its cases), and the copies hold no results.
@@ -391,10 +392,26 @@ def child_env(folder: Path) -> dict[str, str]:
     return env
 
 
+_LAUNCHER = r"""
+import json, os, sys
+pid = os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ, file_actions=[
+    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+])
+_, status, usage = os.wait4(pid, 0)
+print(json.dumps({"code": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime +
+                  usage.ru_stime, "maxrss_kib": usage.ru_maxrss}))
+"""
+"""Starts the run and reports its rusage. Linux carries a process's peak RSS across ``fork`` and
+``exec`` into the child's ``ru_maxrss``: spawned straight from this process (hundreds of MB after
+building the copies), every run's peak read at least this process's. Started from this small
+launcher instead, a run's peak is its own (the launcher's few MB aside)."""
+
+
 def run_cli(
     paths: list[Path], cases: Path, out: Path, *extra: str, env: dict[str, str] | None = None
 ) -> CliRun:
-    """``memtrace attribute PATHS --cases CASES --out OUT`` as a fresh process."""
+    """``memtrace attribute PATHS --cases CASES --out OUT`` as a fresh process, started through
+    :data:`_LAUNCHER` (its CPU and peak RSS are the run's alone)."""
     out.unlink(missing_ok=True)  # a verdicts file left over would resume its cases
     command = [
         sys.executable, "-m", "memtrace_otel.cli", "attribute", *map(str, paths),
@@ -402,18 +419,25 @@ def run_cli(
     ]  # fmt: skip
     started = time.perf_counter()
     with tempfile.TemporaryFile() as errors:
-        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors, env=env)
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
+        launcher = subprocess.run(
+            [sys.executable, "-S", "-c", _LAUNCHER, *command],
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            env=env,
+            check=False,
+        )
         seconds = time.perf_counter() - started
         errors.seek(0)
         text = errors.read().decode("utf-8", "replace")
-    if child.returncode != 0:
-        raise SystemExit(f"memtrace attribute failed ({child.returncode}):\n{text}")
+    lines = launcher.stdout.decode("utf-8", "replace").splitlines()
+    usage = json.loads(lines[-1]) if launcher.returncode == 0 and lines else None
+    if usage is None or usage["code"] != 0:
+        code = launcher.returncode if usage is None else usage["code"]
+        raise SystemExit(f"memtrace attribute failed ({code}):\n{text}")
     verdicts = sum(1 for line in out.read_bytes().splitlines() if line.strip())
     return CliRun(
-        cpu=usage.ru_utime + usage.ru_stime,
-        rss=usage.ru_maxrss * 1024,
+        cpu=usage["cpu"],
+        rss=usage["maxrss_kib"] * 1024,
         seconds=seconds,
         verdicts=verdicts,
         summary=text.strip().splitlines()[0] if text.strip() else "",
