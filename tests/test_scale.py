@@ -509,3 +509,30 @@ def test_the_streaming_index_holds_a_few_bytes_a_line(tmp_path: Path) -> None:
     assert sum(p.records for p in partitions) == lines
     assert [n for p in partitions for c in p.chunks for _, n in c.lines or ()] != []
     assert held / lines < 64, f"{held / lines:.0f} bytes a line"
+
+
+def test_a_cases_file_with_repeated_ids_is_decided_as_in_one_process(
+    workload: Path, tmp_path: Path
+) -> None:
+    """A streamed run keeps only the cases it may attribute: an id repeated with another verdict
+    (correct first, or after), and an incorrect case found in no trace, are decided as one
+    process decides them."""
+    rows = [json.loads(line) for line in (workload / "cases.jsonl").read_text().splitlines()]
+    failed = [row for row in rows if row["verdict"] != "correct"]
+    correct = [row for row in rows if row["verdict"] == "correct"]
+    assert len(failed) >= 2 and len(correct) >= 2
+    extra = [
+        {**failed[0], "verdict": "correct"},  # repeated after as correct: the first counts
+        {**correct[0], "verdict": "incorrect"},  # correct first, then incorrect
+        {**correct[1], "case_id": "no-such:case", "verdict": "incorrect"},
+    ]
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text("".join(json.dumps(row) + "\n" for row in [*rows, *extra]))
+    source = [str(workload / "traces.jsonl")]
+    single = run_batch(source, get_method("evidence"), cases_file=str(cases))
+    assert "no-such:case" in single[1].cases_not_in_traces
+    for options in ({"executor": "inline", "partitions": 5}, {"memory_bound": "64M"}):
+        verdicts, summary = run_batch(
+            source, get_method("evidence"), cases_file=str(cases), **options
+        )
+        assert (verdicts, _plain(summary)) == (single[0], _plain(single[1])), options

@@ -38,7 +38,7 @@ import sqlite3
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -193,7 +193,10 @@ def attribute_store(
         forget_tokens: also empty the evidence method's text cache afterwards (bounded runs).
     """
     index = graph_index(G)
-    result = StoreResult(store, list(index.case_ops), sorted(index.failed))
+    # With a cases file, only its cases are ever placed in a store (the others are skipped).
+    wanted = shared.cases
+    held = list(index.case_ops) if wanted is None else [c for c in index.case_ops if c in wanted]
+    result = StoreResult(store, held, sorted(index.failed))
     result.truncated_captured = count_truncated_captured(G)
     todo: list[Case] = list(forced)
     if shared.picks is not None:
@@ -512,17 +515,7 @@ def _run_scaled(
     case_order: list[Case] = []
     skipped: list[str] = []
     if cases_file is not None:
-        # A case the file marks correct is only skipped, so its texts are not kept: a cases file
-        # is mostly correct answers (bench_scale's 16x set: 30,400 of 38,400).
-        case_order = [
-            Case(case.case_id, verdict=case.verdict, source=case.source)
-            if case.verdict == JudgeVerdict.CORRECT
-            else case
-            for case in load_cases(cases_file, strict=False, skipped=skipped)
-        ]
-        cases = {}
-        for case in case_order:
-            cases.setdefault(case.case_id, case)
+        case_order, cases = _wanted_cases(load_cases(cases_file, strict=False, skipped=skipped))
     done: set[str] = set()
     attributed_at: dict[str, float] | None = None
     if log is not None:
@@ -667,6 +660,22 @@ def _run_scaled(
             log.append(verdict, pending_reason(verdict, case_id in not_found, summary))
     summary.failed.extend(poison)
     return verdicts
+
+
+def _wanted_cases(read: Iterable[Case]) -> tuple[list[Case], dict[str, Case]]:
+    """The entries of a cases file a streamed run attributes (all but those marking the answer
+    correct), in file order, and the first of them of each case id.
+
+    A single-process run skips each correct entry and attributes every other one, so a correct
+    entry is never needed (a cases file is mostly correct answers: 34,416 of bench_scale's
+    38,400 at 16x; kept, even with their texts dropped, they were most of the run's lasting
+    memory), and an id marked correct in one line and not in another is attributed.
+    """
+    order = [case for case in read if case.verdict != JudgeVerdict.CORRECT]
+    cases: dict[str, Case] = {}
+    for case in order:
+        cases.setdefault(case.case_id, case)
+    return order, cases
 
 
 def _merge(result: StoreResult, again: StoreResult) -> None:
