@@ -207,3 +207,38 @@ def test_the_line_reader_never_yields_a_line_over_the_cap(
         if not line:
             sizes.append(reader.skipped_size)
     assert seen == lines and sizes == skipped
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"case_id": "q1", "gold_answers": ["Porto"], "n": 1.5e-7, "k": -0}\n',
+        b'{"case_id": "q\\ud800", "a": "\\udfff x"}\n',  # lone surrogates: replaced
+        b'{"confidence": NaN, "x": Infinity}\n',  # the standard parser's extensions
+        b'{"big": 123456789012345678901234567890}\n',  # over 64 bits
+        b'{"a": 1, "a": 2}\n',  # the last duplicate wins
+        b"\xef\xbb\xbf{}\n",  # a byte order mark
+        b'{"a": "\xff"}\n',  # not UTF-8
+        b"[" * 5000 + b"]" * 5000 + b"\n",  # nesting too deep
+        b'{"a": 1e400}\n',
+        b'{"a": }\n',
+    ],
+)
+def test_json_lines_read_the_same_with_or_without_orjson(
+    raw: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cases, labels and verdicts files parse with orjson where installed: every line gives the
+    value (or the error) the standard parser gives."""
+    from memtrace_otel.errors import DecodeError
+    from memtrace_otel.sources import _common
+
+    def read() -> Any:
+        try:
+            return _common.json_line(raw, path="cases.jsonl", line=3)
+        except DecodeError as exc:
+            return ("error", str(exc))
+
+    fast = read()
+    monkeypatch.setattr(_common, "_fast_loads", None)
+    slow = read()
+    assert repr(fast) == repr(slow)  # repr: NaN != NaN

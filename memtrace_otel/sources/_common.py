@@ -249,6 +249,17 @@ OnError = Callable[[str, DecodeError], None]
 """Called with (kind, error) for each bad record; raises (strict) or records it (lenient)."""
 
 
+_fast_loads: Callable[[bytes], Any] | None
+try:  # the loaders' optional accelerator: the same values, lone surrogates refused
+    from orjson import loads as _fast_loads
+except ImportError:  # pragma: no cover - the standard parser does the work
+    _fast_loads = None
+
+
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_NINETEEN_DIGITS = b"0" * 19
+
+
 def json_line(raw: bytes, *, path: str, line: int) -> Any:
     """One JSON Lines line (a cases, labels or verdicts file) parsed, lone surrogates replaced
     (U+FFFD, as in the trace files, so ids still match).
@@ -257,6 +268,15 @@ def json_line(raw: bytes, *, path: str, line: int) -> Any:
         DecodeError: not UTF-8, or not JSON (also nesting too deep, integers too long), naming
             the file and line.
     """
+    # orjson reads an integer of over 64 bits as a float: a line with a run of 19 digits (digits
+    # mapped to "0" first, a C pass) goes to the standard parser.
+    if _fast_loads is not None and _NINETEEN_DIGITS not in raw.translate(_DIGITS_TO_ZERO):
+        try:
+            return _fast_loads(raw)
+        except ValueError:
+            # What orjson refuses (lone surrogates, NaN, not UTF-8...) the standard parser
+            # takes, or says why not.
+            pass
     try:
         value = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
