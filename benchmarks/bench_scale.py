@@ -10,8 +10,10 @@ distinct and no span duplicates another copy's. Size N reads the first N copies 
 
 For each size it prints the CPU time (user + sys) of the child process (``os.wait4``, so its
 own children count too), its peak RSS (the child is started from a small launcher process, since
-Linux carries the parent's peak into a child's ``ru_maxrss``), spans/s, and the floor measured in this same run: the
-CPU time of stdlib ``json.loads`` over the same lines; then the ratio. Nothing carries over
+Linux carries the parent's peak into a child's ``ru_maxrss``), spans/s, and the floor measured in
+this same run: the CPU time of stdlib ``json.loads`` over the same lines, in a fresh interpreter
+just before the run and again just after it, averaged (both are printed); then the ratio.
+Nothing carries over
 between runs: each run is a fresh interpreter writing a fresh verdicts file (a verdicts file
 left from an earlier run would resume its cases), and the copies hold no results.
 
@@ -353,18 +355,31 @@ def build_copies(folder: Path, copies: int) -> list[tuple[Path, Path]]:
     return pairs
 
 
+_FLOOR = r"""
+import json, sys, time
+spans = 0
+started = time.process_time()
+for path in sys.argv[1:]:
+    with open(path, "rb") as stream:
+        for line in stream:
+            value = json.loads(line)
+            for resource in value["resourceSpans"]:
+                for scope in resource["scopeSpans"]:
+                    spans += len(scope["spans"])
+print(json.dumps({"cpu": time.process_time() - started, "spans": spans}))
+"""
+"""The floor's process: stdlib ``json.loads`` over every line of the files named, its CPU
+seconds (the parse alone: the interpreter's start-up is not in it) and the spans counted."""
+
+
 def json_floor(paths: list[Path]) -> tuple[float, int]:
-    """CPU seconds of stdlib ``json.loads`` over every line of ``paths``, and the spans."""
-    spans = 0
-    started = time.process_time()
-    for path in paths:
-        with open(path, "rb") as stream:
-            for line in stream:
-                value = json.loads(line)
-                for resource in value["resourceSpans"]:
-                    for scope in resource["scopeSpans"]:
-                        spans += len(scope["spans"])
-    return time.process_time() - started, spans
+    """CPU seconds of stdlib ``json.loads`` over every line of ``paths``, and the spans: measured
+    in a fresh interpreter, as the run is (not in this process, whose heap holds what it built)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FLOOR, *map(str, paths)], check=True, capture_output=True
+    )
+    result = json.loads(done.stdout.decode().splitlines()[-1])
+    return float(result["cpu"]), int(result["spans"])
 
 
 @dataclass
@@ -468,14 +483,19 @@ def scale_main(args: argparse.Namespace) -> None:
             with open(cases, "wb") as joined:
                 for _, c_path in pairs[:size]:
                     joined.write(c_path.read_bytes())
-            floor, spans = json_floor(traces)
+            # The floor just before and just after the run, averaged: this machine's speed
+            # drifts from minute to minute (a busy neighbour core slows both alike).
+            before, spans = json_floor(traces)
             load = os.getloadavg()
             run = run_cli(traces, cases, folder / f"verdicts-x{size}.jsonl", *extra, env=env)
+            after, _ = json_floor(traces)
+            floor = (before + after) / 2
             rows[size] = (run, floor)
             print(
                 f"{size:>3}x {spans:>8} {run.cpu:>7.2f} {floor:>7.2f} {run.cpu / floor:>5.2f}x "
                 f"{run.rss / 1e6:>6.0f} MB {spans / run.cpu:>8.0f} {run.seconds:>7.1f} "
-                f"{run.verdicts:>8}  {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
+                f"{run.verdicts:>8}  {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}  "
+                f"(floor {before:.2f} before, {after:.2f} after)",
                 flush=True,
             )
         print("goals:")
