@@ -211,13 +211,22 @@ class Signature:
         # carries only in a line about the event (by the evidence's words or the question's).
         derived_about = derived and (single or not self.dated)
         subject = self.topic | self.event
+        copies = [c for c in copied if len(c) >= 3]
+        # A line sharing no token with the answer, the key or the evidence can carry nothing
+        # (every test below needs one of them), whatever it is about: most lines of a window.
+        # (Without a key and without evidence words, the last test holds for any line.)
+        relevant = (
+            self.gold | self.key | self.words | self.topic if self.key or self.words else None
+        )
         out: list[frozenset[str]] = []
         for words in segments:
+            if relevant is not None and relevant.isdisjoint(words):
+                continue
             if self.dated:  # two of its words: one ("talk") is too easily met by chance
                 about = derived_about or len(subject & words) >= min(2, len(subject))
             else:
                 about = derived_about or bool(self.topic & words) or not self.topic
-            about = about or any(len(c) >= 3 and recall(c, words) >= 0.8 for c in copied)
+            about = about or any(recall(c, words) >= 0.8 for c in copies)
             # A line of someone else is not about it, whoever wrote it (an extraction that read
             # the evidence's record as context and wrote another person's fact).
             about = about and not self.elsewhere(words)
@@ -2120,7 +2129,10 @@ def _sole_source(
 @functools.lru_cache(maxsize=1 << 14)
 def _held(signature: Signature, value: str) -> tuple[frozenset[str], ...]:
     """The lines of a value that hold the answer-bearing tokens, whatever they are about."""
-    return tuple(w for w in segment_words(_text(value)) if signature.holds(w))
+    answer = signature.gold | signature.key  # a line sharing none of these holds nothing
+    return tuple(
+        w for w in segment_words(_text(value)) if not answer.isdisjoint(w) and signature.holds(w)
+    )
 
 
 @functools.lru_cache(maxsize=1 << 14)

@@ -111,10 +111,12 @@ def recall(needle: Iterable[str], haystack: Iterable[str]) -> float:
     >>> recall(["porto", "ana"], ["ana", "live", "porto"])
     1.0
     """
-    wanted = set(needle)
+    # Sets are taken as they are (the hot callers pass frozensets): no copy of either.
+    wanted = needle if isinstance(needle, frozenset | set) else set(needle)
     if not wanted:
         return 1.0
-    return len(wanted & set(haystack)) / len(wanted)
+    found = haystack if isinstance(haystack, frozenset | set) else set(haystack)
+    return len(wanted & found) / len(wanted)
 
 
 @functools.lru_cache(maxsize=1 << 16)
