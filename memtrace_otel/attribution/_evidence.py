@@ -198,8 +198,8 @@ class Signature:
         """
         segments = segment_words(text)
         # One statement: a line of one word is a label beside it (a tool call's name, an
-        # event such as ADD), not a second statement.
-        single = sum(len(words) > 1 for words in segments) <= 1
+        # event such as ADD), not a second statement. (Asked only of a derived value.)
+        single = derived and sum(len(words) > 1 for words in segments) <= 1
         stamped = frozenset(content_tokens(stamp)) if stamp else frozenset()
         if stamped:
             segments = tuple(
