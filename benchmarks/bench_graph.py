@@ -13,7 +13,10 @@ all measured in CPU time of this process (so other jobs on a shared machine dist
    alone (goal <= 1.3), with where the fold thread's time goes (reading the spans, folding them,
    and the schema floor of the same spans, against the goal's budget), and a burst of 50,000
    spans from one thread into the default buffer (8,192) and fold interval (1 s): the share
-   folded and the share dropped (counted);
+   folded and the share dropped (counted). Beside the total: the same ratio when the batch
+   processor's exporter does the OTLP exporter's encoding (the README's export; the null
+   exporter leaves out the export's own cost), and the cost of one query after the run
+   (``graph()``, the copy a caller gets, beside networkx's ``G.copy()``);
 2. offline build throughput of ``build_graph`` in spans/s on one core (goal >= 100k spans/s);
 3. the build time for 10x more spans, as a ratio (goal <= 11x, i.e. linear);
 
@@ -282,6 +285,17 @@ class _NullExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
+class _OtlpEncodingExporter(SpanExporter):
+    """The OTLP exporter's work short of the network: each batch encoded to the protobuf bytes
+    ``OTLPSpanExporter`` would send (the export the README sets up, to a Collector)."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+        encode_spans(spans).SerializeToString()
+        return SpanExportResult.SUCCESS
+
+
 def _emit(provider: TracerProvider, records: Sequence[SpanRecord]) -> None:
     """Create and end one SDK span per record, with its attributes, events and links."""
     tracer = provider.get_tracer("bench")
@@ -292,10 +306,14 @@ def _emit(provider: TracerProvider, records: Sequence[SpanRecord]) -> None:
         span.end()
 
 
-def _provider(extra: EvolutionGraphProcessor | None) -> TracerProvider:
+def _provider(
+    extra: EvolutionGraphProcessor | None, exporter: SpanExporter | None = None
+) -> TracerProvider:
     provider = TracerProvider()
     provider.add_span_processor(
-        BatchSpanProcessor(_NullExporter(), max_queue_size=1 << 16, schedule_delay_millis=200)
+        BatchSpanProcessor(
+            exporter or _NullExporter(), max_queue_size=1 << 16, schedule_delay_millis=200
+        )
     )
     if extra is not None:
         provider.add_span_processor(extra)
@@ -336,18 +354,24 @@ def processor_total_cpu(records: Sequence[SpanRecord], rounds: int = 5) -> dict[
     fold done), for the SDK batch processor alone and with the background-folding processor
     beside it (default fold interval; a buffer that holds every span, so none is dropped and
     every one is folded: a drop would be work not done). Best of ``rounds``, interleaved.
+
+    The same pair again with the batch processor's exporter doing the OTLP exporter's encoding
+    (:class:`_OtlpEncodingExporter`, no network), the export the README sets up; and, after
+    each background run, one query: ``graph()`` (the copy a caller gets), beside networkx's
+    ``G.copy()`` of the same live graph (what ``graph()`` used to make).
     """
-    modes = ["baseline", "background"]
-    best = dict.fromkeys(modes, float("inf"))
+    modes = ["baseline", "background", "otlp_baseline", "otlp_background"]
+    best = dict.fromkeys([*modes, "query", "nx_copy"], float("inf"))
     folded = 0
     for round_no in range(rounds):
-        for mode in modes[round_no % 2 :] + modes[: round_no % 2]:
+        shift = round_no % len(modes)
+        for mode in modes[shift:] + modes[:shift]:
             extra = (
                 EvolutionGraphProcessor(max_buffer=len(records) + 1)
-                if mode == "background"
+                if mode.endswith("background")
                 else None
             )
-            provider = _provider(extra)
+            provider = _provider(extra, _OtlpEncodingExporter() if "otlp" in mode else None)
             gc.collect()
             start = time.process_time()
             _emit(provider, records)
@@ -358,10 +382,23 @@ def processor_total_cpu(records: Sequence[SpanRecord], rounds: int = 5) -> dict[
                 if stats["dropped"] or stats["folded"] != len(records):
                     raise SystemExit(f"background fold lost spans: {stats}")
                 folded = stats["folded"]
+                start = time.process_time()
+                snapshot = extra.graph()
+                best["query"] = min(best["query"], time.process_time() - start)
+                with extra.locked_graph() as live:
+                    start = time.process_time()
+                    copied = live.copy()
+                    best["nx_copy"] = min(best["nx_copy"], time.process_time() - start)
+                del snapshot, copied
     return {
         "baseline_us": best["baseline"],
         "background_us": best["background"],
         "ratio": best["background"] / best["baseline"],
+        "otlp_baseline_us": best["otlp_baseline"],
+        "otlp_background_us": best["otlp_background"],
+        "otlp_ratio": best["otlp_background"] / best["otlp_baseline"],
+        "query_us": best["query"] / len(records) * 1e6,
+        "nx_copy_us": best["nx_copy"] / len(records) * 1e6,
         "folded": folded,
     }
 
@@ -545,6 +582,15 @@ def main(argv: Sequence[str] = ()) -> int:
         f"{total['ratio']:.3f}x the SDK batch processor alone ({total['baseline_us']:.1f} -> "
         f"{total['background_us']:.1f} us/span; {total['folded']:.0f} of 3000 folded, none "
         f"dropped)  goal <= 1.3"
+    )
+    print(
+        f"  the same with the OTLP exporter's encoding as the batch processor's exporter (the "
+        f"README's export, no network): {total['otlp_ratio']:.3f}x "
+        f"({total['otlp_baseline_us']:.1f} -> {total['otlp_background_us']:.1f} us/span)"
+    )
+    print(
+        f"  a query after the run: graph() {total['query_us']:.1f} us/span of the graph "
+        f"(networkx's G.copy() of the same graph: {total['nx_copy_us']:.1f})"
     )
     parts = processor_breakdown(small[:3_000])
     budget = 0.3 * total["baseline_us"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 
+import networkx as nx
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -12,6 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Tracer
 
 from memtrace_otel._internal import quiet_internal_errors
+from memtrace_otel._shim import nodes_of, pred_of, succ_of
 from memtrace_otel.export import span_to_record
 from memtrace_otel.graph import build_graph, canonical_form
 from memtrace_otel.instrumentation import CaptureConfig, MemTracer, WriterRegistry
@@ -306,6 +308,57 @@ def test_locked_graph_is_the_live_graph(provider: TracerProvider) -> None:
     with processor.locked_graph() as G:
         assert "a@1" in G
         assert G is not processor.graph()
+
+
+def _layout(G: nx.MultiDiGraph) -> list[object]:
+    """Everything of a graph, in the order of every dict: nodes, successors, predecessors."""
+
+    def adjacency(adj: dict[str, dict[str, dict[str, dict[str, object]]]]) -> list[object]:
+        return [
+            (
+                u,
+                [
+                    (v, [(k, list(d.items())) for k, d in keyed.items()])
+                    for v, keyed in nbrs.items()
+                ],
+            )
+            for u, nbrs in adj.items()
+        ]
+
+    return [
+        list(G.graph.items()),
+        [(n, list(d.items())) for n, d in nodes_of(G).items()],
+        adjacency(succ_of(G)),
+        adjacency(pred_of(G)),
+    ]
+
+
+def test_graph_is_the_live_graph_copied_exactly(provider: TracerProvider) -> None:
+    """graph() copies the live graph's dicts itself: the same graph as networkx's copy, to the
+    order of every dict, and independent of the live graph."""
+    processor = EvolutionGraphProcessor(fold_interval=0)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("t")
+    emit_op(tracer, "create", ["in@1"], ["m@1"], start=10)
+    emit_op(tracer, "update", ["m@1", "in@1"], ["m@2", "n@1"], start=20)
+    emit_op(tracer, "update", ["m@3"], ["m@4"], start=30)  # m@3 never written: external
+    emit_op(tracer, "update", ["m@2"], ["m@3"], store="t", start=40)
+    with tracer.start_as_current_span("plain"):
+        emit_op(tracer, "child", ["n@1"], ["c@1"], start=50)
+    snapshot = processor.graph()
+    with processor.locked_graph() as live:
+        assert _layout(snapshot) == _layout(live.copy())
+        assert snapshot.has_edge("m@2", "m@3", key="version")
+        assert succ_of(snapshot)["m@1"] is not succ_of(live)["m@1"]
+        keyed = succ_of(snapshot)["m@1"]
+        assert all(pred_of(snapshot)[v]["m@1"] is keyed[v] for v in keyed)
+        before = _layout(live)
+    snapshot.nodes["m@1"]["value"] = "changed"
+    snapshot.edges["m@1", "m@2", "version"]["mark"] = 1
+    snapshot.add_edge("m@4", "x@1", key="read")
+    snapshot.graph["non_op_spans"].clear()
+    with processor.locked_graph() as live:
+        assert _layout(live) == before
 
 
 # --- eviction ------------------------------------------------------------------------------------
