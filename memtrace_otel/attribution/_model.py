@@ -72,6 +72,8 @@ _VERDICTS = {v.value for v in JudgeVerdict}
 def _str_list(value: Any, *, path: str, line: int, field_name: str) -> tuple[str, ...]:
     if value is None:
         return ()
+    if type(value) is list and all(type(v) is str for v in value):  # the usual shape, first
+        return tuple(value)
     if isinstance(value, str | int | float) and not isinstance(value, bool):
         return (str(value),)
     if isinstance(value, list) and all(
