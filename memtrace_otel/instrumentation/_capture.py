@@ -193,10 +193,10 @@ def _sub_near(
     repl: str | Callable[[re.Match[str]], str],
 ) -> str:
     """``pattern.sub(repl, text)``, trying ``pattern.match`` only where a match can start: at the
-    offsets ``needles`` give from each needle's occurrences in ``haystack`` (``text``, or its
-    ``lower()`` for a case-insensitive pattern). Every match of the pattern starts at one of
-    them, and they are tried left to right, so the result is ``pattern.sub``'s. (A lower() of
-    another length, rare Unicode, falls back to ``pattern.sub``.)
+    offsets ``needles`` give from each needle's occurrences in ``haystack`` (``text``, or for a
+    case-insensitive pattern its ``lower()``, or :func:`_gate`'s when not ASCII). Every match of
+    the pattern starts at one of them, and they are tried left to right, so the result is
+    ``pattern.sub``'s. (A haystack of another length falls back to ``pattern.sub``.)
 
     >>> t = "a sk-live-4eC39HqLyjWDarjtT1zdp7dc b"
     >>> _sub_near(_API_KEY, t, t, _API_KEY_AT, "<k>")
