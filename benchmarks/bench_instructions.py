@@ -18,13 +18,20 @@ counted only inside ``itertools.starmap``, which makes the calls. Sides:
   through the function the capture uses (``CaptureConfig.value_digest``, ``digest_with``);
 - the ``Memory.search`` wrapper of ``bench_wrappers.py`` (mem0ai 2.x, a recorded 20-hit result
   returned by a stand-in for the library), capture off and on, against the recorded result
-  returned alone and with its span written by hand with the SDK.
+  returned alone and with its span written by hand with the SDK;
+- with ``--reference``: the manual op of ``bench_instrumentation.py --reference`` (a distinct
+  ~1 KB value each call, keyed digests, a ``memory://`` store) on the app's thread, capture on,
+  on with ``REFERENCE``'s default hook, ``REFERENCE``, and ``REFERENCE`` without pseudonyms (the
+  content writer's thread is not counted: callgrind counts the calling thread only); and the
+  default hook :func:`redact_secrets` alone on the benchmark's value, on LoCoMo text (turns,
+  session summaries and a fact of conversation 0, and of conversation 5, held out: not used
+  while tuning the gates) and on mem0's extraction and update prompts.
 
 Caveat: valgrind's virtual CPU has no SHA extensions, so OpenSSL hashes in software there: a
 ``sha256`` digest weighs several times more in these counts than on hardware that has them.
 
 Run: .venv/bin/python benchmarks/bench_instructions.py   (needs valgrind; prints a note without;
-``--digests`` counts the digest sides alone)
+``--digests`` counts the digest sides alone, ``--reference`` the REFERENCE and redaction sides)
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
 os.environ["MEM0_TELEMETRY"] = "false"
 
-CALLS = {"op": 2000, "search": 100, "digest": 2000}
+CALLS = {"op": 2000, "search": 100, "digest": 2000, "ref": 2000, "redact": 2000, "prompt": 200}
 OP_SIDES = (
     "op-hand-off",
     "op-hoisted-off",
@@ -61,6 +68,17 @@ DIGEST_SIDES = tuple(
     for size in ("short", "1k")
     for algorithm in ("sha256", "hmac", "b2k")
 )
+REFERENCE_SIDES = ("ref-on", "ref-on+hook", "ref-reference", "ref-ref-no-pseud")
+REDACT_TEXTS = (
+    "value",
+    "locomo-turns",
+    "locomo-summary",
+    "locomo-fact",
+    "held-out-turns",
+    "held-out-summary",
+    "held-out-fact",
+)
+PROMPTS = ("mem0-extraction", "mem0-update")
 _DIGEST_KEY = b"bench-digest-key-0123456789abcdef"
 WARM_UP = 50
 _OPEN: list[object] = []
@@ -78,9 +96,21 @@ def _sides(side: str) -> Callable[[], None]:
             schedule_delay_millis=3_600_000,
         )
     )
-    kind, *rest = side.split("-")
+    kind, _, rest_text = side.partition("-")
+    rest = rest_text.split("-")
     if kind == "digest":
         return _digest_side(*rest)
+    if kind == "ref":
+        return _reference_side(provider, rest_text)
+    if kind in ("redact", "prompt"):
+        from memtrace_otel.instrumentation import redact_secrets
+
+        text = _redaction_texts()[rest_text]
+
+        def redact() -> None:
+            redact_secrets(text)
+
+        return redact
     if kind == "op":
         from bench_instrumentation import op_sides
 
@@ -108,6 +138,72 @@ def _sides(side: str) -> Callable[[], None]:
         tracer_provider=provider, capture=CaptureConfig(mode=mode), registry=WriterRegistry()
     )
     return search
+
+
+def _reference_side(provider: TracerProvider, name: str) -> Callable[[], None]:
+    """One manual op of ``bench_instrumentation.py --reference``'s side ``name`` (its capture),
+    a distinct ~1 KB value each call, without the flushes that end its rounds."""
+    from bench_instrumentation import VALUE, reference_sides
+
+    from memtrace_otel.instrumentation import MemTracer, WriterRegistry
+    from memtrace_otel.semconv import Category
+
+    capture, _ = reference_sides(provider, "memory://", 1)[name]
+    mt = MemTracer(
+        tracer_provider=provider,
+        system="bench",
+        store_id="u1",
+        capture=capture,
+        registry=WriterRegistry(),
+    )
+    with mt.create("bench.seed") as op:
+        source = op.output(mt.variable("msg:1", "seed", category=Category.MESSAGE)).ref
+    counter = itertools.count()
+
+    def op_call() -> None:
+        value = f"{next(counter):08d} {VALUE}"[:1024]
+        with mt.extract("bench.extract", inputs=[source]) as op:
+            op.output(mt.variable("fact:1", value, category=Category.MEMORY))
+
+    return op_call
+
+
+def _redaction_texts() -> dict[str, str]:
+    """The texts the default hook is counted on: the benchmark's ~1 KB value; LoCoMo's
+    conversation 0 (its turns joined, its session summaries, its first observed fact: ~1 KB) and
+    conversation 5 (held out); mem0's fact extraction and memory update prompts."""
+    import json
+
+    from bench_instrumentation import VALUE
+
+    from memtrace_bench.systems._locomo import default_locomo_path
+
+    texts = {"value": VALUE}
+    path = default_locomo_path()
+    if path.is_file():
+        samples = json.loads(path.read_text(encoding="utf-8"))
+        for label, index in (("locomo", 0), ("held-out", 5)):
+            talk = samples[index]["conversation"]
+            sessions = sorted(
+                (k for k in talk if k.startswith("session_") and isinstance(talk[k], list)),
+                key=lambda k: int(k.split("_")[1]),
+            )
+            texts[f"{label}-turns"] = " ".join(t["text"] for k in sessions for t in talk[k])[:1024]
+            summaries = samples[index]["session_summary"]
+            texts[f"{label}-summary"] = " ".join(
+                summaries[k] for k in sorted(summaries, key=lambda k: int(k.split("_")[1]))
+            )[:1024]
+            observed = samples[index]["observation"]
+            first = next(iter(observed.values()))
+            texts[f"{label}-fact"] = next(iter(first.values()))[0][0]
+    try:
+        from mem0.configs import prompts
+
+        texts["mem0-extraction"] = prompts.ADDITIVE_EXTRACTION_PROMPT
+        texts["mem0-update"] = prompts.DEFAULT_UPDATE_MEMORY_PROMPT
+    except ImportError:
+        pass
+    return texts
 
 
 def _digest_side(algorithm: str, size: str) -> Callable[[], None]:
@@ -176,6 +272,9 @@ def main() -> None:
     if "--digests" in sys.argv:
         _print_digests({side: _count(side) for side in DIGEST_SIDES})
         return
+    if "--reference" in sys.argv:
+        _print_reference()
+        return
     ir = {side: _count(side) for side in (*OP_SIDES, *SEARCH_SIDES, *DIGEST_SIDES)}
     _print_digests(ir)
     print("bench_instructions: instructions per call (callgrind Ir), one process per side")
@@ -199,6 +298,30 @@ def main() -> None:
             f"    instrumented, capture {mode:3}: {ours / 1e3:7.1f}k, {ours / hand:.3f}x the span "
             f"by hand, our own code {(ours - hand) / 1e3:6.1f}k per call"
         )
+
+
+def _print_reference() -> None:
+    ir = {side: _count(side) for side in REFERENCE_SIDES}
+    on = ir["ref-on"]
+    print(
+        "bench_instructions: the manual op of bench_instrumentation.py --reference, app thread "
+        "(callgrind Ir per op; a distinct ~1 KB value each call, keyed digests, memory:// store)"
+    )
+    for side, label in zip(
+        REFERENCE_SIDES,
+        ("capture on", "on + REFERENCE's hook", "REFERENCE", "REFERENCE, no pseudonyms"),
+        strict=True,
+    ):
+        print(f"  {label:25}: {ir[side] / 1e3:7.1f}k, {ir[side] / on:.3f}x capture on")
+    texts = _redaction_texts()
+    print("bench_instructions: the default hook redact_secrets alone (callgrind Ir per call)")
+    for name in (*REDACT_TEXTS, *PROMPTS):
+        if name not in texts:
+            continue
+        kind = "prompt" if name in PROMPTS else "redact"
+        count = _count(f"{kind}-{name}")
+        held = " (held out)" if name.startswith("held-out") else ""
+        print(f"  {name:17} {len(texts[name]):6} chars: {count / 1e3:8.1f}k{held}")
 
 
 def _print_digests(ir: dict[str, float]) -> None:

@@ -223,3 +223,41 @@ def test_a_ref_pseudonymised_by_its_cached_id_reads_as_the_whole_ref_would() -> 
     assert sorted(fs.cat(m).decode() for m in mappings) == sorted(
         [EMAIL, PHONE, "912345678", "123456789"]
     )
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_every_input_link_and_output_of_an_op_leaves_pseudonymised(count: int) -> None:
+    # One ref and several take different paths through the op's start and end: each leaves
+    # as its pseudonym, in order, in the inputs, the links and the outputs alike.
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    capture = CaptureConfig(
+        mode="REFERENCE", content_url=f"memory://ops-{uuid.uuid4().hex}", digest_key=KEY
+    )
+    mt = MemTracer(
+        tracer_provider=provider, system="test", store_id=EMAIL, capture=capture,
+        registry=WriterRegistry(),
+    )  # fmt: skip
+    sources = []
+    for i in range(count):
+        with mt.create("test.message") as op:
+            ident = f"msg:{EMAIL}:{i}" if i % 2 == 0 else f"msg:{PHONE}:{i}"
+            sources.append(op.output(mt.variable(ident, f"message {i}", category="message")))
+    with mt.extract("test.extract", inputs=sources) as op:
+        outs = [
+            op.output(mt.variable(f"fact:{EMAIL}:{i}", f"fact {i}", category="memory"))
+            for i in range(count)
+        ]
+    span = exporter.get_finished_spans()[-1]
+    inputs = [capture.pseudonym(s.ref, EMAIL) for s in sources]
+    assert list(span.attributes[A.MEMTRACE_OP_INPUTS]) == inputs
+    assert list(span.attributes[A.MEMTRACE_OP_OUTPUTS]) == [
+        capture.pseudonym(o.ref, EMAIL) for o in outs
+    ]
+    assert [link.attributes[A.MEMTRACE_VARIABLE_REF] for link in span.links] == inputs
+    assert EMAIL not in str(span.attributes) and PHONE not in str(span.attributes)
+    provider.shutdown()
+    assert capture.content_writer is not None and capture.content_writer.flush(10_000)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+import random
+import string
 import uuid
 from pathlib import Path
 from typing import Any
@@ -449,6 +451,102 @@ def test_redact_secrets_gated_equals_every_pattern_on_non_ascii_text_and_folding
         "plain ASCII prose about a token of love",
     ]
     _assert_gated_equals_ungated(secrets, prose)
+
+
+def _random_text(rng: random.Random) -> str:
+    """A text glued from the secret patterns' own pieces: their words in any case (and with the
+    folding letters), prefixes, separators, quotes, whitespace, runs of their alphabets, and
+    plain words and non-ASCII letters."""
+    words = ["bearer", "token", "basic", "key", "api_key", "apikey", "api-key", "secret",
+             "secret_key", "secret-access-key", "password", "passwd", "passw"]  # fmt: skip
+    needles = ["sk-", "sk_", "rk_", "pk-", "k-", "k_", "xsk-", "ghp_", "gho_", "gh", "github_pat_",
+               "xoxb-", "xox", "eyJ", "eyJhbGciOiJIUzI1NiJ9", ".", "AKIA", "ASIA", "ABIA", "ACCA",
+               "AGPA", "AIDA", "AROA", "A", "XAKIA", "-----BEGIN ", "RSA ", "PRIVATE KEY-----",
+               "-----END ", "-----", "<token>", "<secret>", "<api-key>", "<", ">"]  # fmt: skip
+    separators = [":", "=", " ", "  ", "\t", "\n", "\u00a0", "'", '"', ",", ";", "@", "/", "+"]
+    alphabets = [
+        string.ascii_letters + string.digits + "._~+/=-",  # a bearer token's
+        string.ascii_uppercase + string.digits,  # an AWS key's
+        string.ascii_letters + string.digits + "_-",  # an API key's, a JWT segment's
+        "abcdefghijklmnopqrstuvwxyz ",
+    ]
+    plain = ["Ana", "moved to Porto", "the key to", "a token of love", "basic training", "é",
+             "—", "🙂", "Ayşe", "İstanbul", "naïve", "\u212a", "ſ", "ı", "İ"]  # fmt: skip
+    folds = {"i": ["ı", "İ", "I"], "s": ["ſ", "S"], "k": ["\u212a", "K"]}
+
+    def run(alphabet: str, low: int, high: int) -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(low, high)))
+
+    b64, upper = alphabets[2], alphabets[1]
+    # near-secrets: a prefix and a run of its alphabet about as long as the pattern needs
+    shapes = [
+        lambda: "eyJ" + run(b64, 3, 7) + "." + run(b64, 3, 7) + "." + run(b64, 3, 7),
+        lambda: rng.choice(needles[17:25]) + run(upper, 14, 18),
+        lambda: "-----BEGIN " + rng.choice(["", "RSA ", "EC ", "rsa "]) + "PRIVATE KEY-----"
+        + run(b64, 0, 6) + rng.choice(["", "-----END PRIVATE KEY-----", "-----END EC PRIVATE KEY-----"]),
+        lambda: rng.choice(["sk-", "rk_", "pk-", "ghp_", "github_pat_", "xoxb-"]) + run(b64, 8, 36),
+    ]  # fmt: skip
+    pieces = []
+    for _ in range(rng.randint(1, 14)):
+        kind = rng.random()
+        if kind < 0.08:
+            piece = rng.choice(shapes)()
+        elif kind < 0.3:
+            word = rng.choice(words)
+            # each letter in either case, or a folding letter the pattern takes for it
+            piece = "".join(
+                rng.choice(folds[c]) if c in folds and rng.random() < 0.15
+                else c.upper() if rng.random() < 0.3 else c
+                for c in word
+            )  # fmt: skip
+        elif kind < 0.5:
+            piece = rng.choice(needles)
+        elif kind < 0.7:
+            piece = rng.choice(separators)
+        elif kind < 0.9:
+            alphabet = rng.choice(alphabets)
+            piece = "".join(
+                rng.choice(alphabet) for _ in range(rng.choice((1, 5, 8, 12, 16, 20, 34)))
+            )
+        else:
+            piece = rng.choice(plain)
+        pieces.append(piece)
+    return "".join(pieces)
+
+
+def test_redact_secrets_gated_equals_every_pattern_on_random_texts() -> None:
+    # Property-style, seeded: on texts glued at random from the patterns' own words (any case,
+    # folding letters), prefixes, separators and alphabets, with plain and non-ASCII text, the
+    # gated redact_secrets is every pattern's plain .sub in turn. Many of them hold secrets.
+    from memtrace_otel.instrumentation import _capture as C
+
+    rng = random.Random(31)
+    kinds = dict.fromkeys(
+        ["<private-key>", "<jwt>", "<token>", "<api-key>", "<aws-key>", "<secret>"], 0
+    )
+    for _ in range(6000):
+        text = _random_text(rng)
+        expected = _ungated(text)
+        assert C.redact_secrets(text) == expected, repr(text)
+        for placeholder in kinds:
+            kinds[placeholder] += expected.count(placeholder) > text.count(placeholder)
+    assert min(kinds.values()) >= 50, kinds  # every kind of secret is there, many times
+
+
+def test_the_gates_lowering_keeps_every_place_and_lowers_all_a_pattern_can_match() -> None:
+    # The case-insensitive patterns' gates lower non-ASCII text through its UTF-8 bytes: every
+    # ASCII letter lowered, the folding letters mapped, every other code point (surrogates
+    # included) unchanged at its place. No other code point can be part of such a match:
+    # re.IGNORECASE takes only those four for an ASCII letter, and only they lower to one.
+    import re
+
+    from memtrace_otel.instrumentation import _capture as C
+
+    chars = "".join(chr(c) for c in range(0x80, 0x110000))
+    assert C._gate("AZaz09" + chars) == "azaz09" + chars.translate(C._FOLD)
+    folding = sorted(C._FOLD_CHARS)
+    assert sorted(set(re.compile("[a-z]", re.IGNORECASE).findall(chars))) == folding
+    assert [c for c in chars if len(low := c.lower()) != 1 or low.isascii()] == ["İ", "\u212a"]
 
 
 def test_redaction_keeps_ordinary_text() -> None:

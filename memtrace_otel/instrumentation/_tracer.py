@@ -245,7 +245,11 @@ class Op:
             store = self._store_id or mt.store_id
             known = pseudonym.known
             if inputs:
-                attributes[A.MEMTRACE_OP_INPUTS] = [known(r) or pseudonym(r, store) for r in inputs]
+                attributes[A.MEMTRACE_OP_INPUTS] = (
+                    [known(inputs[0]) or pseudonym(inputs[0], store)]
+                    if len(inputs) == 1  # most ops: no comprehension (a frame, on Python 3.11)
+                    else [known(r) or pseudonym(r, store) for r in inputs]
+                )
                 if A.MEMTRACE_PROMPT_REF in attributes:
                     attributes[A.MEMTRACE_PROMPT_REF] = pseudonym(inputs[0], store)
             if self._case_id:
@@ -253,7 +257,11 @@ class Op:
             if self._attributes:
                 _pseudonymise(attributes, mt.capture, store)
             if links:
-                links = [(known(ref) or pseudonym(ref, store), writer) for ref, writer in links]
+                links = (
+                    [(known(links[0][0]) or pseudonym(links[0][0], store), links[0][1])]
+                    if len(links) == 1
+                    else [(known(ref) or pseudonym(ref, store), writer) for ref, writer in links]
+                )
         span = self._adopted
         if span is not None:
             # Enrich a span someone else started (and will end): ours are its attributes,
@@ -321,9 +329,12 @@ class Op:
             store = self._store_id or self._mt.store_id
             if self._outputs:
                 known = pseudonym.known
-                final[A.MEMTRACE_OP_OUTPUTS] = [
-                    known(r) or pseudonym(r, store) for r in self._outputs
-                ]
+                outputs = self._outputs
+                final[A.MEMTRACE_OP_OUTPUTS] = (
+                    [known(outputs[0]) or pseudonym(outputs[0], store)]
+                    if len(outputs) == 1
+                    else [known(r) or pseudonym(r, store) for r in outputs]
+                )
             if self._inputs_changed and self._inputs:
                 final[A.MEMTRACE_OP_INPUTS] = [pseudonym(r, store) for r in self._inputs]
             record = final.get(A.GEN_AI_MEMORY_RECORD_ID)
