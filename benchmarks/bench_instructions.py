@@ -143,29 +143,10 @@ def _sides(side: str) -> Callable[[], None]:
 def _reference_side(provider: TracerProvider, name: str) -> Callable[[], None]:
     """One manual op of ``bench_instrumentation.py --reference``'s side ``name`` (its capture),
     a distinct ~1 KB value each call, without the flushes that end its rounds."""
-    from bench_instrumentation import VALUE, reference_sides
-
-    from memtrace_otel.instrumentation import MemTracer, WriterRegistry
-    from memtrace_otel.semconv import Category
+    from bench_instrumentation import reference_op, reference_sides
 
     capture, _ = reference_sides(provider, "memory://", 1)[name]
-    mt = MemTracer(
-        tracer_provider=provider,
-        system="bench",
-        store_id="u1",
-        capture=capture,
-        registry=WriterRegistry(),
-    )
-    with mt.create("bench.seed") as op:
-        source = op.output(mt.variable("msg:1", "seed", category=Category.MESSAGE)).ref
-    counter = itertools.count()
-
-    def op_call() -> None:
-        value = f"{next(counter):08d} {VALUE}"[:1024]
-        with mt.extract("bench.extract", inputs=[source]) as op:
-            op.output(mt.variable("fact:1", value, category=Category.MEMORY))
-
-    return op_call
+    return reference_op(provider, capture, itertools.count())
 
 
 def _redaction_texts() -> dict[str, str]:

@@ -58,7 +58,7 @@ import gc
 import itertools
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -197,22 +197,12 @@ def reference_sides(
     counter = itertools.count()
 
     def side(capture: CaptureConfig) -> Callable[[], float]:
-        mt = MemTracer(
-            tracer_provider=provider,
-            system="bench",
-            store_id="u1",
-            capture=capture,
-            registry=WriterRegistry(),
-        )
-        with mt.create("bench.seed") as op:
-            source = op.output(mt.variable("msg:1", "seed", category=Category.MESSAGE))
+        op_call = reference_op(provider, capture, counter)
         writer = capture.content_writer
 
         def run() -> float:
             for _ in range(number):
-                value = f"{next(counter):08d} {VALUE}"[:1024]
-                with mt.extract("bench.extract", inputs=[source.ref]) as op:
-                    op.output(mt.variable("fact:1", value, category=Category.MEMORY))
+                op_call()
             app_done = time.thread_time()
             if writer is not None:
                 writer.flush(60_000)
@@ -223,6 +213,29 @@ def reference_sides(
 
     provider.force_flush(60_000)  # the seeds' spans
     return {name: (c, side(c)) for name, c in configs.items()}
+
+
+def reference_op(
+    provider: TracerProvider, capture: CaptureConfig, counter: Iterator[int]
+) -> Callable[[], None]:
+    """The manual op of the ``--reference`` sides under ``capture``: each call one extract op
+    reading a seed message and writing a distinct ~1 KB memory (numbered by ``counter``)."""
+    mt = MemTracer(
+        tracer_provider=provider,
+        system="bench",
+        store_id="u1",
+        capture=capture,
+        registry=WriterRegistry(),
+    )
+    with mt.create("bench.seed") as op:
+        source = op.output(mt.variable("msg:1", "seed", category=Category.MESSAGE)).ref
+
+    def op_call() -> None:
+        value = f"{next(counter):08d} {VALUE}"[:1024]
+        with mt.extract("bench.extract", inputs=[source]) as op:
+            op.output(mt.variable("fact:1", value, category=Category.MEMORY))
+
+    return op_call
 
 
 def _span_processor(endpoint: str | None) -> BatchSpanProcessor:
