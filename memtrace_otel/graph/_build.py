@@ -386,7 +386,8 @@ class _Fold:
         # data flow has no cycle is made edge by edge as variables are derived (see _prove).
         self.fresh = not self.nodes
         self.look_ahead = not self.fresh
-        self.proving = self.fresh  # no edge has broken the proof yet
+        self.proving = self.fresh  # no edge has broken both proofs yet
+        self.by_end = self.by_start = self.fresh  # no edge has broken this proof yet
 
     # --- adding ---------------------------------------------------------------------------------
 
@@ -669,26 +670,40 @@ class _Fold:
         node["source_span"] = best[1]
 
     def _prove(self, ref: str, node: dict[str, Any], writers: list[str]) -> None:
-        """Check the potential of :func:`_ordered_by_time` along a variable's read and write edges.
+        """Check the potentials of :func:`_ordered_by_time` along a variable's read and write edges.
 
         In a fresh build every variable is derived once, before any version edge exists, so
         this visits every read and write edge; :meth:`_link_versions` checks the version edges.
-        If all rise, there is no cycle and :meth:`_check_cycles` has nothing to do; otherwise
-        it runs the exact check.
+        If all rise in either potential, there is no cycle and :meth:`_check_cycles` has nothing
+        to do; otherwise it runs the exact check.
         """
         nodes = self.nodes
         try:
-            here = _variable_potential(node)
-            for op in writers:
-                if 3 * nodes[op]["end"] + 1 >= here:
-                    self.proving = False
-                    return
-            for op in self.succ[ref]:
-                if 3 * nodes[op]["end"] + 1 <= here:
-                    self.proving = False
-                    return
+            if self.by_end:
+                here = _variable_potential(node)
+                for op in writers:
+                    if 3 * nodes[op]["end"] + 1 >= here:
+                        self.by_end = False
+                        break
+                else:
+                    for op in self.succ[ref]:
+                        if 3 * nodes[op]["end"] + 1 <= here:
+                            self.by_end = False
+                            break
+            if self.by_start:
+                here = _variable_start_potential(nodes, node)
+                for op in writers:
+                    if 3 * nodes[op]["start"] + 1 >= here:
+                        self.by_start = False
+                        break
+                else:
+                    for op in self.succ[ref]:
+                        if 3 * nodes[op]["start"] + 1 <= here:
+                            self.by_start = False
+                            break
         except (KeyError, TypeError):
-            self.proving = False
+            self.by_end = self.by_start = False
+        self.proving = self.by_end or self.by_start
 
     def _link_versions(self, ref: str) -> None:
         nodes = self.nodes
@@ -716,10 +731,16 @@ class _Fold:
         if self.proving:
             nodes = self.nodes
             try:
-                if _variable_potential(nodes[older]) >= _variable_potential(nodes[newer]):
-                    self.proving = False
+                old, new = nodes[older], nodes[newer]
+                if self.by_end and _variable_potential(old) >= _variable_potential(new):
+                    self.by_end = False
+                if self.by_start and _variable_start_potential(
+                    nodes, old
+                ) >= _variable_start_potential(nodes, new):
+                    self.by_start = False
             except (KeyError, TypeError):
-                self.proving = False
+                self.by_end = self.by_start = False
+            self.proving = self.by_end or self.by_start
 
     def _check_parents(self) -> None:
         nodes, non_op = self.nodes, self.non_op
@@ -843,11 +864,14 @@ def _ordered_by_time(G: nx.MultiDiGraph, region: Iterable[str]) -> bool:
     An op's potential is ``3 * end + 1``, a written variable's ``3 * writer's end + 2``, an
     external variable's ``-1``. It rises along a write edge, along a read edge when the reader
     ended after the writer, and along a version edge when the newer version was written later,
-    which is how well-formed traces look. False means "not proven" (clock ties, skew, real
-    cycles): the caller then runs the exact check.
+    which is how well-formed traces look. An op that writes what the ops nested in it read (an
+    ingest span whose children read its messages) ends after its readers: then the same
+    potential by start times (``3 * start + 1``, ``3 * writer's start + 2``) is tried, which
+    rises when every reader started after the writer. False means "not proven" (clock ties,
+    skew, real cycles): the caller then runs the exact check.
     """
     try:
-        return _potential_rises(G, region)
+        return _potential_rises(G, region, "end") or _potential_rises(G, region, "start")
     except (KeyError, TypeError):  # a graph not made by this module: use the exact check
         return False
 
@@ -857,17 +881,25 @@ def _variable_potential(data: Mapping[str, Any]) -> int:
     return -1 if data.get("writer") is None else 3 * data["time"] + 2
 
 
-def _potential_rises(G: nx.MultiDiGraph, region: Iterable[str]) -> bool:
+def _variable_start_potential(nodes: Mapping[str, Any], data: Mapping[str, Any]) -> int:
+    """A derived variable's potential by start times (see :func:`_ordered_by_time`)."""
+    writer = data.get("writer")
+    return -1 if writer is None else 3 * nodes[writer]["start"] + 2
+
+
+def _potential_rises(G: nx.MultiDiGraph, region: Iterable[str], by: str) -> bool:
     nodes, succ = nodes_of(G), succ_of(G)
     potential: dict[str, int] = {}
     for node in region:
         data = nodes[node]
         if data["type"] == "op":
-            potential[node] = 3 * data["end"] + 1
+            potential[node] = 3 * data[by] + 1
         elif data.get("writer") is None:
             potential[node] = -1
-        else:
+        elif by == "end":
             potential[node] = 3 * data["time"] + 2
+        else:
+            potential[node] = 3 * nodes[data["writer"]]["start"] + 2
     # The region holds every successor of its nodes (a KeyError otherwise: the exact check).
     for node, here in potential.items():
         for nxt in succ[node]:
