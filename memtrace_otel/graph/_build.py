@@ -106,6 +106,7 @@ _MEMTRACE_VARIABLE_DIGEST = sc.MEMTRACE_VARIABLE_DIGEST
 _MEMTRACE_VARIABLE_TRUNCATED = sc.MEMTRACE_VARIABLE_TRUNCATED
 _MEMTRACE_VARIABLE_DELETED = sc.MEMTRACE_VARIABLE_DELETED
 
+_ROLE_OUTPUT = Role.OUTPUT.value
 _NOT_OP: dict[str, Any] = {"type": None}  # what a span id that is not a loaded op looks like
 _NO_EDGE: dict[str, Any] = {}  # read only: what a missing edge looks like
 
@@ -918,10 +919,17 @@ def _op_from_record(
     attrs = record.attributes
     get = attrs.get
     span_id = record.span_id
+    trace_id = record.trace_id
+    span_name = record.name
     raw_kind = get(_MEMTRACE_OP_KIND)
-    kind = raw_kind if type(raw_kind) is str and raw_kind in _KINDS else OP_KIND_OTHER
-    if raw_kind is not None and kind == OP_KIND_OTHER and raw_kind != OP_KIND_OTHER:
-        anomalies.append(_anomaly("unknown_kind", [span_id], None, f"unknown op kind {raw_kind!r}"))
+    if raw_kind.__class__ is str and raw_kind in _KINDS:
+        kind = raw_kind
+    else:
+        kind = OP_KIND_OTHER
+        if raw_kind is not None and raw_kind != OP_KIND_OTHER:
+            anomalies.append(
+                _anomaly("unknown_kind", [span_id], None, f"unknown op kind {raw_kind!r}")
+            )
     inputs = _refs(get(_MEMTRACE_OP_INPUTS), span_id, anomalies)
     outputs = _refs(get(_MEMTRACE_OP_OUTPUTS), span_id, anomalies)
     values = (
@@ -940,18 +948,20 @@ def _op_from_record(
     if stage is None:
         stage = _DEFAULT_STAGE.get(kind)
     if case is None and stage in _CASE_STAGES:
-        case = record.trace_id  # contract v0.2: no memtrace.case.id, the case is the trace
+        case = trace_id  # contract v0.2: no memtrace.case.id, the case is the trace
+    links = record.links
+    service = record.resource_attributes.get(_SERVICE_NAME)
     op: dict[str, Any] = {
         "type": "op",
         "kind": kind,
-        "name": name if name is not None else record.name,
-        "span_name": record.name,
+        "name": name if name is not None else span_name,
+        "span_name": span_name,
         "stage": stage,
         "system": system,
         "store": store,
         "case": case,
         "prompt_ref": prompt_ref,
-        "trace_id": record.trace_id,
+        "trace_id": trace_id,
         "span_id": span_id,
         "parent_span_id": record.parent_span_id or None,
         "start": record.start_time_unix_nano,
@@ -960,19 +970,10 @@ def _op_from_record(
         "inputs": inputs,
         "outputs": outputs,
         "judge_verdict": judge_verdict,
-        "links": [
-            {
-                "trace_id": link.trace_id,
-                "span_id": link.span_id,
-                "ref": _scalar(link.attributes.get(_MEMTRACE_VARIABLE_REF)),
-            }
-            for link in record.links
-        ]
-        if record.links
-        else [],
-        "service": _scalar(record.resource_attributes.get(_SERVICE_NAME)),
+        "links": [_link(link) for link in links] if links else [],
+        "service": service if service.__class__ is str else _scalar(service),
         "attributes": {
-            k: v if type(v) in _SCALARS else _plain(v)
+            k: v if v.__class__ in _SCALARS else _plain(v)
             for k, v in attrs.items()
             if k not in _DEDICATED
         },
@@ -983,70 +984,84 @@ def _op_from_record(
         if event.name != _MEMTRACE_VARIABLE_EVENT:
             continue
         ev_attrs = event.attributes
-        raw_ref = ev_attrs.get(_MEMTRACE_VARIABLE_REF)
-        ref = raw_ref if type(raw_ref) is str else ""  # unhashable values cannot be looked up
-        if ref in writes and (
-            ev_attrs.get(_MEMTRACE_VARIABLE_ROLE) == Role.OUTPUT or ref not in reads
-        ):
+        ev_get = ev_attrs.get
+        raw_ref = ev_get(_MEMTRACE_VARIABLE_REF)
+        ref = raw_ref if raw_ref.__class__ is str else ""  # unhashable values cannot be looked up
+        role = ev_get(_MEMTRACE_VARIABLE_ROLE)
+        if ref in writes and (role == _ROLE_OUTPUT or ref not in reads):
             target = writes
         elif ref in reads:
             target = reads
-        elif _valid_ref(ref):
-            anomalies.append(
-                _anomaly(
-                    "undeclared_event",
-                    [span_id],
-                    ref,
-                    "a variable event names a ref that is neither an input nor an output",
-                )
-            )
-            continue
         else:
-            anomalies.append(
-                _anomaly(
-                    "invalid_ref",
-                    [span_id],
-                    raw_ref if isinstance(raw_ref, str) else repr(raw_ref),
-                    "a variable event has no valid memtrace.variable.ref",
-                )
-            )
+            _stray_event(raw_ref, ref, span_id, anomalies)
             continue
-        parsed = _event(ev_attrs, event.time_unix_nano, span_id, ref, anomalies)
+        # What the event says about ref, as plain data (_event, inlined: once per event).
+        value = ev_get(_MEMTRACE_VARIABLE_VALUE)
+        if value is not None and value.__class__ is not str:
+            value = json.dumps(_plain(value), ensure_ascii=False, sort_keys=True)
+        meta: Any = ev_get(_MEMTRACE_VARIABLE_META)
+        if meta is not None:
+            meta = _parse_meta(meta, span_id, ref, anomalies)
+        category = ev_get(_MEMTRACE_VARIABLE_CATEGORY)
+        digest = ev_get(_MEMTRACE_VARIABLE_DIGEST)
+        time = event.time_unix_nano
+        parsed = {
+            "role": role if role.__class__ is str else _scalar(role),
+            "category": category if category.__class__ is str else _scalar(category),
+            "digest": digest if digest.__class__ is str else _scalar(digest),
+            "value": value,
+            "truncated": ev_get(_MEMTRACE_VARIABLE_TRUNCATED) is True,
+            "deleted": ev_get(_MEMTRACE_VARIABLE_DELETED) is True,
+            "meta": meta,
+            "time": time,
+        }
         previous = target[ref]
         if previous is None or _event_rank(parsed) < _event_rank(previous):
             target[ref] = parsed
     return op, reads, writes
 
 
-def _event(
-    attrs: Mapping[str, Any], time: int, span_id: str, ref: str, anomalies: list[dict[str, Any]]
-) -> Event:
-    """What a ``memtrace.variable`` event says about ``ref``, as plain data."""
-    get = attrs.get
-    value = get(_MEMTRACE_VARIABLE_VALUE)
-    if value is not None and type(value) is not str:
-        value = json.dumps(_plain(value), ensure_ascii=False, sort_keys=True)
-    meta: Any = get(_MEMTRACE_VARIABLE_META)
-    if meta is not None:
-        meta = _parse_meta(meta, span_id, ref, anomalies)
-    role = get(_MEMTRACE_VARIABLE_ROLE)
-    category = get(_MEMTRACE_VARIABLE_CATEGORY)
-    digest = get(_MEMTRACE_VARIABLE_DIGEST)
+def _link(link: _LinkInput) -> dict[str, Any]:
+    ref = link.attributes.get(_MEMTRACE_VARIABLE_REF)
     return {
-        "role": role if type(role) is str else _scalar(role),
-        "category": category if type(category) is str else _scalar(category),
-        "digest": digest if type(digest) is str else _scalar(digest),
-        "value": value,
-        "truncated": get(_MEMTRACE_VARIABLE_TRUNCATED) is True,
-        "deleted": get(_MEMTRACE_VARIABLE_DELETED) is True,
-        "meta": meta,
-        "time": time,
+        "trace_id": link.trace_id,
+        "span_id": link.span_id,
+        "ref": ref if ref.__class__ is str else _scalar(ref),
     }
+
+
+def _stray_event(raw_ref: Any, ref: str, span_id: str, anomalies: list[dict[str, Any]]) -> None:
+    """Report a variable event whose ref is neither an input nor an output of its span."""
+    if _valid_ref(ref):
+        anomalies.append(
+            _anomaly(
+                "undeclared_event",
+                [span_id],
+                ref,
+                "a variable event names a ref that is neither an input nor an output",
+            )
+        )
+    else:
+        anomalies.append(
+            _anomaly(
+                "invalid_ref",
+                [span_id],
+                raw_ref if isinstance(raw_ref, str) else repr(raw_ref),
+                "a variable event has no valid memtrace.variable.ref",
+            )
+        )
 
 
 def _parse_meta(
     meta: Any, span_id: str, ref: str, anomalies: list[dict[str, Any]]
 ) -> dict[str, Any] | None:
+    if meta.__class__ is str and _orjson_loads is not None:  # the common case, first
+        try:
+            parsed = _orjson_loads(meta)
+        except ValueError:
+            parsed = None
+        if parsed.__class__ is dict:
+            return parsed  # type: ignore[no-any-return]
     if isinstance(meta, Mapping):
         return _plain(meta)  # type: ignore[no-any-return]
     try:
