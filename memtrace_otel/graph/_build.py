@@ -466,35 +466,43 @@ class _Fold:
         self.new_ops[span_id] = None
         touched = self.touched
         new_vars = self.new_vars
+        fresh = self.fresh
         for ref, event in reads.items():
+            keyed = {READ: event or {}}
+            op_pred[ref] = keyed
             if ref not in nodes:
-                self._new_var(ref)
+                # A new variable. "x@01": its neighbours cannot name it, so it looks both ways.
+                ident, _, version = ref.rpartition("@")
+                if version[0] == "0":
+                    self.look_ahead = True
+                nodes[ref] = {"type": "variable", "id": ident, "version": int(version)}
+                succ[ref] = {span_id: keyed}
+                pred[ref] = {}
+                new_vars[ref] = None
                 touched[ref] = None
-            elif ref in new_vars or self.fresh:
+                continue
+            if fresh or ref in new_vars:
                 touched[ref] = None
             else:
                 # A variable from an earlier fold that gains a reader: see _add_readers.
                 self.new_readers.setdefault(ref, []).append(span_id)
-            keyed = {READ: event or {}}
             succ[ref][span_id] = keyed
-            op_pred[ref] = keyed
+        cycle_heads = self.cycle_heads
         for ref, event in writes.items():
-            if ref not in nodes:
-                self._new_var(ref)
-            touched[ref] = None
             keyed = {WRITE: event or {}}
             op_succ[ref] = keyed
-            pred[ref][span_id] = keyed
-            self.cycle_heads.add(ref)
-
-    def _new_var(self, ref: str) -> None:
-        ident, _, version = ref.rpartition("@")
-        if version[0] == "0":  # "x@01": its neighbours cannot name it, so it looks both ways
-            self.look_ahead = True
-        self.nodes[ref] = {"type": "variable", "id": ident, "version": int(version)}
-        self.succ[ref] = {}
-        self.pred[ref] = {}
-        self.new_vars[ref] = None
+            if ref not in nodes:
+                ident, _, version = ref.rpartition("@")
+                if version[0] == "0":
+                    self.look_ahead = True
+                nodes[ref] = {"type": "variable", "id": ident, "version": int(version)}
+                succ[ref] = {}
+                pred[ref] = {span_id: keyed}
+                new_vars[ref] = None
+            else:
+                pred[ref][span_id] = keyed
+            touched[ref] = None
+            cycle_heads.add(ref)
 
     # --- removing -------------------------------------------------------------------------------
 
