@@ -590,27 +590,38 @@ class _Fold:
         G = self.G
         nodes = self.nodes
         writers = []
-        best: tuple[int, int, str] | None = None
+        # The best event so far, its time and span (compared as the tuple (time, span)).
         best_event: Event | None = None
+        best_time: Any = None
+        best_op: str | None = None
         for op, keyed in self.pred[ref].items():
             data = keyed.get(WRITE)
             if data is None:
                 continue
             writers.append(op)
             if data:
-                candidate = (0, data["time"], op)
-                if best is None or candidate < best:
-                    best, best_event = candidate, data
+                time = data["time"]
+                if (
+                    best_event is None
+                    or time < best_time
+                    or (time == best_time and op < best_op)  # type: ignore[operator]
+                ):
+                    best_event, best_time, best_op = data, time, op
         readers = 0
-        for op, keyed in self.succ[ref].items():
-            data = keyed.get(READ)
-            if data is None:
-                continue
-            readers += 1
-            if data and (best is None or best[0] == 1):
-                candidate = (1, data["time"], op)
-                if best is None or candidate < best:
-                    best, best_event = candidate, data
+        if best_event is None:  # no writer's output event: the earliest reader's input event
+            for op, keyed in self.succ[ref].items():
+                data = keyed.get(READ)
+                if data is None:
+                    continue
+                readers += 1
+                if data:
+                    time = data["time"]
+                    if (
+                        best_event is None
+                        or time < best_time
+                        or (time == best_time and op < best_op)  # type: ignore[operator]
+                    ):
+                        best_event, best_time, best_op = data, time, op
         if not writers and not readers:
             G.remove_node(ref)
             return
@@ -634,7 +645,7 @@ class _Fold:
             node["time"] = nodes[writer]["end"]
         node["writer"] = writer
         node["external"] = writer is None
-        node["source_span"] = best[2] if best is not None else None
+        node["source_span"] = best_op
         self.writer_counts[ref] = len(writers)
         if self.proving:
             self._prove(ref, node, writers)
