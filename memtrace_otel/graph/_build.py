@@ -593,7 +593,7 @@ class _Fold:
         # The best event so far, its time and span (compared as the tuple (time, span)).
         best_event: Event | None = None
         best_time: Any = None
-        best_op: str | None = None
+        best_op = ""
         for op, keyed in self.pred[ref].items():
             data = keyed.get(WRITE)
             if data is None:
@@ -601,11 +601,7 @@ class _Fold:
             writers.append(op)
             if data:
                 time = data["time"]
-                if (
-                    best_event is None
-                    or time < best_time
-                    or (time == best_time and op < best_op)  # type: ignore[operator]
-                ):
+                if best_event is None or time < best_time or (time == best_time and op < best_op):
                     best_event, best_time, best_op = data, time, op
         readers = 0
         if best_event is None:  # no writer's output event: the earliest reader's input event
@@ -619,7 +615,7 @@ class _Fold:
                     if (
                         best_event is None
                         or time < best_time
-                        or (time == best_time and op < best_op)  # type: ignore[operator]
+                        or (time == best_time and op < best_op)
                     ):
                         best_event, best_time, best_op = data, time, op
         if not writers and not readers:
@@ -645,7 +641,7 @@ class _Fold:
             node["time"] = nodes[writer]["end"]
         node["writer"] = writer
         node["external"] = writer is None
-        node["source_span"] = best_op
+        node["source_span"] = best_op if best_event is not None else None
         self.writer_counts[ref] = len(writers)
         if self.proving:
             self._prove(ref, node, writers)
@@ -1080,7 +1076,7 @@ def _parse_meta(
         except ValueError:
             parsed = None
         if parsed.__class__ is dict:
-            return parsed  # type: ignore[no-any-return]
+            return parsed
     if isinstance(meta, Mapping):
         return _plain(meta)  # type: ignore[no-any-return]
     try:
