@@ -106,6 +106,7 @@ _MEMTRACE_VARIABLE_DIGEST = sc.MEMTRACE_VARIABLE_DIGEST
 _MEMTRACE_VARIABLE_TRUNCATED = sc.MEMTRACE_VARIABLE_TRUNCATED
 _MEMTRACE_VARIABLE_DELETED = sc.MEMTRACE_VARIABLE_DELETED
 
+_ROLE_OUTPUT = Role.OUTPUT.value
 _NOT_OP: dict[str, Any] = {"type": None}  # what a span id that is not a loaded op looks like
 _NO_EDGE: dict[str, Any] = {}  # read only: what a missing edge looks like
 
@@ -386,7 +387,8 @@ class _Fold:
         # data flow has no cycle is made edge by edge as variables are derived (see _prove).
         self.fresh = not self.nodes
         self.look_ahead = not self.fresh
-        self.proving = self.fresh  # no edge has broken the proof yet
+        self.proving = self.fresh  # no edge has broken both proofs yet
+        self.by_end = self.by_start = self.fresh  # no edge has broken this proof yet
 
     # --- adding ---------------------------------------------------------------------------------
 
@@ -464,35 +466,43 @@ class _Fold:
         self.new_ops[span_id] = None
         touched = self.touched
         new_vars = self.new_vars
+        fresh = self.fresh
         for ref, event in reads.items():
+            keyed = {READ: event or {}}
+            op_pred[ref] = keyed
             if ref not in nodes:
-                self._new_var(ref)
+                # A new variable. "x@01": its neighbours cannot name it, so it looks both ways.
+                ident, _, version = ref.rpartition("@")
+                if version[0] == "0":
+                    self.look_ahead = True
+                nodes[ref] = {"type": "variable", "id": ident, "version": int(version)}
+                succ[ref] = {span_id: keyed}
+                pred[ref] = {}
+                new_vars[ref] = None
                 touched[ref] = None
-            elif ref in new_vars or self.fresh:
+                continue
+            if fresh or ref in new_vars:
                 touched[ref] = None
             else:
                 # A variable from an earlier fold that gains a reader: see _add_readers.
                 self.new_readers.setdefault(ref, []).append(span_id)
-            keyed = {READ: event or {}}
             succ[ref][span_id] = keyed
-            op_pred[ref] = keyed
+        cycle_heads = self.cycle_heads
         for ref, event in writes.items():
-            if ref not in nodes:
-                self._new_var(ref)
-            touched[ref] = None
             keyed = {WRITE: event or {}}
             op_succ[ref] = keyed
-            pred[ref][span_id] = keyed
-            self.cycle_heads.add(ref)
-
-    def _new_var(self, ref: str) -> None:
-        ident, _, version = ref.rpartition("@")
-        if version[0] == "0":  # "x@01": its neighbours cannot name it, so it looks both ways
-            self.look_ahead = True
-        self.nodes[ref] = {"type": "variable", "id": ident, "version": int(version)}
-        self.succ[ref] = {}
-        self.pred[ref] = {}
-        self.new_vars[ref] = None
+            if ref not in nodes:
+                ident, _, version = ref.rpartition("@")
+                if version[0] == "0":
+                    self.look_ahead = True
+                nodes[ref] = {"type": "variable", "id": ident, "version": int(version)}
+                succ[ref] = {}
+                pred[ref] = {span_id: keyed}
+                new_vars[ref] = None
+            else:
+                pred[ref][span_id] = keyed
+            touched[ref] = None
+            cycle_heads.add(ref)
 
     # --- removing -------------------------------------------------------------------------------
 
@@ -580,27 +590,34 @@ class _Fold:
         G = self.G
         nodes = self.nodes
         writers = []
-        best: tuple[int, int, str] | None = None
+        # The best event so far, its time and span (compared as the tuple (time, span)).
         best_event: Event | None = None
+        best_time: Any = None
+        best_op = ""
         for op, keyed in self.pred[ref].items():
             data = keyed.get(WRITE)
             if data is None:
                 continue
             writers.append(op)
             if data:
-                candidate = (0, data["time"], op)
-                if best is None or candidate < best:
-                    best, best_event = candidate, data
+                time = data["time"]
+                if best_event is None or time < best_time or (time == best_time and op < best_op):
+                    best_event, best_time, best_op = data, time, op
         readers = 0
-        for op, keyed in self.succ[ref].items():
-            data = keyed.get(READ)
-            if data is None:
-                continue
-            readers += 1
-            if data and (best is None or best[0] == 1):
-                candidate = (1, data["time"], op)
-                if best is None or candidate < best:
-                    best, best_event = candidate, data
+        if best_event is None:  # no writer's output event: the earliest reader's input event
+            for op, keyed in self.succ[ref].items():
+                data = keyed.get(READ)
+                if data is None:
+                    continue
+                readers += 1
+                if data:
+                    time = data["time"]
+                    if (
+                        best_event is None
+                        or time < best_time
+                        or (time == best_time and op < best_op)
+                    ):
+                        best_event, best_time, best_op = data, time, op
         if not writers and not readers:
             G.remove_node(ref)
             return
@@ -624,7 +641,7 @@ class _Fold:
             node["time"] = nodes[writer]["end"]
         node["writer"] = writer
         node["external"] = writer is None
-        node["source_span"] = best[2] if best is not None else None
+        node["source_span"] = best_op if best_event is not None else None
         self.writer_counts[ref] = len(writers)
         if self.proving:
             self._prove(ref, node, writers)
@@ -669,26 +686,40 @@ class _Fold:
         node["source_span"] = best[1]
 
     def _prove(self, ref: str, node: dict[str, Any], writers: list[str]) -> None:
-        """Check the potential of :func:`_ordered_by_time` along a variable's read and write edges.
+        """Check the potentials of :func:`_ordered_by_time` along a variable's read and write edges.
 
         In a fresh build every variable is derived once, before any version edge exists, so
         this visits every read and write edge; :meth:`_link_versions` checks the version edges.
-        If all rise, there is no cycle and :meth:`_check_cycles` has nothing to do; otherwise
-        it runs the exact check.
+        If all rise in either potential, there is no cycle and :meth:`_check_cycles` has nothing
+        to do; otherwise it runs the exact check.
         """
         nodes = self.nodes
         try:
-            here = _variable_potential(node)
-            for op in writers:
-                if 3 * nodes[op]["end"] + 1 >= here:
-                    self.proving = False
-                    return
-            for op in self.succ[ref]:
-                if 3 * nodes[op]["end"] + 1 <= here:
-                    self.proving = False
-                    return
+            if self.by_end:
+                here = _variable_potential(node)
+                for op in writers:
+                    if 3 * nodes[op]["end"] + 1 >= here:
+                        self.by_end = False
+                        break
+                else:
+                    for op in self.succ[ref]:
+                        if 3 * nodes[op]["end"] + 1 <= here:
+                            self.by_end = False
+                            break
+            if self.by_start:
+                here = _variable_start_potential(nodes, node)
+                for op in writers:
+                    if 3 * nodes[op]["start"] + 1 >= here:
+                        self.by_start = False
+                        break
+                else:
+                    for op in self.succ[ref]:
+                        if 3 * nodes[op]["start"] + 1 <= here:
+                            self.by_start = False
+                            break
         except (KeyError, TypeError):
-            self.proving = False
+            self.by_end = self.by_start = False
+        self.proving = self.by_end or self.by_start
 
     def _link_versions(self, ref: str) -> None:
         nodes = self.nodes
@@ -716,10 +747,16 @@ class _Fold:
         if self.proving:
             nodes = self.nodes
             try:
-                if _variable_potential(nodes[older]) >= _variable_potential(nodes[newer]):
-                    self.proving = False
+                old, new = nodes[older], nodes[newer]
+                if self.by_end and _variable_potential(old) >= _variable_potential(new):
+                    self.by_end = False
+                if self.by_start and _variable_start_potential(
+                    nodes, old
+                ) >= _variable_start_potential(nodes, new):
+                    self.by_start = False
             except (KeyError, TypeError):
-                self.proving = False
+                self.by_end = self.by_start = False
+            self.proving = self.by_end or self.by_start
 
     def _check_parents(self) -> None:
         nodes, non_op = self.nodes, self.non_op
@@ -843,11 +880,14 @@ def _ordered_by_time(G: nx.MultiDiGraph, region: Iterable[str]) -> bool:
     An op's potential is ``3 * end + 1``, a written variable's ``3 * writer's end + 2``, an
     external variable's ``-1``. It rises along a write edge, along a read edge when the reader
     ended after the writer, and along a version edge when the newer version was written later,
-    which is how well-formed traces look. False means "not proven" (clock ties, skew, real
-    cycles): the caller then runs the exact check.
+    which is how well-formed traces look. An op that writes what the ops nested in it read (an
+    ingest span whose children read its messages) ends after its readers: then the same
+    potential by start times (``3 * start + 1``, ``3 * writer's start + 2``) is tried, which
+    rises when every reader started after the writer. False means "not proven" (clock ties,
+    skew, real cycles): the caller then runs the exact check.
     """
     try:
-        return _potential_rises(G, region)
+        return _potential_rises(G, region, "end") or _potential_rises(G, region, "start")
     except (KeyError, TypeError):  # a graph not made by this module: use the exact check
         return False
 
@@ -857,17 +897,25 @@ def _variable_potential(data: Mapping[str, Any]) -> int:
     return -1 if data.get("writer") is None else 3 * data["time"] + 2
 
 
-def _potential_rises(G: nx.MultiDiGraph, region: Iterable[str]) -> bool:
+def _variable_start_potential(nodes: Mapping[str, Any], data: Mapping[str, Any]) -> int:
+    """A derived variable's potential by start times (see :func:`_ordered_by_time`)."""
+    writer = data.get("writer")
+    return -1 if writer is None else 3 * nodes[writer]["start"] + 2
+
+
+def _potential_rises(G: nx.MultiDiGraph, region: Iterable[str], by: str) -> bool:
     nodes, succ = nodes_of(G), succ_of(G)
     potential: dict[str, int] = {}
     for node in region:
         data = nodes[node]
         if data["type"] == "op":
-            potential[node] = 3 * data["end"] + 1
+            potential[node] = 3 * data[by] + 1
         elif data.get("writer") is None:
             potential[node] = -1
-        else:
+        elif by == "end":
             potential[node] = 3 * data["time"] + 2
+        else:
+            potential[node] = 3 * nodes[data["writer"]]["start"] + 2
     # The region holds every successor of its nodes (a KeyError otherwise: the exact check).
     for node, here in potential.items():
         for nxt in succ[node]:
@@ -886,10 +934,17 @@ def _op_from_record(
     attrs = record.attributes
     get = attrs.get
     span_id = record.span_id
+    trace_id = record.trace_id
+    span_name = record.name
     raw_kind = get(_MEMTRACE_OP_KIND)
-    kind = raw_kind if type(raw_kind) is str and raw_kind in _KINDS else OP_KIND_OTHER
-    if raw_kind is not None and kind == OP_KIND_OTHER and raw_kind != OP_KIND_OTHER:
-        anomalies.append(_anomaly("unknown_kind", [span_id], None, f"unknown op kind {raw_kind!r}"))
+    if raw_kind.__class__ is str and raw_kind in _KINDS:
+        kind = raw_kind
+    else:
+        kind = OP_KIND_OTHER
+        if raw_kind is not None and raw_kind != OP_KIND_OTHER:
+            anomalies.append(
+                _anomaly("unknown_kind", [span_id], None, f"unknown op kind {raw_kind!r}")
+            )
     inputs = _refs(get(_MEMTRACE_OP_INPUTS), span_id, anomalies)
     outputs = _refs(get(_MEMTRACE_OP_OUTPUTS), span_id, anomalies)
     values = (
@@ -908,18 +963,20 @@ def _op_from_record(
     if stage is None:
         stage = _DEFAULT_STAGE.get(kind)
     if case is None and stage in _CASE_STAGES:
-        case = record.trace_id  # contract v0.2: no memtrace.case.id, the case is the trace
+        case = trace_id  # contract v0.2: no memtrace.case.id, the case is the trace
+    links = record.links
+    service = record.resource_attributes.get(_SERVICE_NAME)
     op: dict[str, Any] = {
         "type": "op",
         "kind": kind,
-        "name": name if name is not None else record.name,
-        "span_name": record.name,
+        "name": name if name is not None else span_name,
+        "span_name": span_name,
         "stage": stage,
         "system": system,
         "store": store,
         "case": case,
         "prompt_ref": prompt_ref,
-        "trace_id": record.trace_id,
+        "trace_id": trace_id,
         "span_id": span_id,
         "parent_span_id": record.parent_span_id or None,
         "start": record.start_time_unix_nano,
@@ -928,19 +985,10 @@ def _op_from_record(
         "inputs": inputs,
         "outputs": outputs,
         "judge_verdict": judge_verdict,
-        "links": [
-            {
-                "trace_id": link.trace_id,
-                "span_id": link.span_id,
-                "ref": _scalar(link.attributes.get(_MEMTRACE_VARIABLE_REF)),
-            }
-            for link in record.links
-        ]
-        if record.links
-        else [],
-        "service": _scalar(record.resource_attributes.get(_SERVICE_NAME)),
+        "links": [_link(link) for link in links] if links else [],
+        "service": service if service.__class__ is str else _scalar(service),
         "attributes": {
-            k: v if type(v) in _SCALARS else _plain(v)
+            k: v if v.__class__ in _SCALARS else _plain(v)
             for k, v in attrs.items()
             if k not in _DEDICATED
         },
@@ -951,70 +999,84 @@ def _op_from_record(
         if event.name != _MEMTRACE_VARIABLE_EVENT:
             continue
         ev_attrs = event.attributes
-        raw_ref = ev_attrs.get(_MEMTRACE_VARIABLE_REF)
-        ref = raw_ref if type(raw_ref) is str else ""  # unhashable values cannot be looked up
-        if ref in writes and (
-            ev_attrs.get(_MEMTRACE_VARIABLE_ROLE) == Role.OUTPUT or ref not in reads
-        ):
+        ev_get = ev_attrs.get
+        raw_ref = ev_get(_MEMTRACE_VARIABLE_REF)
+        ref = raw_ref if raw_ref.__class__ is str else ""  # unhashable values cannot be looked up
+        role = ev_get(_MEMTRACE_VARIABLE_ROLE)
+        if ref in writes and (role == _ROLE_OUTPUT or ref not in reads):
             target = writes
         elif ref in reads:
             target = reads
-        elif _valid_ref(ref):
-            anomalies.append(
-                _anomaly(
-                    "undeclared_event",
-                    [span_id],
-                    ref,
-                    "a variable event names a ref that is neither an input nor an output",
-                )
-            )
-            continue
         else:
-            anomalies.append(
-                _anomaly(
-                    "invalid_ref",
-                    [span_id],
-                    raw_ref if isinstance(raw_ref, str) else repr(raw_ref),
-                    "a variable event has no valid memtrace.variable.ref",
-                )
-            )
+            _stray_event(raw_ref, ref, span_id, anomalies)
             continue
-        parsed = _event(ev_attrs, event.time_unix_nano, span_id, ref, anomalies)
+        # What the event says about ref, as plain data (_event, inlined: once per event).
+        value = ev_get(_MEMTRACE_VARIABLE_VALUE)
+        if value is not None and value.__class__ is not str:
+            value = json.dumps(_plain(value), ensure_ascii=False, sort_keys=True)
+        meta: Any = ev_get(_MEMTRACE_VARIABLE_META)
+        if meta is not None:
+            meta = _parse_meta(meta, span_id, ref, anomalies)
+        category = ev_get(_MEMTRACE_VARIABLE_CATEGORY)
+        digest = ev_get(_MEMTRACE_VARIABLE_DIGEST)
+        time = event.time_unix_nano
+        parsed = {
+            "role": role if role.__class__ is str else _scalar(role),
+            "category": category if category.__class__ is str else _scalar(category),
+            "digest": digest if digest.__class__ is str else _scalar(digest),
+            "value": value,
+            "truncated": ev_get(_MEMTRACE_VARIABLE_TRUNCATED) is True,
+            "deleted": ev_get(_MEMTRACE_VARIABLE_DELETED) is True,
+            "meta": meta,
+            "time": time,
+        }
         previous = target[ref]
         if previous is None or _event_rank(parsed) < _event_rank(previous):
             target[ref] = parsed
     return op, reads, writes
 
 
-def _event(
-    attrs: Mapping[str, Any], time: int, span_id: str, ref: str, anomalies: list[dict[str, Any]]
-) -> Event:
-    """What a ``memtrace.variable`` event says about ``ref``, as plain data."""
-    get = attrs.get
-    value = get(_MEMTRACE_VARIABLE_VALUE)
-    if value is not None and type(value) is not str:
-        value = json.dumps(_plain(value), ensure_ascii=False, sort_keys=True)
-    meta: Any = get(_MEMTRACE_VARIABLE_META)
-    if meta is not None:
-        meta = _parse_meta(meta, span_id, ref, anomalies)
-    role = get(_MEMTRACE_VARIABLE_ROLE)
-    category = get(_MEMTRACE_VARIABLE_CATEGORY)
-    digest = get(_MEMTRACE_VARIABLE_DIGEST)
+def _link(link: _LinkInput) -> dict[str, Any]:
+    ref = link.attributes.get(_MEMTRACE_VARIABLE_REF)
     return {
-        "role": role if type(role) is str else _scalar(role),
-        "category": category if type(category) is str else _scalar(category),
-        "digest": digest if type(digest) is str else _scalar(digest),
-        "value": value,
-        "truncated": get(_MEMTRACE_VARIABLE_TRUNCATED) is True,
-        "deleted": get(_MEMTRACE_VARIABLE_DELETED) is True,
-        "meta": meta,
-        "time": time,
+        "trace_id": link.trace_id,
+        "span_id": link.span_id,
+        "ref": ref if ref.__class__ is str else _scalar(ref),
     }
+
+
+def _stray_event(raw_ref: Any, ref: str, span_id: str, anomalies: list[dict[str, Any]]) -> None:
+    """Report a variable event whose ref is neither an input nor an output of its span."""
+    if _valid_ref(ref):
+        anomalies.append(
+            _anomaly(
+                "undeclared_event",
+                [span_id],
+                ref,
+                "a variable event names a ref that is neither an input nor an output",
+            )
+        )
+    else:
+        anomalies.append(
+            _anomaly(
+                "invalid_ref",
+                [span_id],
+                raw_ref if isinstance(raw_ref, str) else repr(raw_ref),
+                "a variable event has no valid memtrace.variable.ref",
+            )
+        )
 
 
 def _parse_meta(
     meta: Any, span_id: str, ref: str, anomalies: list[dict[str, Any]]
 ) -> dict[str, Any] | None:
+    if meta.__class__ is str and _orjson_loads is not None:  # the common case, first
+        try:
+            parsed = _orjson_loads(meta)
+        except ValueError:
+            parsed = None
+        if parsed.__class__ is dict:
+            return parsed
     if isinstance(meta, Mapping):
         return _plain(meta)  # type: ignore[no-any-return]
     try:
