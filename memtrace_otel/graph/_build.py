@@ -697,26 +697,10 @@ class _Fold:
         try:
             if self.by_end:
                 here = _variable_potential(node)
-                for op in writers:
-                    if 3 * nodes[op]["end"] + 1 >= here:
-                        self.by_end = False
-                        break
-                else:
-                    for op in self.succ[ref]:
-                        if 3 * nodes[op]["end"] + 1 <= here:
-                            self.by_end = False
-                            break
+                self.by_end = _rises(nodes, writers, self.succ[ref], "end", here)
             if self.by_start:
                 here = _variable_start_potential(nodes, node)
-                for op in writers:
-                    if 3 * nodes[op]["start"] + 1 >= here:
-                        self.by_start = False
-                        break
-                else:
-                    for op in self.succ[ref]:
-                        if 3 * nodes[op]["start"] + 1 <= here:
-                            self.by_start = False
-                            break
+                self.by_start = _rises(nodes, writers, self.succ[ref], "start", here)
         except (KeyError, TypeError):
             self.by_end = self.by_start = False
         self.proving = self.by_end or self.by_start
@@ -890,6 +874,21 @@ def _ordered_by_time(G: nx.MultiDiGraph, region: Iterable[str]) -> bool:
         return _potential_rises(G, region, "end") or _potential_rises(G, region, "start")
     except (KeyError, TypeError):  # a graph not made by this module: use the exact check
         return False
+
+
+def _rises(
+    nodes: Mapping[str, Any], writers: Iterable[str], readers: Iterable[str], key: str, here: int
+) -> bool:
+    """Whether a variable of potential ``here`` sits between its ops on the potential ``3 *
+    op[key] + 1``: above every writer's, below every reader's (loops, not ``all()``: this runs
+    for every variable of a fresh build)."""
+    for op in writers:
+        if 3 * nodes[op][key] + 1 >= here:
+            return False
+    for op in readers:  # noqa: SIM110
+        if 3 * nodes[op][key] + 1 <= here:
+            return False
+    return True
 
 
 def _variable_potential(data: Mapping[str, Any]) -> int:
