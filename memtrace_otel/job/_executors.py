@@ -826,7 +826,9 @@ def _plan(
             else:
                 for kind, line, key, outcome in _plan_whole_file(plan, path, counts):
                     found.append(((number, kind, order[path], line), key, outcome))
-    ranges = _cut(scanned, count)
+    # Ranges pay only where tasks run side by side; cutting a file numbers the lines before
+    # each cut (a read of the file), so one engine thread scans each file whole.
+    ranges = _cut(scanned, count if engine.workers > 1 else 1)
     for part, scan in engine.map(scan_range, ranges):
         if isinstance(scan, BaseException):
             scan = scan_range(part)  # once more, here: a failure now is a real one

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import json
+import os
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -135,23 +136,32 @@ def first_messages(
 
 # --- the plan ------------------------------------------------------------------------------
 class LineTable:
-    """``(byte offset, line number)`` pairs in file order, held in two arrays of 64-bit ints.
+    """``(byte offset, line number)`` pairs in file order, held in two arrays of 64-bit ints,
+    with each line's size in bytes where a scan measured it (``-1``: not known).
 
     A plan addresses every line of an export (a day's traffic is millions); as tuples of ints
-    each pair cost some 100 bytes, here 16.
+    each pair cost some 100 bytes, here 16 (24 with the size).
     """
 
-    __slots__ = ("numbers", "offsets")
+    __slots__ = ("numbers", "offsets", "sizes")
 
-    def __init__(self, pairs: Iterable[tuple[int, int]] = ()) -> None:
+    def __init__(self, pairs: Iterable[tuple[int, int]] = (), sizes: Iterable[int] = ()) -> None:
         self.offsets = array("q")
         self.numbers = array("q")
         for offset, number in pairs:
             self.offsets.append(offset)
             self.numbers.append(number)
+        self.sizes = array("q", sizes)
+        if len(self.sizes) not in (0, len(self.numbers)):
+            raise ValueError(f"{len(self.sizes)} sizes for {len(self.numbers)} lines")
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         return zip(self.offsets, self.numbers, strict=True)
+
+    def sized(self) -> Iterator[tuple[int, int, int]]:
+        """``(byte offset, line number, size)`` in file order (size ``-1`` where not known)."""
+        sizes = self.sizes or array("q", [-1]) * len(self.numbers)
+        return zip(self.offsets, self.numbers, sizes, strict=True)
 
     def __len__(self) -> int:
         return len(self.numbers)
@@ -159,10 +169,14 @@ class LineTable:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, LineTable):
             return NotImplemented
-        return self.offsets == other.offsets and self.numbers == other.numbers
+        return (
+            self.offsets == other.offsets
+            and self.numbers == other.numbers
+            and self.sizes == other.sizes
+        )
 
     def __hash__(self) -> int:
-        return hash((self.offsets.tobytes(), self.numbers.tobytes()))
+        return hash((self.offsets.tobytes(), self.numbers.tobytes(), self.sizes.tobytes()))
 
     def __repr__(self) -> str:
         return f"LineTable({list(self)!r})"
@@ -215,6 +229,9 @@ class Plan:
     offsets: dict[str, Mapping[int, int] | array[int]] = field(default_factory=dict)
     """file -> line number -> byte offset, for the plain JSON Lines files (a scanned file's is an
     array indexed by line number, -1 for the lines holding no span)."""
+    sizes: dict[str, array[int]] = field(default_factory=dict)
+    """scanned file -> the size in bytes of each line of ``offsets`` (indexed alike), so that a
+    partition reads exactly its lines."""
     scanned: set[str] = field(default_factory=set)
     """Files planned by scanning: their partitions count what they decode."""
     decoded: dict[str, set[int]] = field(default_factory=dict)
@@ -367,8 +384,8 @@ class RangeScan:
     """What a scan found in one range: the lines of each store, and its counts."""
 
     path: str
-    lines: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
-    """store -> (byte offset, line number) of the lines holding its spans."""
+    lines: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+    """store -> (byte offset, line number, size in bytes) of the lines holding its spans."""
     spans: dict[str, int] = field(default_factory=dict)
     decoded: list[int] = field(default_factory=list)
     """Lines decoded (and counted) by the scan itself."""
@@ -523,7 +540,7 @@ def scan_range(part: Range) -> RangeScan:
                 if verdict_spans is not None:  # for the reviews pass (those spans alone)
                     scan.verdict_lines.append((line, verdict_spans))
             for store, spans in stores.items():
-                scan.lines.setdefault(store, []).append((offset, line))
+                scan.lines.setdefault(store, []).append((offset, line, size))
                 scan.spans[store] = scan.spans.get(store, 0) + spans
     return scan
 
@@ -595,15 +612,18 @@ def merge_scan(plan: Plan, scan: RangeScan) -> None:
     offsets = plan.offsets.get(path)
     if not isinstance(offsets, array):
         offsets = plan.offsets[path] = array("q")
-    last = max((line for lines in scan.lines.values() for _, line in lines[-1:]), default=0)
+    sizes = plan.sizes.setdefault(path, array("q"))
+    last = max((line for lines in scan.lines.values() for _, line, _ in lines[-1:]), default=0)
     if last >= len(offsets):
         offsets.extend(array("q", [-1]) * (last + 1 - len(offsets)))
+        sizes.extend(array("q", [-1]) * (last + 1 - len(sizes)))
     mixed = plan.mixed.setdefault(path, set())
     for store, lines in scan.lines.items():
-        for offset, line in lines:
+        for offset, line, size in lines:
             if offsets[line] >= 0:  # a second store's spans (or a file read twice)
                 mixed.add(line)
             offsets[line] = offset
+            sizes[line] = size
             plan.add(store, path, line, spans=0)
         plan.records[store] = plan.records.get(store, 0) + scan.spans[store]
     if scan.decoded:
@@ -693,12 +713,17 @@ def _partition(plan: Plan, number: int, stores: list[str]) -> Partition:
             chunks.append(Chunk(path, None))
             continue
         offsets = plan.offsets[path]
+        sizes = plan.sizes.get(path)
         decoded = plan.decoded.get(path, set())
         mixed = plan.mixed.get(path) if path in plan.scanned else None
+        numbers = sorted(lines)
         chunks.append(
             Chunk(
                 path,
-                LineTable((offsets[n], n) for n in sorted(lines)),
+                LineTable(
+                    ((offsets[n], n) for n in numbers),
+                    () if sizes is None else (sizes[n] for n in numbers),
+                ),
                 counted=path in plan.scanned,
                 decoded=frozenset(n for n in lines if n in decoded),
                 mixed=None if mixed is None else frozenset(n for n in lines if n in mixed),
@@ -730,6 +755,14 @@ def load_partition(partition: Partition) -> tuple[dict[str, list[SpanRecord]], T
     return loader.by_store, loader.tally
 
 
+def _fileno(stream: IO[bytes]) -> int:
+    """The descriptor of a local file (``-1``: an fsspec URL's stream, read by seeks)."""
+    try:
+        return stream.fileno()
+    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is both
+        return -1
+
+
 class _Loader:
     """One partition's loading: its stores' records, deduplicated, and what it counted."""
 
@@ -758,9 +791,13 @@ class _Loader:
         quiet = FileReader(chunk.path, self._ignore, None, RecordCapper(self.limits))
         mixed = chunk.mixed  # a line of one store holds no other store's spans to drop
         with open_binary(chunk.path) as stream:
-            for offset, number in chunk.lines:
-                stream.seek(offset)
-                raw = stream.readline()
+            fd = _fileno(stream)
+            for offset, number, size in chunk.lines.sized():
+                if size >= 0 and fd >= 0:  # a scanned line: read exactly it (a seek and a
+                    raw = os.pread(fd, size, offset)  # readline read a buffer, 2x its bytes)
+                else:
+                    stream.seek(offset)
+                    raw = stream.readline()
                 try:
                     value = _loads(raw)
                 except ValueError:
