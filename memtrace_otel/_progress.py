@@ -10,8 +10,6 @@ from __future__ import annotations
 import time
 from typing import IO, Any
 
-from tqdm import tqdm
-
 PLAIN_EVERY = 10.0
 """Seconds between two plain progress lines."""
 
@@ -48,6 +46,8 @@ class Progress:
         self._bar: Any = None
         isatty = getattr(stream, "isatty", None)
         if stream is not None and callable(isatty) and isatty():
+            from tqdm import tqdm  # only a terminal gets a bar (and pays for the import)
+
             self._bar = tqdm(
                 total=total,
                 desc=desc,

@@ -46,6 +46,23 @@ def test_the_probe_sees_the_sdk_when_it_is_imported() -> None:
     assert "opentelemetry.sdk.trace" in _sdk_modules_after("from memtrace_otel import configure")
 
 
+def test_a_batch_run_that_writes_nothing_back_starts_without_the_sdk_or_protobuf() -> None:
+    # `memtrace attribute FILES --out DIR`'s start-up: the SDK (write-back, reviews), protobuf
+    # (OTLP protobuf files) and tqdm (a terminal's bar) are imported by the runs that use them.
+    code = (
+        "from memtrace_otel.cli import build_parser\n"
+        "build_parser(['attribute'])\n"
+        "import memtrace_otel.job._executors, memtrace_otel.job._run, memtrace_otel.sources\n"
+        "import json, sys\n"
+        "heavy = ('opentelemetry.sdk', 'google.protobuf', 'opentelemetry.proto', 'tqdm')\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(heavy))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+    # ... and the lazily served name is still there
+    assert memtrace_otel.sources.decode_otlp_proto.__module__ == "memtrace_otel.sources._otlp_proto"
+
+
 def test_configure_from_the_package_is_the_export_one_without_a_warning() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -20,12 +20,16 @@ from opentelemetry.util.types import AttributeValue
 from memtrace_otel.export._batch import CountingBatchSpanProcessor
 from memtrace_otel.export._otlp_json import OtlpJsonLinesExporter
 from memtrace_otel.semconv.attributes import SERVICE_NAME
-from memtrace_otel.semconv.env import ENV_MEMTRACE_TRACES_FILE
+from memtrace_otel.semconv.env import (
+    ENV_MEMTRACE_TRACES_FILE,
+    OTLP_ENDPOINT_VARS,
+    OTLP_PROTOCOL_VARS,
+)
 
 DEFAULT_TRACES_FILE = "memtrace-traces.jsonl"
 _PROTOCOLS = ("grpc", "http/protobuf")
-ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
-PROTOCOL_VARS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+ENDPOINT_VARS = OTLP_ENDPOINT_VARS
+PROTOCOL_VARS = OTLP_PROTOCOL_VARS
 
 
 def resolve_exporter(

@@ -22,6 +22,9 @@ from memtrace_otel.sources._outcomes import DEFAULT_RULE
 
 __all__ = ["DEFAULT_RETRIES", "ExecutorSpec", "RunOptions", "parse_executor", "parse_size"]
 
+VERDICT_TRACES = ("culprit", "new")
+"""Where a verdict span goes: into the culprit's trace, as its child (default), or a new trace."""
+
 DEFAULT_RETRIES = 2
 """How often a partition whose worker was lost is run again before it is reported."""
 

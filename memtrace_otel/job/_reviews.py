@@ -24,15 +24,7 @@ import json
 import time as _time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from opentelemetry.context import Context
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON
-from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
+from typing import TYPE_CHECKING, Any
 
 from memtrace_otel.errors import MemtraceError
 from memtrace_otel.instrumentation._signing import (
@@ -47,6 +39,9 @@ from memtrace_otel.sources._files import open_binary
 from memtrace_otel.sources._limits import DEFAULT_MAX_LINE_BYTES
 from memtrace_otel.sources._outcomes import is_verdict_span
 from memtrace_otel.sources._trust import DEFAULT_POLICY, UNVERIFIED, TrustPolicy
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 __all__ = [
     "Review",
@@ -332,6 +327,15 @@ def send_review(
         ValueError: a label outside :class:`ReviewLabel`, ``other_op`` without ``op_id``, or ids
             that are not hex trace/span ids.
     """
+    # The SDK is imported by the run that sends a review, not by every batch run (0.03 s).
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
+
     if label not in {str(v) for v in ReviewLabel}:
         raise ValueError(f"review label {label!r}: expected one of {', '.join(ReviewLabel)}")
     if label == ReviewLabel.OTHER_OP and not op_id:

@@ -38,8 +38,9 @@ from opentelemetry.trace import (
 from opentelemetry.util.types import AttributeValue
 
 from memtrace_otel.attribution._model import Verdict
-from memtrace_otel.export._configure import PROTOCOL_VARS
+from memtrace_otel.job._options import VERDICT_TRACES
 from memtrace_otel.semconv import attributes as A
+from memtrace_otel.semconv.env import OTLP_PROTOCOL_VARS
 
 
 def verdict_attributes(verdict: Verdict, *, textless: bool = False) -> dict[str, AttributeValue]:
@@ -82,10 +83,6 @@ def textless_reason(verdict: Verdict) -> str:
     )
     refs = ", ".join(verdict.evidence_refs[:20])
     return f"{head}; evidence: {refs}" if refs else head
-
-
-VERDICT_TRACES = ("culprit", "new")
-"""Where a verdict span goes: into the culprit's trace, as its child (default), or a new trace."""
 
 
 def culprit_context(verdict: Verdict) -> SpanContext | None:
@@ -168,7 +165,7 @@ def otlp_target() -> tuple[str, str]:
     ``/v1/traces`` over HTTP; ``..._TRACES_PROTOCOL`` wins over ``..._PROTOCOL``, default
     ``http/protobuf``."""
     protocol = next(
-        (os.environ[v] for v in PROTOCOL_VARS if os.environ.get(v)), "http/protobuf"
+        (os.environ[v] for v in OTLP_PROTOCOL_VARS if os.environ.get(v)), "http/protobuf"
     ).strip()
     endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or ""
     if not endpoint and os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):

@@ -84,3 +84,21 @@ ENV_OTEL_BSP_MAX_QUEUE_SIZE: Final = "OTEL_BSP_MAX_QUEUE_SIZE"
 """Upstream (OTel SDK): the batch span processor's queue size (default 2048)."""
 ENV_OTEL_BSP_EXPORT_TIMEOUT: Final = "OTEL_BSP_EXPORT_TIMEOUT"
 """Upstream (OTel SDK): milliseconds an export may take; also ``shutdown()``'s budget here."""
+ENV_OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+"""Upstream (OTel SDK): where traces are exported (``configure()``, ``--write-back``)."""
+ENV_OTEL_EXPORTER_OTLP_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
+"""Upstream (OTel SDK): the OTLP endpoint of every signal, read when the traces' one is unset."""
+ENV_OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+"""Upstream (OTel SDK): ``grpc`` or ``http/protobuf`` (the default) for traces."""
+ENV_OTEL_EXPORTER_OTLP_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_PROTOCOL"
+"""Upstream (OTel SDK): the protocol of every signal, read when the traces' one is unset."""
+OTLP_ENDPOINT_VARS: Final = (
+    ENV_OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+    ENV_OTEL_EXPORTER_OTLP_ENDPOINT,
+)
+"""The endpoint variables in the order the SDK reads them (the first one set wins)."""
+OTLP_PROTOCOL_VARS: Final = (
+    ENV_OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+    ENV_OTEL_EXPORTER_OTLP_PROTOCOL,
+)
+"""The protocol variables in the order the SDK reads them (the first one set wins)."""

@@ -28,8 +28,9 @@ raises :class:`~memtrace_otel.errors.DecodeError` naming file, line and field.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from memtrace_otel._internal import lazy_names
 from memtrace_otel.errors import SourceSpecError
 from memtrace_otel.sources._backends import backend_from_url
 from memtrace_otel.sources._common import SourceStats
@@ -46,11 +47,13 @@ from memtrace_otel.sources._memtracebench import (
     decode_memtracebench,
     load_memtracebench,
 )
-from memtrace_otel.sources._otlp_proto import decode_otlp_proto
 from memtrace_otel.sources._outcomes import Outcome, OutcomeRule, outcomes_of, read_outcomes
 from memtrace_otel.sources._source import FileSource, Source, iter_records
 from memtrace_otel.sources._trust import DEFAULT_SKEW_SECONDS, TrustPolicy
 from memtrace_otel.sources._upstream import adapt_upstream
+
+if TYPE_CHECKING:
+    from memtrace_otel.sources._otlp_proto import decode_otlp_proto
 
 BACKEND_SCHEMES = ("jaeger+http://", "jaeger+https://", "tempo+http://", "tempo+https://")
 
@@ -99,6 +102,14 @@ def open_source(
         raise
     except ValueError as exc:
         raise SourceSpecError(f"{_without_credentials(text)}: {exc}") from None
+
+
+_lazy = lazy_names(__name__, {"decode_otlp_proto": "memtrace_otel.sources._otlp_proto"})
+
+
+def __getattr__(name: str) -> Any:
+    """``decode_otlp_proto``, imported on first use (protobuf's import is 0.02 s of start-up)."""
+    return _lazy(name)
 
 
 def _without_credentials(spec: str) -> str:

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memtrace_otel.errors import SourceError
-from memtrace_otel.export import dumps_request
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.sources._common import SourceStats
 from memtrace_otel.sources._source import Source
@@ -63,6 +62,8 @@ def export_source(
         SourceError: the output exists (without ``overwrite``) or cannot be written.
         DecodeError, BackendError: from the source (strict decoding, unreachable backend).
     """
+    from memtrace_otel.export import dumps_request  # the SDK: only a run that exports needs it
+
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     directory = Path(out_dir)
