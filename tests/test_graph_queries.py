@@ -156,6 +156,16 @@ def test_linked_trace_ids_are_the_traces_not_loaded() -> None:
         "0000000000000000000000000000000b",
         "000000000000000000000000000000ff",
     ]
+    # The index finds the same ones in its own pass over the nodes.
+    assert graph_index(G).missing_traces == set(linked_trace_ids(G))
+    assert graph_index(build_graph(records)).missing_traces == {"0" * 30 + "ff"}
+
+
+def test_the_index_gives_each_caller_its_own_list_of_inputs(G: nx.MultiDiGraph) -> None:
+    index = graph_index(G)
+    first = index.inputs(B2)
+    first.append("not-an-input")
+    assert "not-an-input" not in index.inputs(B2) and "mem:1@1" in index.inputs(B2)
 
 
 def test_the_index_names_the_failed_cases(G: nx.MultiDiGraph) -> None:

@@ -28,7 +28,6 @@ import networkx as nx
 from memtrace_otel._shim import nodes_of, pred_of, succ_of
 from memtrace_otel.graph._build import READ, VERSION, WRITE, op_order_key
 from memtrace_otel.graph._case import Case
-from memtrace_otel.graph._queries import linked_trace_ids
 from memtrace_otel.semconv import Category, JudgeVerdict, OpKind
 
 _RECORD_WRITERS = frozenset({OpKind.CREATE.value, OpKind.UPDATE.value, OpKind.DELETE.value})
@@ -57,6 +56,7 @@ class GraphIndex:
     _records: dict[str | None, list[tuple[int, str, str]]] | None = None
     memo: dict[Any, Any] = field(default_factory=dict)
     """Per-graph results the methods compute once (e.g. a store's message texts)."""
+    _inputs: dict[str, tuple[str, ...]] = field(default_factory=dict, repr=False)
 
     @property
     def G(self) -> nx.MultiDiGraph:
@@ -71,8 +71,14 @@ class GraphIndex:
         return self.case_ops.get(case_id, [])
 
     def inputs(self, op: str) -> list[str]:
-        """Variables the op read."""
-        return [v for v, keyed in pred_of(self.G)[op].items() if READ in keyed]
+        """Variables the op read (found once per op: an answer's window is asked for again and
+        again, once per variable the evidence is followed through)."""
+        found = self._inputs.get(op)
+        if found is None:
+            found = self._inputs[op] = tuple(
+                v for v, keyed in pred_of(self.G)[op].items() if READ in keyed
+            )
+        return list(found)
 
     def outputs(self, op: str) -> list[str]:
         """Variables the op wrote."""
@@ -204,8 +210,12 @@ def graph_index(G: nx.MultiDiGraph) -> GraphIndex:
     messages: dict[str | None, list[str]] = defaultdict(list)
     failed: set[str] = set()
     judged: set[str] = set()
+    linked: set[str] = set()  # linked_trace_ids(G), in the same pass over the nodes
     for node, data in nodes_of(G).items():
         if data.get("type") == "op":
+            links = data.get("links")
+            if links:
+                linked.update(link["trace_id"] for link in links)
             case = data.get("case")
             if case is not None:
                 case_ops[str(case)].append((op_order_key(data), node))
@@ -229,7 +239,7 @@ def graph_index(G: nx.MultiDiGraph) -> GraphIndex:
         store_messages={s: sorted(m) for s, m in messages.items()},
         failed=failed,
         judged=judged,
-        missing_traces=frozenset(linked_trace_ids(G)),
+        missing_traces=frozenset(linked.difference(G.graph.get("trace_ids", ()))),
     )
     _cache[G] = index
     return index
