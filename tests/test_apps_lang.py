@@ -30,8 +30,14 @@ SEED = 1
 @pytest.fixture(scope="module")
 def langgraph_run(tmp_path_factory: pytest.TempPathFactory) -> AppRun:
     spec = APPS["langgraph"]
-    folder = tmp_path_factory.mktemp("apps") / spec.name
-    return run_app(spec, "SPAN_AND_EVENT", folder, make_world(SEED, SMALL))
+    # A folder relative to the working directory, as `memtrace bench apps`' default --out is
+    # (the app runs inside the folder, so every path it gets must be absolute).
+    cwd = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("apps"))
+    try:
+        return run_app(spec, "SPAN_AND_EVENT", Path(spec.name), make_world(SEED, SMALL))
+    finally:
+        os.chdir(cwd)
 
 
 @pytest.fixture(scope="module")

@@ -248,6 +248,7 @@ def run_app(
     """Run ``spec`` once in ``mode`` in ``folder``: the app, the label check, the feedback, the
     batch job. Raises ``RuntimeError`` (with the program's stderr) when the app fails."""
     world = world or make_world(seed, classic=spec.classic)
+    folder = folder.absolute()  # the app runs in it (cwd): every path it is given must hold there
     if folder.exists():
         shutil.rmtree(folder)  # a run starts empty: its store, traces and verdicts are its own
     folder.mkdir(parents=True)
