@@ -162,3 +162,27 @@ def test_no_sentence_of_the_suite_is_a_benchmark_text() -> None:
             sentences |= {f.strip() for f in re.split(r"\{\w+\}", template) if len(f.strip()) > 15}
     reused = sorted(t for t in sentences if t.lower() in corpus)
     assert not reused, reused
+
+
+def test_a_mem0_reference_run_streamed_or_spilled_gets_the_in_memory_verdicts(
+    tmp_path: Path,
+) -> None:
+    # Real mem0 under REFERENCE capture: values, and the feedback's expected answers, only by
+    # reference. Large exports stream by store or spill by default: each must resolve them as
+    # the in-memory run does (they used to abstain on every case).
+    import json
+
+    from memtrace_otel.cli import main
+
+    run = run_app(APPS["mem0"], "REFERENCE", tmp_path / "mem0", make_world(SEED, SMALL))
+    _check(run)
+    expected = {c: (v.get("error_type"), v.get("op_name")) for c, v in run.verdicts.items()}
+    traces = str(run.folder / "traces.jsonl")
+    for n, extra in enumerate(
+        (["--executor", "inline"], ["--executor", "local[2]"], ["--memory-bound", "64M"])
+    ):
+        out = tmp_path / f"verdicts-{n}.jsonl"
+        assert main(["attribute", traces, "--out", str(out), "--quiet", *extra]) in (0, 1)
+        rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+        got = {row["case_id"]: (row.get("error_type"), row.get("op_name")) for row in rows}
+        assert got == expected, extra

@@ -885,3 +885,84 @@ def test_written_back_reasons_name_labels_and_refs_only() -> None:
     textless = verdict_attributes(verdict, textless=True)[A.GEN_AI_EVALUATION_EXPLANATION]
     assert textless == "UpdateError at mem0.update; evidence: mem:1@2"
     assert "Porto" in str(verdict_attributes(verdict)[A.GEN_AI_EVALUATION_EXPLANATION])
+
+
+# --- streamed and spilled runs ---------------------------------------------------------------
+SCALED = [{"executor": "inline"}, {"executor": "local[2]"}, {"memory_bound": "64M"}]
+
+
+def _run(traces: Path, cases: Path, **options: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    verdicts, summary = run_batch([str(traces)], EvidenceMethod(), cases_file=str(cases), **options)
+    return {v.case_id: (v.error_type, v.op_name, v.reason) for v in verdicts}, summary.content
+
+
+@pytest.mark.parametrize("scaled", SCALED, ids=["inline", "pool", "spilled"])
+def test_streamed_and_spilled_runs_resolve_references_as_one_process(
+    tmp_path: Path, scaled: dict[str, str]
+) -> None:
+    # Large exports stream by store (or spill): they used to leave every reference unresolved,
+    # so each case abstained as if capture were off.
+    url = _store_url(tmp_path)
+    capture = CaptureConfig(mode="REFERENCE", content_url=url)
+    folder = tmp_path / "ref"
+    folder.mkdir()
+    traces, cases = write_workload(folder, capture=capture)
+    _flush(capture)
+    expected, content = _run(traces, cases)
+    assert {c: v[:2] for c, v in expected.items() if v[0]} == {
+        f"case-{f}": v for f, v in EXPECTED.items()
+    }
+    got, got_content = _run(traces, cases, **scaled)
+    assert got == expected
+    assert got_content["resolved"] == content["resolved"] > 0
+    # A tampered object: its store keeps its refs alone, in every run alike.
+    objects = sorted(p for p in (tmp_path / "content" / "objects").rglob("*") if p.is_file())
+    target = next(p for p in objects if p.read_bytes() == b"Ana lives abroad")
+    target.write_bytes(b"Ana lives in Porto")
+    expected, content = _run(traces, cases)
+    got, got_content = _run(traces, cases, **scaled)
+    assert got == expected and got_content["mismatched"] == content["mismatched"] == 1
+    assert got_content["incomplete_stores"] == content["incomplete_stores"] == {"user-update": 1}
+    # An erased store abstains and says so, in every run alike.
+    assert main(["content", "erase", "--store", "user-deletion", "--content", url]) == 0
+    expected, content = _run(traces, cases)
+    got, got_content = _run(traces, cases, **scaled)
+    assert got == expected and "erased" in got["case-deletion"][2]
+    assert got_content["erased_stores"].keys() == content["erased_stores"].keys()
+
+
+def test_a_streamed_run_that_finds_no_reference_does_not_look_for_them(tmp_path: Path) -> None:
+    from memtrace_otel.job import RunOptions
+    from memtrace_otel.job._executors import run_scaled
+
+    folder = tmp_path / "on"
+    folder.mkdir()
+    traces, cases = write_workload(folder, capture="SPAN_AND_EVENT")
+    options = RunOptions(cases_file=str(cases), executor="inline")
+    looked, _ = run_scaled([str(traces)], EvidenceMethod(), options)
+    skipped, summary = run_scaled([str(traces)], EvidenceMethod(), options, resolve_content=False)
+    assert looked == skipped and not summary.content
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 7, 16, 1 << 20])
+def test_the_byte_scan_tells_the_reference_kinds_apart_across_block_edges(
+    tmp_path: Path, chunk: int
+) -> None:
+    from memtrace_otel.sources._content import reference_kinds
+
+    cases = {
+        b'"key":"gen_ai.system_instructions_ref"': (False, True),
+        b'"key":"gen_ai.input.messages_ref"': (False, True),
+        b'"key":"memtrace.variable.value_ref"': (True, False),
+        b'"stringValue":"{\\"content_ref\\":\\"x\\"}"': (True, False),
+        b'"key":"memtrace.variable.ref"': (False, False),
+        b'"key":"memtrace.meta.source_refs"': (False, False),
+    }
+    path = tmp_path / "t.jsonl"
+    for text, kinds in cases.items():
+        for pad in range(0, 24):
+            path.write_bytes(b"x" * pad + text + b"\n")
+            assert tuple(reference_kinds([str(path)], chunk=chunk)) == kinds, (text, pad)
+    # Upstream refs win over ours: such a run is read in memory, where they are adapted.
+    path.write_bytes(b"".join(cases))
+    assert reference_kinds([str(path)], chunk=chunk).upstream

@@ -38,7 +38,7 @@ from memtrace_otel.sources import (
     TrustPolicy,
     expand_paths,
 )
-from memtrace_otel.sources._content import mentions_references
+from memtrace_otel.sources._content import reference_kinds
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -280,18 +280,22 @@ def run(args: argparse.Namespace) -> int:
                     "--executor dask:// needs dask.distributed: pip install 'memtrace-otel[dask]'"
                 ) from None
         content = getattr(args, "content", None)
-        if content and options.scaled:
-            raise ValueError("--content does not combine with --executor or --memory-bound yet")
         if content:
             ContentResolver(content)  # a bad URL, no fsspec or a short key fails here
         check_paths(args)
-        if not options.scaled and not content:
+        if not options.scaled:
             executor, bound = default_executor(args.sources)  # stream by store (docs/scale.md)
-            if executor == "inline" and mentions_references(
-                [path for spec in args.sources for path in expand_paths(spec)]
-            ):
-                executor = None  # content references are resolved in memory, not streamed
-            options = dataclasses.replace(options, executor=executor, memory_bound=bound)
+            resolve = True
+            if executor == "inline":  # plain JSON Lines: a byte scan says which refs they hold
+                kinds = reference_kinds(
+                    [path for spec in args.sources for path in expand_paths(spec)]
+                )
+                if kinds.upstream:
+                    executor = None  # upstream GenAI spans are adapted in memory only
+                resolve = kinds.memtrace or bool(content)
+            options = dataclasses.replace(
+                options, executor=executor, memory_bound=bound, resolve_content=resolve
+            )
     except ValueError as exc:
         print(f"memtrace: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

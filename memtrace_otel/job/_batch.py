@@ -49,6 +49,7 @@ from memtrace_otel.sources import (
     open_source,
     outcomes_of,
 )
+from memtrace_otel.sources._content import keep_complete_stores
 from memtrace_otel.sources._outcomes import DEFAULT_RULE, is_verdict_span
 from memtrace_otel.sources._source import FileSource
 from memtrace_otel.sources._stores import NO_STORE
@@ -285,8 +286,8 @@ def load_store_graphs(
     """
     options = dict(options or {})
     resolver = ContentResolver(options.pop("content", None))
+    originals: list[SpanRecord] = []
     records: list[SpanRecord] = []
-    unresolved: dict[int, SpanRecord] = {}
     verdict_spans = reviews_out if reviews_out is not None else []
     for spec in sources:
         source = open_source(spec, strict=strict, **(options if is_backend(spec) else {}))
@@ -298,21 +299,14 @@ def load_store_graphs(
                 continue
             record = resolver.resolve(original)
             if outcomes is None or take_outcomes(record, outcomes):
-                if record is not original:
-                    unresolved[len(records)] = original
+                originals.append(original)
                 records.append(record)
         if outcomes is not None:
             outcomes.extend(source.outcomes)
         if summary is not None:
             summary.add_source_stats(source.stats)
-    incomplete = resolver.stats.failed_stores
-    if incomplete:
-        # A store some of whose objects are missing or do not verify uses none of its resolved
-        # values: one missing value among resolved ones misleads attribution; with none, it is
-        # attributed as with capture off (structure decides, or it abstains).
-        for index, original in unresolved.items():
-            if store_of(original) in incomplete:
-                records[index] = original
+    records = keep_complete_stores(resolver.stats, originals, records, store_of)
+    del originals
     if summary is not None:
         precision = precision_of(verdict_spans, trust)
         if precision is not None:
@@ -365,18 +359,36 @@ def erased_verdict(G: nx.MultiDiGraph, case: Case, store: str, method: str) -> V
     )
 
 
-def take_outcomes(record: SpanRecord, outcomes: list[Outcome]) -> bool:
+def take_outcomes(
+    record: SpanRecord, outcomes: list[Outcome], resolver: ContentResolver | None = None
+) -> bool:
     """Add the evaluations ``record`` carries to ``outcomes``; return whether the record joins
     the graphs (a ``memtrace.feedback`` span carrying evaluations does not: it is no op; nor
-    does a written-back verdict span, :func:`~memtrace_otel.sources._outcomes.is_verdict_span`)."""
+    does a written-back verdict span, :func:`~memtrace_otel.sources._outcomes.is_verdict_span`).
+
+    With ``resolver``, the evaluations are read from the record with its content references
+    resolved (an expected answer or a comment by reference); the record itself is returned to
+    the graphs unresolved (see :func:`~memtrace_otel.sources._content.resolve_records`).
+    """
     if is_verdict_span(record):
         return False
     if record.events:
-        found = outcomes_of(record)
+        found = resolved_outcomes(record, resolver)
         if found:
             outcomes.extend(found)
             return record.name != A.MEMTRACE_FEEDBACK_SPAN
     return True
+
+
+def resolved_outcomes(record: SpanRecord, resolver: ContentResolver | None) -> list[Outcome]:
+    """The evaluations ``record`` carries, read (with ``resolver``) with its content references
+    resolved: a feedback's expected answer or comment sent by reference (``REFERENCE``)."""
+    found = outcomes_of(record)
+    if found and resolver is not None:
+        resolved = resolver.resolve(record)
+        if resolved is not record:
+            found = outcomes_of(resolved)
+    return found
 
 
 def is_backend(spec: str) -> bool:

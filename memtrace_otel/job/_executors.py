@@ -53,16 +53,19 @@ from memtrace_otel.attribution._model import Case, Verdict, load_cases
 from memtrace_otel.errors import BackendError, MemtraceError
 from memtrace_otel.graph import build_graph, graph_index
 from memtrace_otel.job._batch import (
+    ERASED_KEY,
     PREPARE_WINDOW,
     BatchSummary,
     LineageJoin,
     QuietHeap,
     count_truncated_captured,
+    erased_verdict,
     is_backend,
     load_with_progress,
     op_refs,
     pending_reason,
     prepare,
+    resolved_outcomes,
     store_of,
     take_outcomes,
 )
@@ -103,9 +106,14 @@ from memtrace_otel.sources import (
     SourceStats,
     expand_paths,
     open_source,
-    outcomes_of,
 )
 from memtrace_otel.sources._common import NOT_A_REGULAR_FILE, make_error
+from memtrace_otel.sources._content import (
+    ContentResolver,
+    ContentStats,
+    ContentStoreError,
+    resolve_records,
+)
 from memtrace_otel.sources._outcomes import DEFAULT_RULE
 from memtrace_otel.sources._stores import NO_STORE
 
@@ -168,6 +176,8 @@ class PartitionResult:
     stores: list[StoreResult]
     seconds: float
     tally: Tally = field(default_factory=Tally)
+    content: ContentStats | None = None
+    """What resolving its own stores' content references did (``None``: not asked to)."""
 
 
 def attribute_store(
@@ -237,7 +247,9 @@ def attribute_store(
             if i % PREPARE_WINDOW == 0:
                 prepare(shared.method, [(G, c) for c in pending[i : i + PREPARE_WINDOW]])
             try:
-                result.verdicts[case.case_id] = shared.method.attribute(G, case)
+                result.verdicts[case.case_id] = erased_verdict(
+                    G, case, store, shared.method.name
+                ) or shared.method.attribute(G, case)
             except _CASE_ERRORS as exc:
                 result.errors[case.case_id] = f"{type(exc).__name__}: {exc}"
         if shared.view is not None:
@@ -303,6 +315,42 @@ class _Shared:
     """Draws each case's report page while its store's graph is held (``--report``)."""
     earlier: dict[str, Verdict] | None = None
     """With ``view``: the verdicts in ``--out`` of cases done already (resumed cases' pages)."""
+    content: ContentReading | None = None
+    """Whether and where content references are resolved (``None``: they are not)."""
+
+
+@dataclass(frozen=True)
+class ContentReading:
+    """How a scaled run resolves content references: from ``url`` (``--content``), or where
+    each reference points (``None``). Each partition (each store, spilled) reads with a resolver
+    of its own, so what it caches goes with it."""
+
+    url: str | None = None
+
+    def resolver(self) -> ContentResolver:
+        return ContentResolver(self.url)
+
+
+def resolve_stores(
+    by_store: dict[str, list[SpanRecord]], owned: Iterable[str], reading: ContentReading
+) -> tuple[dict[str, list[SpanRecord]], ContentStats]:
+    """Each store's records with their content references resolved (every record of a store is
+    in ``by_store``, so a store missing an object keeps its references alone, as in one
+    process); and what resolving ``owned`` stores' did (the others are counted by the
+    partition that owns them)."""
+    mine, others = reading.resolver(), reading.resolver()
+    owned = set(owned)
+    resolved = {
+        store: resolve_records(mine if store in owned else others, records, store_of)
+        for store, records in by_store.items()
+    }
+    return resolved, mine.stats
+
+
+def mark_erased(G: nx.MultiDiGraph, store: str, stats: ContentStats) -> None:
+    """Note on ``G`` that its store's content was erased (its cases then abstain, saying so)."""
+    if store in stats.erased:
+        G.graph[ERASED_KEY] = stats.erased[store] or "unknown time"
 
 
 def run_partition(
@@ -311,8 +359,11 @@ def run_partition(
     """Load a partition's spans, build its graphs one store at a time and attribute its cases."""
     started = time.perf_counter()
     results = []
+    content = None
     with QuietHeap() as heap:  # the partition's records stay in memory: keep the collector off
         by_store, tally = load_partition(partition)
+        if shared.content is not None:
+            by_store, content = resolve_stores(by_store, partition.stores, shared.content)
         heap.loaded()
         join = LineageJoin(
             {s: records for s, records in by_store.items() if s not in partition.case_stores}
@@ -320,17 +371,19 @@ def run_partition(
         for store in partition.stores:
             records = by_store.pop(store)
             G = build_graph(records + join.records_for(store, records))
+            if content is not None:
+                mark_erased(G, store, content)
             heap.built()
             del records
             results.append(attribute_store(store, G, shared, forced))
     forget_texts()
-    return PartitionResult(partition.number, results, time.perf_counter() - started, tally)
+    return PartitionResult(partition.number, results, time.perf_counter() - started, tally, content)
 
 
 STREAM_ABOVE_BYTES = 64 << 20
 """Exports smaller than this (the files' total bytes, compressed or not) are read into memory by
-default, where every feature of a run is at hand (upstream GenAI spans adapted, content references
-resolved); larger ones stream by store (the report's timelines and review precision are the same)."""
+default, where every feature of a run is at hand (upstream GenAI spans adapted); larger ones stream
+by store (content references resolved, the report's timelines and review precision the same)."""
 
 
 def default_executor(
@@ -533,7 +586,13 @@ def _run_scaled(
         attributed_at=attributed_at,
         view=view,
         earlier=earlier,
+        content=(
+            ContentReading(options.source_options.get("content"))
+            if options.resolve_content
+            else None
+        ),
     )
+    content = ContentStats()  # what resolving content references did, over the whole run
     results: dict[str, StoreResult] = {}
     written: dict[str, Verdict] = {}
     picks: list[Pick] = []
@@ -571,13 +630,20 @@ def _run_scaled(
         if engine is None:
             assert bound is not None
             no_store_graph, shared = _run_spilled(
-                sources, shared, options, summary, results, on_result=append, settle=settle
+                sources,
+                shared,
+                options,
+                summary,
+                results,
+                on_result=append,
+                settle=settle,
+                content=content,
             )
         else:
             wanted = partitions or engine.workers * PARTITIONS_PER_WORKER
-            counts = _Counts()
+            counts = _Counts(content=content)
             outcomes: list[Outcome] = []
-            plan = _plan(engine, sources, strict, counts, wanted, outcomes)
+            plan = _plan(engine, sources, strict, counts, wanted, outcomes, shared.content)
             if verdict_lines is not None:
                 verdict_lines.update({p: plan.verdict_lines.get(p, []) for p in plan.scanned})
             shared = dataclasses.replace(shared, outcomes=tuple(outcomes))
@@ -596,6 +662,8 @@ def _run_scaled(
                     _merge(results[store], result)
         summary.source_errors.extend(skipped[:5])
         summary.skipped_cases += len(skipped)
+        if content.any:
+            summary.content = content.to_json()
 
         # Place each case in one store, as the single-process run does: the first store (sorted)
         # whose graph holds its ops.
@@ -700,9 +768,12 @@ def _run_spilled(
     *,
     on_result: Callable[[StoreResult], None],
     settle: Callable[[Sequence[Outcome]], dict[str, list[Pick]]],
+    content: ContentStats | None = None,
 ) -> tuple[nx.MultiDiGraph | None, _Shared]:
     """One process, bounded memory: spill every record (collecting the evaluations), then one
     store's graph at a time; then redo what ``settle`` (the decision over every store) changed.
+    With ``shared.content``, each store's content references are resolved as its graph is
+    built (what that did is added to ``content``; a redo adds nothing).
 
     Returns:
         The store-less graph, if any (for cases found in no store), and ``shared`` with the
@@ -717,7 +788,10 @@ def _run_spilled(
     case_stores: set[str] = set()
     outcomes: list[Outcome] = []
 
-    def graph(store: str) -> nx.MultiDiGraph:
+    reading = shared.content
+    outcome_reader = reading.resolver() if reading is not None else None
+
+    def graph(store: str, first: bool = True) -> nx.MultiDiGraph:
         records = spill.store_records(store)
         # Ops of caseless stores that wrote what this one reads join it (one store hop here).
         foreign = {
@@ -726,10 +800,20 @@ def _run_spilled(
             for ref in op_refs(record, A.MEMTRACE_OP_INPUTS)
             if writer_store.get(ref, store) != store
         } - case_stores
+        group = {store: records, **{f: spill.store_records(f) for f in foreign}}
+        stats = None
+        if reading is not None:
+            group, stats = resolve_stores(group, (store,), reading)
+            records = group[store]
         if foreign:
-            group = {store: records, **{f: spill.store_records(f) for f in foreign}}
             records = records + LineageJoin(group).records_for(store, records)
-        return build_graph(records)
+        del group
+        G = build_graph(records)
+        if stats is not None:
+            mark_erased(G, store, stats)
+            if first and content is not None:
+                content.merge(stats)
+        return G
 
     try:
         for spec in sources:
@@ -737,7 +821,7 @@ def _run_spilled(
                 spec, strict=strict, **(source_options if is_backend(spec) else {})
             )
             for record in load_with_progress(source, spec, progress):
-                if not take_outcomes(record, outcomes):
+                if not take_outcomes(record, outcomes, outcome_reader):
                     continue
                 spill.add(record)
                 store = store_of(record)
@@ -763,9 +847,12 @@ def _run_spilled(
         redo = settle(shared.outcomes)
         second = dataclasses.replace(shared, picks=redo)
         for store in sorted(redo):
-            _merge(results[store], attribute_store(store, graph(store), second, forget_tokens=True))
+            G = graph(store, first=False)
+            _merge(results[store], attribute_store(store, G, second, forget_tokens=True))
     finally:
         spill.close()
+    if outcome_reader is not None and content is not None:
+        content.merge(outcome_reader.stats)
     return no_store_graph, shared
 
 
@@ -778,6 +865,8 @@ class _Counts:
     keys: list[Key] = field(default_factory=list)
     spec_of: dict[str, int] = field(default_factory=dict)
     """file -> the number of the source spec it came from (messages are kept per spec)."""
+    content: ContentStats = field(default_factory=ContentStats)
+    """What resolving content references did (the scans' feedback, the partitions' stores)."""
 
     def add(self, tally: Tally) -> None:
         tally.add_to(self.stats, self.keys)
@@ -801,16 +890,24 @@ def _plan(
     counts: _Counts,
     count: int,
     outcomes: list[Outcome],
+    content: ContentReading | None = None,
 ) -> Plan:
     """Plan the partitions: scan the JSON Lines files on the engine, decode the rest here.
     The evaluations found go to ``outcomes``, in the order a single-process run reads them
-    (each spec's spans by file and line, then its log records), a duplicate span's dropped.
+    (each spec's spans by file and line, then its log records), a duplicate span's dropped;
+    with ``content``, read with their content references resolved (an expected answer).
 
     A strict run decodes everything here, so the first bad record stops it before any work
     is sent out.
     """
     if strict:
-        return plan_sources(sources, strict=True, summary_stats=counts.stats, outcomes=outcomes)
+        resolver = content.resolver() if content is not None else None
+        plan = plan_sources(
+            sources, strict=True, summary_stats=counts.stats, outcomes=outcomes, resolver=resolver
+        )
+        if resolver is not None:
+            counts.content.merge(resolver.stats)
+        return plan
     plan = Plan()
     scanned: list[str] = []
     found: list[tuple[tuple[int, int, int, int], tuple[str, str] | None, Outcome]] = []
@@ -824,16 +921,19 @@ def _plan(
             if is_json_lines(path):
                 scanned.append(path)
             else:
-                for kind, line, key, outcome in _plan_whole_file(plan, path, counts):
+                for kind, line, key, outcome in _plan_whole_file(plan, path, counts, content):
                     found.append(((number, kind, order[path], line), key, outcome))
     # Ranges pay only where tasks run side by side; cutting a file numbers the lines before
     # each cut (a read of the file), so one engine thread scans each file whole.
     ranges = _cut(scanned, count if engine.workers > 1 else 1)
-    for part, scan in engine.map(scan_range, ranges):
+    factory = content.resolver if content is not None else None
+    for part, scan in engine.map(scan_range, ranges, factory):
         if isinstance(scan, BaseException):
-            scan = scan_range(part)  # once more, here: a failure now is a real one
+            scan = scan_range(part, factory)  # once more, here: a failure now is a real one
         merge_scan(plan, scan)
         counts.add(scan.tally)
+        if scan.content is not None:
+            counts.content.merge(scan.content)
         number = counts.spec_of[part.path]
         for kind, line, key, outcome in scan.outcomes:
             found.append(((number, kind, order[part.path], line), key, outcome))
@@ -846,17 +946,25 @@ def _plan(
     return plan
 
 
-def _plan_whole_file(plan: Plan, path: str, counts: _Counts) -> list[Found]:
-    """Plan a file that cannot be cut into ranges by decoding it here; return its evaluations."""
+def _plan_whole_file(
+    plan: Plan, path: str, counts: _Counts, content: ContentReading | None = None
+) -> list[Found]:
+    """Plan a file that cannot be cut into ranges by decoding it here; return its evaluations
+    (with ``content``, read with their content references resolved)."""
     source = open_source(path)
     found: list[Found] = []
+    resolver = content.resolver() if content is not None else None
     for record in source.records():
         source_path, _, number = record.source.rpartition(":")
         line = int(number) if number.isdigit() else None
         plan.add(store_of(record), source_path, line, case=A.MEMTRACE_CASE_ID in record.attributes)
         if record.events:
             key = (record.trace_id, record.span_id)
-            found += [(0, line or 0, key, outcome) for outcome in outcomes_of(record)]
+            found += [
+                (0, line or 0, key, outcome) for outcome in resolved_outcomes(record, resolver)
+            ]
+    if resolver is not None:
+        counts.content.merge(resolver.stats)
     found += [(1, 0, None, outcome) for outcome in source.outcomes]
     counts.add(Tally(source.stats, [(path, 0, 0, n) for n in range(len(source.stats.errors))]))
     return found
@@ -899,6 +1007,8 @@ def _run_partitions(
     ``on_result`` gets each store's result as its partition finishes."""
     bar = Progress(progress, "attributing", total=len(work), unit="partition")
     for partition, outcome in engine.map(run_partition, work, shared, forced):
+        if isinstance(outcome, ContentStoreError):
+            raise outcome  # a store the references name cannot be read at all: as in one process
         if isinstance(outcome, BaseException):
             poison.append(
                 {
@@ -914,6 +1024,8 @@ def _run_partitions(
                     on_result(result)
             if counts is not None:
                 counts.add(outcome.tally)
+                if outcome.content is not None:
+                    counts.content.merge(outcome.content)
         bar.update(1)
     bar.close()
 

@@ -125,7 +125,7 @@ class RunOptions:
             stay near this many bytes (``"512M"``); ignored with built graphs.
         redo_stale: redo final verdicts older than the newest op of their store.
         source_options: options for backend sources (``max_traces``, ``limit``, ``http``), and
-            ``content`` (the content store URL) in an in-memory run.
+            ``content`` (the content store URL references are read from).
         rule: which evaluations count as failures (default: ``incorrect`` or score 0).
         view: scaled runs only: draws each failed case's report page while its store's graph
             is held (:class:`~memtrace_otel.reporting.ReportViews`).
@@ -133,6 +133,10 @@ class RunOptions:
         retries: scaled runs: runs of a lost worker's partition beyond the first.
         partitions: scaled runs: how many partitions (default: four per worker).
         spill_dir: with ``memory_bound``: where the spill file goes.
+        resolve_content: scaled runs: resolve the content references the records carry
+            (``REFERENCE`` capture), from ``source_options["content"]`` or where each
+            reference points, as an in-memory run does. ``False`` skips the look for them (the
+            CLI's byte scan found none).
     """
 
     cases_file: str | None = None
@@ -150,6 +154,7 @@ class RunOptions:
     retries: int = DEFAULT_RETRIES
     partitions: int | None = None
     spill_dir: str | None = None
+    resolve_content: bool = True
 
     def __post_init__(self) -> None:
         for name in ("cases_file", "spill_dir"):

@@ -33,7 +33,7 @@ from typing import IO, Any
 
 from memtrace_otel._internal import GcPaused
 from memtrace_otel.errors import DecodeError, SourceError
-from memtrace_otel.job._batch import store_of
+from memtrace_otel.job._batch import resolved_outcomes, store_of
 from memtrace_otel.semconv import SpanRecord
 from memtrace_otel.semconv import attributes as A
 from memtrace_otel.sources import (
@@ -47,6 +47,7 @@ from memtrace_otel.sources import (
     outcomes_of,
 )
 from memtrace_otel.sources._common import DUPLICATE_SPAN, MAX_ERROR_MESSAGES, SURROGATE_HINT
+from memtrace_otel.sources._content import ContentResolver, ContentStats
 from memtrace_otel.sources._documents import BenchSink
 from memtrace_otel.sources._files import FileReader, open_binary
 from memtrace_otel.sources._limits import LineReader, ReadLimits
@@ -276,6 +277,7 @@ def plan_sources(
     strict: bool = False,
     summary_stats: SourceStats | None = None,
     outcomes: list[Outcome] | None = None,
+    resolver: ContentResolver | None = None,
 ) -> Plan:
     """Plan by decoding every source in this process (strict runs, tests, small inputs).
 
@@ -285,6 +287,7 @@ def plan_sources(
         summary_stats: where to add the sources' counts.
         outcomes: where to add the evaluations found, in the order a single-process run reads
             them.
+        resolver: reads the evaluations with their content references resolved.
 
     Raises:
         SourceError: a backend URL (partitions re-read files; export the traces first).
@@ -303,7 +306,7 @@ def plan_sources(
                 case=A.MEMTRACE_CASE_ID in record.attributes,
             )
             if outcomes is not None and record.events:
-                outcomes += outcomes_of(record)
+                outcomes += resolved_outcomes(record, resolver)
         if outcomes is not None:
             outcomes += source.outcomes
         if summary_stats is not None:
@@ -397,6 +400,8 @@ class RangeScan:
     verdict_lines: list[tuple[int, Any]] = field(default_factory=list)
     """``(line number, parsed value)`` of the lines holding a verdict or review span (of a
     plain OTLP JSON line, only those spans, with their resources and scopes)."""
+    content: ContentStats | None = None
+    """What resolving the evaluations' content references did (``None``: nothing)."""
 
 
 Found = tuple[int, int, "tuple[str, str] | None", Outcome]
@@ -493,12 +498,14 @@ def _line_numbers_at(stream: IO[bytes], offsets: list[int]) -> list[int]:
     return numbers
 
 
-def scan_range(part: Range) -> RangeScan:
+def scan_range(part: Range, resolver: Callable[[], ContentResolver] | None = None) -> RangeScan:
     """Find the stores of every span in a range of a JSON Lines file (see the module doc).
 
-    Line-level problems are counted here; so are the lines this scan has to decode.
+    Line-level problems are counted here; so are the lines this scan has to decode. With
+    ``resolver`` (a factory), evaluations are read with their content references resolved.
     """
     scan = RangeScan(part.path)
+    reading = resolver() if resolver is not None else None
     tally = scan.tally
     limits = ValueLimits.resolve()
     capper = RecordCapper(limits, tally.stats)
@@ -526,7 +533,7 @@ def scan_range(part: Range) -> RangeScan:
                     stores[store] = stores.get(store, 0) + 1
                     if A.MEMTRACE_CASE_ID in record.attributes:
                         scan.case_stores.add(store)
-                    _evaluations(scan, line, record)
+                    _evaluations(scan, line, record, reading)
                     verdicts = verdicts or is_verdict_span(record)
                 scan.outcomes += [(1, line, None, outcome) for outcome in logs.outcomes]
                 logs.outcomes.clear()
@@ -536,12 +543,14 @@ def scan_range(part: Range) -> RangeScan:
                 evaluated, verdict_spans = _evaluated_spans(value)
                 if evaluated is not None:  # rare: decode those spans alone, for their outcomes
                     for record in quiet.decode(evaluated, line, size):
-                        _evaluations(scan, line, record)
+                        _evaluations(scan, line, record, reading)
                 if verdict_spans is not None:  # for the reviews pass (those spans alone)
                     scan.verdict_lines.append((line, verdict_spans))
             for store, spans in stores.items():
                 scan.lines.setdefault(store, []).append((offset, line, size))
                 scan.spans[store] = scan.spans.get(store, 0) + spans
+    if reading is not None and reading.stats.any:
+        scan.content = reading.stats
     return scan
 
 
@@ -549,10 +558,11 @@ def _ignore(kind: str, error: DecodeError) -> None:
     """Errors of a second decoding: the first one counts them."""
 
 
-def _evaluations(scan: RangeScan, line: int, record: SpanRecord) -> None:
-    scan.outcomes += [
-        (0, line, (record.trace_id, record.span_id), outcome) for outcome in outcomes_of(record)
-    ]
+def _evaluations(
+    scan: RangeScan, line: int, record: SpanRecord, resolver: ContentResolver | None = None
+) -> None:
+    found = resolved_outcomes(record, resolver)
+    scan.outcomes += [(0, line, (record.trace_id, record.span_id), outcome) for outcome in found]
 
 
 def _evaluated_spans(value: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -53,6 +54,8 @@ _UPSTREAM_REFS = {
     A.GEN_AI_OUTPUT_MESSAGES_REF: A.GEN_AI_OUTPUT_MESSAGES,
     A.GEN_AI_SYSTEM_INSTRUCTIONS_REF: A.GEN_AI_SYSTEM_INSTRUCTIONS,
 }
+_UPSTREAM_KEYS = frozenset(_UPSTREAM_REFS)
+_EVENT_REF_KEYS = frozenset(_EVENT_REFS)
 
 
 _PACKS_KEPT = 16
@@ -115,6 +118,21 @@ class ContentStats:
         key = store or ""
         self.failed_stores[key] = self.failed_stores.get(key, 0) + 1
 
+    def merge(self, other: ContentStats) -> None:
+        """Add what another resolver did (a partition's, a scan's) to these counts. An object two
+        partitions read counts in both (a single reader counts a missing or failed one once)."""
+        self.resolved += other.resolved
+        self.upstream += other.upstream
+        self.missing += [n for n in other.missing if n not in self.missing][
+            : max(0, 100 - len(self.missing))
+        ]
+        self.missing_count += other.missing_count
+        self.mismatched += other.mismatched
+        self.unverifiable += other.unverifiable
+        self.erased.update(other.erased)
+        for store, count in other.failed_stores.items():
+            self.failed_stores[store] = self.failed_stores.get(store, 0) + count
+
 
 class ContentResolver:
     """Fetches, verifies and puts back the content records refer to.
@@ -152,9 +170,13 @@ class ContentResolver:
     def resolve(self, record: SpanRecord) -> SpanRecord:
         """``record`` with every reference it carries resolved (itself when it has none)."""
         attrs = record.attributes
+        if _UPSTREAM_KEYS.isdisjoint(attrs):
+            for event in record.events:  # a loop, not any(): this runs for every record
+                if _has_ref(event):
+                    break
+            else:
+                return record
         upstream = [k for k in _UPSTREAM_REFS if k in attrs]
-        if not upstream and not any(_has_ref(e) for e in record.events):
-            return record
         store_id = attrs.get(A.GEN_AI_MEMORY_STORE_ID)
         store = str(store_id) if store_id else None
         new_attrs: dict[str, Any] | None = None
@@ -369,10 +391,42 @@ class ContentResolver:
 
 def _has_ref(event: EventRecord) -> bool:
     attrs = event.attributes
-    if any(k in attrs for k in _EVENT_REFS):
+    if not _EVENT_REF_KEYS.isdisjoint(attrs):
         return True
     meta = attrs.get(A.MEMTRACE_VARIABLE_META)
     return isinstance(meta, str) and META_CONTENT_REF in meta
+
+
+def resolve_records(
+    resolver: ContentResolver, records: list[SpanRecord], store_of: Callable[[SpanRecord], str]
+) -> list[SpanRecord]:
+    """``records`` with their references resolved by ``resolver``, except those of a store some
+    object of which could not be used (missing, tampered with, keyed by another key): one
+    missing value among resolved ones misleads attribution, so such a store keeps its references
+    alone and is attributed as with capture off (structure decides, or it abstains).
+
+    ``records`` must hold every record of each store it holds (the decision is per store);
+    ``store_of`` gives a record's store as ``ContentStats.failed_stores`` keys it.
+    """
+    resolved = [resolver.resolve(record) for record in records]
+    return keep_complete_stores(resolver.stats, records, resolved, store_of)
+
+
+def keep_complete_stores(
+    stats: ContentStats,
+    originals: list[SpanRecord],
+    resolved: list[SpanRecord],
+    store_of: Callable[[SpanRecord], str],
+) -> list[SpanRecord]:
+    """``resolved``, each record of a store in ``stats.failed_stores`` put back as it was read
+    (:func:`resolve_records`' rule; ``originals[i]`` is ``resolved[i]`` before resolving)."""
+    failed = stats.failed_stores
+    if not failed:
+        return resolved
+    return [
+        original if new is not original and store_of(original) in failed else new
+        for original, new in zip(originals, resolved, strict=True)
+    ]
 
 
 @dataclass
@@ -411,39 +465,58 @@ _REF_KEYS = (b'_ref"', b'_ref\\"')
 ``memtrace.variable.ref`` and meta's ``source_refs`` do not end so."""
 
 
-def mentions_references(paths: list[str], chunk: int = 1 << 20) -> bool:
-    """Whether any of the files ``paths`` may carry a content reference: a byte scan, no parse.
+class ReferenceKinds(NamedTuple):
+    """Which content references a byte scan of trace files found (see :func:`reference_kinds`)."""
 
-    The streaming run (``memtrace attribute``'s default) does not read content stores; the batch
-    job reads files that mention a reference in memory instead, where they are resolved. A false
-    positive costs only the streaming.
+    memtrace: bool
+    """``memtrace.*`` ones: ``value_ref``, exception and feedback refs, meta's ``content_ref``."""
+    upstream: bool
+    """Upstream GenAI ones: ``gen_ai.input.messages_ref`` and the like (the scan stops at the
+    first, so ``memtrace`` then says only what was met before it)."""
+
+
+def reference_kinds(paths: list[str], chunk: int = 1 << 20) -> ReferenceKinds:
+    """Which content references the files ``paths`` may carry: a byte scan, no parse.
+
+    A streamed run (``memtrace attribute``'s default on large exports) resolves ``memtrace.*``
+    references itself, store by store, and need not look for them when there are none; upstream
+    GenAI spans are adapted in memory only, so a run holding upstream references is read in
+    memory. A false positive costs only the look (or the streaming).
 
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (d / "a.jsonl").write_text('{"key": "memtrace.variable.ref"}')
-    >>> mentions_references([str(d / "a.jsonl")])
-    False
+    >>> reference_kinds([str(d / "a.jsonl")])
+    ReferenceKinds(memtrace=False, upstream=False)
     >>> _ = (d / "b.jsonl").write_text('{"key": "memtrace.variable.value_ref"}')
-    >>> mentions_references([str(d / "a.jsonl"), str(d / "b.jsonl")])
-    True
+    >>> _ = (d / "c.jsonl").write_text('{"key": "gen_ai.input.messages_ref"}')
+    >>> reference_kinds([str(d / "a.jsonl"), str(d / "b.jsonl")])
+    ReferenceKinds(memtrace=True, upstream=False)
+    >>> reference_kinds([str(d / "c.jsonl")])
+    ReferenceKinds(memtrace=False, upstream=True)
     """
-    overlap = max(len(k) for k in _REF_KEYS) - 1
+    longest = max(len(k) for k in _REF_KEYS)
+    overlap = longest - 1 + len(_UPSTREAM_STEMS[1])  # a key cut by a block, and its stem
+    memtrace = upstream = False
     for path in paths:
         with open(path, "rb") as handle:
             tail = b""
             while block := handle.read(chunk):
                 window = tail + block
-                if _has_ref_key(window):
-                    return True
+                # the keys that end in the new block (those of the tail alone were seen)
+                for match in _REF_KEY.finditer(window, max(0, len(tail) - longest + 1)):
+                    stem = window[max(0, match.start() - 12) : match.start()]
+                    if stem.endswith(_UPSTREAM_STEMS):
+                        upstream = True
+                        return ReferenceKinds(memtrace, upstream)  # in memory, whatever else
+                    memtrace = True
                 tail = window[-overlap:]
-    return False
+    return ReferenceKinds(memtrace, upstream)
 
 
-def _has_ref_key(window: bytes) -> bool:
-    """Whether ``window`` holds one of :data:`_REF_KEYS`, in one pass (:data:`_REF_KEY`): a
-    search for each key in turn took twice as long."""
-    return _REF_KEY.search(window) is not None
-
+_UPSTREAM_STEMS = (b"messages", b"instructions")
+"""What the upstream reference keys (``gen_ai.*_messages_ref``, ``gen_ai.system_instructions_ref``)
+end with before their ``_ref``; no ``memtrace.*`` one ends so."""
 
 _REF_KEY = re.compile(b"|".join(re.escape(key) for key in _REF_KEYS))
 
