@@ -22,6 +22,12 @@ Goals (issue 34): peak RSS <= 400 MB at 8x and 16x, and 16x within 1.25x of 4x; 
 average before each run is printed with it: the machine is shared, and CPU time inflates when
 the other core is busy.
 
+With ``--reference`` the same runs read copies whose captured values are content references
+(``ref-KK.jsonl``): each ``memtrace.variable.value`` became a ``memtrace.variable.value_ref`` to an
+object of a ``file://`` content store in the workdir, named by the sha256 of its bytes, as
+``REFERENCE`` capture writes them. The batch job then reads every value from the store, verified,
+as a user of ``REFERENCE`` runs it (the floor is still ``json.loads`` of the lines it reads).
+
 Part 2 (``--dask``): the single process against a 2-worker Dask cluster (goal >= 1.6x), and the
 memory-bounded run (see :func:`dask_main`).
 
@@ -308,6 +314,45 @@ _GOAL_FLOOR = 5.0
 _GOAL_LINEAR = 17.6
 
 
+def reference_copies(folder: Path, pairs: list[tuple[Path, Path]]) -> list[tuple[Path, Path]]:
+    """``ref-KK.jsonl`` beside each ``copy-KK.jsonl``: its captured values moved into the content
+    store ``folder/content`` (sha256-named objects) and replaced by references to them."""
+    store = folder / "content"
+    objects = store / "objects" / "sha256"
+    objects.mkdir(parents=True, exist_ok=True)
+    root = store.absolute().as_uri()
+    out = []
+    for traces, cases in pairs:
+        target = traces.with_name(traces.name.replace("copy-", "ref-"))
+        out.append((target, cases))
+        if target.exists():
+            continue
+        with open(traces, "rb") as source, open(target, "w", encoding="utf-8") as sink:
+            for line in source:
+                request = json.loads(line)
+                for resource in request.get("resourceSpans", ()):
+                    for scope in resource.get("scopeSpans", ()):
+                        for span in scope.get("spans", ()):
+                            for event in span.get("events") or ():
+                                for kv in event.get("attributes") or ():
+                                    _to_reference(kv, objects, root)
+                sink.write(json.dumps(request, separators=(",", ":")) + "\n")
+    return out
+
+
+def _to_reference(kv: dict[str, Any], objects: Path, root: str) -> None:
+    value = kv.get("value") or {}
+    if kv.get("key") != "memtrace.variable.value" or "stringValue" not in value:
+        return
+    data = value["stringValue"].encode("utf-8", "surrogatepass")
+    name = hashlib.sha256(data).hexdigest()
+    path = objects / name
+    if not path.exists():
+        path.write_bytes(data)
+    kv["key"] = "memtrace.variable.value_ref"
+    kv["value"] = {"stringValue": f"{root}/objects/sha256/{name}"}
+
+
 def build_copies(folder: Path, copies: int) -> list[tuple[Path, Path]]:
     """The 40-user set, generated once into ``folder/base``, and ``copies`` renamed copies of
     it: ``(traces, cases)`` of each (copies already written are kept)."""
@@ -465,10 +510,13 @@ def scale_main(args: argparse.Namespace) -> None:
         folder = Path(args.workdir or temp)
         folder.mkdir(parents=True, exist_ok=True)
         pairs = build_copies(folder, max(sizes))
+        if args.reference:
+            pairs = reference_copies(folder, pairs)
         extra = args.cli_args.split() if args.cli_args else []
         env = child_env(folder)
         print(
-            f"memtrace attribute COPIES --cases CASES --out V {' '.join(extra)}".rstrip()
+            f"memtrace attribute {'REFERENCE ' if args.reference else ''}COPIES --cases CASES "
+            f"--out V {' '.join(extra)}".rstrip()
             + f" (fresh process per run; {os.cpu_count()} cores)"
         )
         header = (
@@ -522,6 +570,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,4,8,16", help="copies of the 40-user set per run")
     parser.add_argument("--cli-args", default="", help="more memtrace attribute options")
+    parser.add_argument(
+        "--reference", action="store_true", help="copies whose values are content references"
+    )
     parser.add_argument("--dask", action="store_true", help="part 2: single process vs Dask")
     parser.add_argument("--copies", type=int, default=32, help="part 2's workload copies")
     parser.add_argument("--workdir", help="keep the workload here (default: a temp folder)")
