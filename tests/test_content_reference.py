@@ -966,3 +966,33 @@ def test_the_byte_scan_tells_the_reference_kinds_apart_across_block_edges(
     # Upstream refs win over ours: such a run is read in memory, where they are adapted.
     path.write_bytes(b"".join(cases))
     assert reference_kinds([str(path)], chunk=chunk).upstream
+
+
+@pytest.mark.parametrize(
+    "scaled",
+    [[], ["--executor", "inline"], ["--executor", "local[2]"], ["--memory-bound", "64M"]],
+    ids=["in-memory", "inline", "pool", "spilled"],
+)
+def test_a_reference_to_a_store_the_job_cannot_open_is_one_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], scaled: list[str]
+) -> None:
+    # Refs naming a store of an unknown protocol: one line naming it, exit 2 (it was a
+    # traceback in memory and when spilled, and a failed partition per store when streamed).
+    url = _store_url(tmp_path)
+    capture = CaptureConfig(mode="REFERENCE", content_url=url)
+    folder = tmp_path / "ref"
+    folder.mkdir()
+    traces, cases = write_workload(folder, capture=capture)
+    _flush(capture)
+    moved = tmp_path / "moved.jsonl"
+    moved.write_text(traces.read_text().replace(url, "nosuchfs://bucket/content"))
+    args = ["attribute", str(moved), "--cases", str(cases), "--quiet", *scaled]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nosuchfs://bucket" in err and "Traceback" not in err
+    # Given the store where the objects are, the same run reads them by their names.
+    out = tmp_path / "verdicts.jsonl"
+    assert main([*args, "--content", url, "--out", str(out)]) == 0
+    assert sum(1 for line in out.read_text().splitlines() if '"error_type": "' in line) == len(
+        EXPECTED
+    )

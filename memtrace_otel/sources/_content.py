@@ -164,7 +164,14 @@ class ContentResolver:
     def _store(self, root_url: str) -> tuple[Any, str]:
         store = self._stores.get(root_url)
         if store is None:
-            store = self._stores[root_url] = open_store(root_url)
+            try:
+                store = self._stores[root_url] = open_store(root_url)
+            except ValueError as exc:
+                if root_url == self.url:
+                    raise  # --content itself: a usage error, raised at construction
+                raise ContentStoreError(
+                    f"{exc} (named by a content reference; --content URL reads another store)"
+                ) from None
         return store
 
     def resolve(self, record: SpanRecord) -> SpanRecord:
