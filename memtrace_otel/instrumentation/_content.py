@@ -30,6 +30,7 @@ HMAC's two hash passes; ``benchmarks/bench_instructions.py`` prints both (docs/s
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import itertools
 import logging
@@ -158,7 +159,10 @@ def split_digest(value: str) -> tuple[str, str | None, str] | None:
 
 
 def _is_hex(text: str) -> bool:
-    return bool(text) and all(c in "0123456789abcdef" for c in text)
+    return _HEX.fullmatch(text) is not None  # one C call (a reader checks every reference)
+
+
+_HEX: Final = re.compile("[0-9a-f]+")
 
 
 def object_name(digest: str) -> str:
@@ -202,6 +206,7 @@ def digest_of_name(ref: str) -> tuple[str, str] | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def store_key(store: str | None) -> str:
     """The folder name of a memory store's manifests and tombstone (URL-quoted; ``_`` for none).
 

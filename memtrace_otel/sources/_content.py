@@ -308,8 +308,7 @@ class ContentResolver:
             packed = index.get(name) if index else None
             if packed is None:
                 try:
-                    data: bytes = fs.cat_file(f"{path}/{name}")
-                    return data
+                    return _cat_file(fs, f"{path}/{name}")
                 except FileNotFoundError:
                     packed = self._pack_index(root).get(name)
                     if packed is None:
@@ -394,6 +393,18 @@ class ContentResolver:
             self.stats.missing.append(ref)
         self.stats.fail(store)
         return None
+
+
+def _cat_file(fs: Any, path: str) -> bytes:
+    """``fs.cat_file(path)``; on the local filesystem a plain read (fsspec's own opens a file
+    object of its own: some ten times the read of a small object)."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    if isinstance(fs, LocalFileSystem):
+        with open(path, "rb") as handle:
+            return handle.read()
+    data: bytes = fs.cat_file(path)
+    return data
 
 
 def _has_ref(event: EventRecord) -> bool:
