@@ -138,3 +138,43 @@ def test_capture_off_gives_abstentions_or_right_verdicts_only(tmp_path: Path) ->
     run = run_app(tmp_path, capture=False, seed=2)
     scored = attribute(tmp_path, run)
     assert scored.wrong() == []
+
+
+@pytest.mark.parametrize(
+    "scaled",
+    [["--executor", "inline"], ["--executor", "local[2]"], ["--memory-bound", "64M"]],
+    ids=["inline", "pool", "spilled"],
+)
+def test_a_run_asked_to_stream_or_spill_reads_upstream_traces_in_memory_and_says_so(
+    hand_written: Scored,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    scaled: list[str],
+) -> None:
+    # Exports over 64 MiB stream by store (or spill) by default. Partitions by store cannot
+    # adapt upstream spans (a chat span names no store), so such a run found 0 failed cases;
+    # it now runs in memory, before any case, and says why.
+    out = tmp_path / "verdicts.jsonl"
+    report = tmp_path / "report"
+    args = ["attribute", str(hand_written.run.traces), "--out", str(out), "--quiet", *scaled]
+    assert main([*args, "--report", str(report)]) == 0
+    assert "read in memory: upstream GenAI memory spans" in capsys.readouterr().err
+    got = {v["case_id"]: v for v in map(json.loads, out.read_text().splitlines())}
+    assert {c: (v["error_type"], v["op_id"]) for c, v in got.items()} == {
+        c: (v["error_type"], v["op_id"]) for c, v in hand_written.verdicts.items()
+    }
+    assert len(list((report / "cases").iterdir())) == len(got)
+
+
+def test_a_run_of_our_own_traces_streams_as_asked() -> None:
+    import tempfile
+
+    from memtrace_otel.attribution import EvidenceMethod
+    from memtrace_otel.job import run_batch
+    from tests._pipeline import write_workload
+
+    with tempfile.TemporaryDirectory() as temp:
+        traces, cases = write_workload(Path(temp), capture="SPAN_AND_EVENT")
+        for scaled in ({"executor": "inline"}, {"memory_bound": "64M"}):
+            _, summary = run_batch([str(traces)], EvidenceMethod(), cases_file=str(cases), **scaled)
+            assert summary.read_in_memory == "" and summary.attributed > 0

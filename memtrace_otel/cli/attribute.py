@@ -24,7 +24,7 @@ from memtrace_otel.job import (
     summary_table,
 )
 from memtrace_otel.job._batch import QuietHeap
-from memtrace_otel.job._executors import default_executor
+from memtrace_otel.job._executors import NeedsOneProcess, default_executor
 from memtrace_otel.job._options import VERDICT_TRACES
 from memtrace_otel.job._verdict_log import VerdictLog
 from memtrace_otel.reporting._labels import label_accuracy, load_labels
@@ -286,13 +286,11 @@ def run(args: argparse.Namespace) -> int:
         if not options.scaled:
             executor, bound = default_executor(args.sources)  # stream by store (docs/scale.md)
             resolve = True
-            if executor == "inline":  # plain JSON Lines: a byte scan says which refs they hold
-                kinds = reference_kinds(
+            if executor == "inline" and not content:  # plain JSON Lines: a byte scan says
+                kinds = reference_kinds(  # whether they hold content references to resolve
                     [path for spec in args.sources for path in expand_paths(spec)]
                 )
-                if kinds.upstream:
-                    executor = None  # upstream GenAI spans are adapted in memory only
-                resolve = kinds.memtrace or bool(content)
+                resolve = kinds.memtrace or kinds.upstream
             options = dataclasses.replace(
                 options, executor=executor, memory_bound=bound, resolve_content=resolve
             )
@@ -383,31 +381,42 @@ def _run(
         if views is not None
         else None
     )
+
     # Loading runs under the batch job's GC policy (QuietHeap: the collector off while records
     # and graphs are built, then what they hold frozen): with the collector on, its full
     # collections traverse every record again and loading took twice as long.
-    with contextlib.ExitStack() as stack:
-        graphs = None
-        if not scaled:
-            heap = stack.enter_context(QuietHeap())
-            graphs = load_store_graphs(
+    def attribute(scaled: bool) -> tuple[list[Verdict], BatchSummary, dict[str, Any] | None]:
+        with contextlib.ExitStack() as stack:
+            graphs = None
+            if not scaled:
+                heap = stack.enter_context(QuietHeap())
+                graphs = load_store_graphs(
+                    args.sources,
+                    strict=options.strict,
+                    summary=loading,
+                    outcomes=outcomes,
+                    progress=progress,
+                    options=options.source_options,
+                    trust=rule.trust,
+                )
+                heap.loaded()
+            verdicts, summary = run_batch(
                 args.sources,
-                strict=options.strict,
-                summary=loading,
+                method,
+                dataclasses.replace(options, view=drawer, views=views),
+                graphs=graphs,
+                loaded=loading,
                 outcomes=outcomes,
-                progress=progress,
-                options=options.source_options,
-                trust=rule.trust,
             )
-            heap.loaded()
-        verdicts, summary = run_batch(
-            args.sources,
-            method,
-            dataclasses.replace(options, view=drawer, views=views),
-            graphs=graphs,
-            loaded=loading,
-            outcomes=outcomes,
-        )
+        return verdicts, summary, graphs
+
+    try:
+        verdicts, summary, graphs = attribute(scaled)
+    except NeedsOneProcess as why:  # before any case: the run is made again, in memory
+        drawer, views = None, None
+        options = dataclasses.replace(options, executor=None, memory_bound=None)
+        verdicts, summary, graphs = attribute(False)
+        summary.read_in_memory = str(why)
     if exporter is not None:
         _write_back(exporter, verdicts, log, summary, trace=args.verdict_trace)
     summary.seconds = round(time.perf_counter() - started, 3)

@@ -116,6 +116,7 @@ from memtrace_otel.sources._content import (
 )
 from memtrace_otel.sources._outcomes import DEFAULT_RULE
 from memtrace_otel.sources._stores import NO_STORE
+from memtrace_otel.sources._upstream import is_upstream_memory_op
 
 __all__ = [
     "ExecutorSpec",
@@ -504,6 +505,22 @@ class SpillIndex:
 
 
 # --- the driver ------------------------------------------------------------------------------
+class NeedsOneProcess(Exception):
+    """These traces need a run in memory: they hold upstream GenAI memory spans, which
+    :func:`~memtrace_otel.sources.adapt_upstream` turns into ops only with each trace whole (a
+    chat span names no store), so partitions by store would find no op in them. Raised by a
+    scaled run before any case is attributed; :func:`~memtrace_otel.job.run_batch` then runs in
+    memory and says why (``BatchSummary.read_in_memory``)."""
+
+
+def _upstream_reason(stores: set[str]) -> str:
+    named = ", ".join(repr(s) for s in sorted(stores)[:3]) + (" ..." if len(stores) > 3 else "")
+    return (
+        f"upstream GenAI memory spans (stores {named}) are adapted into ops in memory only: "
+        "read in memory instead of streamed by store"
+    )
+
+
 def run_scaled(
     sources: Sequence[str],
     method: Method,
@@ -644,6 +661,8 @@ def _run_scaled(
             counts = _Counts(content=content)
             outcomes: list[Outcome] = []
             plan = _plan(engine, sources, strict, counts, wanted, outcomes, shared.content)
+            if plan.upstream:
+                raise NeedsOneProcess(_upstream_reason(plan.upstream))
             if verdict_lines is not None:
                 verdict_lines.update({p: plan.verdict_lines.get(p, []) for p in plan.scanned})
             shared = dataclasses.replace(shared, outcomes=tuple(outcomes))
@@ -786,6 +805,7 @@ def _run_spilled(
     spill = SpillIndex(bound, options.spill_dir)
     writer_store: dict[str, str] = {}
     case_stores: set[str] = set()
+    upstream: set[str] = set()
     outcomes: list[Outcome] = []
 
     reading = shared.content
@@ -827,10 +847,14 @@ def _run_spilled(
                 store = store_of(record)
                 if A.MEMTRACE_CASE_ID in record.attributes:
                     case_stores.add(store)
+                if is_upstream_memory_op(record):
+                    upstream.add(store)
                 for ref in op_refs(record, A.MEMTRACE_OP_OUTPUTS):
                     writer_store.setdefault(ref, store)
             outcomes += source.outcomes
             summary.add_source_stats(source.stats)
+        if upstream:
+            raise NeedsOneProcess(_upstream_reason(upstream))
         spill.finish()
         shared = dataclasses.replace(shared, outcomes=tuple(outcomes))
         stores = sorted(spill.records)
@@ -958,6 +982,8 @@ def _plan_whole_file(
         source_path, _, number = record.source.rpartition(":")
         line = int(number) if number.isdigit() else None
         plan.add(store_of(record), source_path, line, case=A.MEMTRACE_CASE_ID in record.attributes)
+        if is_upstream_memory_op(record):
+            plan.upstream.add(store_of(record))
         if record.events:
             key = (record.trace_id, record.span_id)
             found += [

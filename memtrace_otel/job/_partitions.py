@@ -54,6 +54,7 @@ from memtrace_otel.sources._limits import LineReader, ReadLimits
 from memtrace_otel.sources._outcomes import is_verdict_span
 from memtrace_otel.sources._source import content_digest, duplicate_span_error
 from memtrace_otel.sources._stores import line_stores, prune_stores
+from memtrace_otel.sources._upstream import is_upstream_memory_op
 
 
 def _stdlib_loads(raw: bytes) -> Any:
@@ -245,6 +246,9 @@ class Plan:
     verdict_lines: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
     """scanned file -> ``(line number, parsed value)`` of each line holding a verdict or review
     span, in line order (the reviews pass reads these instead of the file again)."""
+    upstream: set[str] = field(default_factory=set)
+    """Stores with an upstream GenAI memory span: a run that partitions by store cannot adapt
+    them (:class:`~memtrace_otel.job._executors.NeedsOneProcess`)."""
 
     def add(
         self, store: str, path: str, line: int | None, spans: int = 1, case: bool = False
@@ -307,6 +311,8 @@ def plan_sources(
             )
             if outcomes is not None and record.events:
                 outcomes += resolved_outcomes(record, resolver)
+            if is_upstream_memory_op(record):
+                plan.upstream.add(store_of(record))
         if outcomes is not None:
             outcomes += source.outcomes
         if summary_stats is not None:
@@ -402,6 +408,8 @@ class RangeScan:
     plain OTLP JSON line, only those spans, with their resources and scopes)."""
     content: ContentStats | None = None
     """What resolving the evaluations' content references did (``None``: nothing)."""
+    upstream: set[str] = field(default_factory=set)
+    """Stores with an upstream GenAI memory span (which only a run in memory adapts)."""
 
 
 Found = tuple[int, int, "tuple[str, str] | None", Outcome]
@@ -523,7 +531,7 @@ def scan_range(part: Range, resolver: Callable[[], ContentResolver] | None = Non
             head=part.head,
         )
         for line, offset, size, value in values:
-            stores = line_stores(value, scan.case_stores)
+            stores = line_stores(value, scan.case_stores, scan.upstream)
             if stores is None:  # not plain OTLP JSON: decode it now, and count it here
                 scan.decoded.append(line)
                 stores = {}
@@ -531,6 +539,8 @@ def scan_range(part: Range, resolver: Callable[[], ContentResolver] | None = Non
                 for record in reader.decode(value, line, size):
                     store = store_of(record)
                     stores[store] = stores.get(store, 0) + 1
+                    if is_upstream_memory_op(record):
+                        scan.upstream.add(store)
                     if A.MEMTRACE_CASE_ID in record.attributes:
                         scan.case_stores.add(store)
                     _evaluations(scan, line, record, reading)
@@ -643,6 +653,7 @@ def merge_scan(plan: Plan, scan: RangeScan) -> None:
         held += scan.verdict_lines
         held.sort(key=lambda item: item[0])  # ranges may come in any order
     plan.case_stores |= scan.case_stores
+    plan.upstream |= scan.upstream
 
 
 SHARED_MAX_RECORDS = 200_000

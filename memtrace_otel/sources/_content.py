@@ -496,10 +496,9 @@ class ReferenceKinds(NamedTuple):
 def reference_kinds(paths: list[str], chunk: int = 1 << 20) -> ReferenceKinds:
     """Which content references the files ``paths`` may carry: a byte scan, no parse.
 
-    A streamed run (``memtrace attribute``'s default on large exports) resolves ``memtrace.*``
-    references itself, store by store, and need not look for them when there are none; upstream
-    GenAI spans are adapted in memory only, so a run holding upstream references is read in
-    memory. A false positive costs only the look (or the streaming).
+    A streamed run (``memtrace attribute``'s default on large exports) resolves references
+    store by store, and need not look for them when there are none. A false positive costs
+    only the look.
 
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())

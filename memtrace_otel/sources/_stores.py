@@ -11,19 +11,23 @@ from __future__ import annotations
 from typing import Any
 
 from memtrace_otel.semconv import attributes as A
+from memtrace_otel.sources._upstream import MEMORY_OPERATIONS
 
 NO_STORE = ""
 """The store id of a span that names none."""
 
 
-def line_stores(value: Any, case_stores: set[str]) -> dict[str, int] | None:
+def line_stores(
+    value: Any, case_stores: set[str], upstream: set[str] | None = None
+) -> dict[str, int] | None:
     """Store -> number of spans of a parsed OTLP JSON line (``None``: decode it to tell).
 
     The public store-id scan: ``{"resourceSpans": [...]}`` in, the stores it holds out.
 
     A line is left to the partitions only when each of its resources holds spans of one store
     (and holds some): a bad resource or scope is then reported, and a long resource attribute
-    cut, by exactly one partition. Stores with a span naming a case go to ``case_stores``.
+    cut, by exactly one partition. Stores with a span naming a case go to ``case_stores``, and
+    (given ``upstream``) stores with an upstream GenAI memory span (:func:`raw_store`) to it.
     """
     if type(value) is not dict or set(value) != {"resourceSpans"}:
         return None
@@ -41,7 +45,7 @@ def line_stores(value: Any, case_stores: set[str]) -> dict[str, int] | None:
             if not scope["spans"]:
                 return None
             for span in scope["spans"]:
-                store = raw_store(span)
+                store = raw_store(span, upstream)
                 if store is None or (owner is not None and store != owner):
                     return None
                 owner = store
@@ -61,14 +65,23 @@ def names_case(span: dict[str, Any]) -> bool:
     )
 
 
-def raw_store(span: Any) -> str | None:
+def raw_store(span: Any, upstream: set[str] | None = None) -> str | None:
     """The store id of an undecoded OTLP JSON span (``None``: cannot tell without decoding).
+
+    Given ``upstream``, the store of an upstream GenAI memory span (``gen_ai.operation.name``
+    ``search_memory``, ``create_memory``, ...; no ``memtrace.op.kind`` or ``.name``) is added to
+    it, in the same pass over the attributes: the runs that stream by store cannot adapt such
+    spans (:func:`~memtrace_otel.sources._upstream.adapt_upstream` needs each trace whole).
 
     >>> raw_store({"attributes": [{"key": "gen_ai.memory.store.id",
     ...                            "value": {"stringValue": "u1"}}]})
     'u1'
     >>> raw_store({"attributes": []}), raw_store({"attributes": [{"key": "x"}]}) == ""
     ('', True)
+    >>> found = set()
+    >>> raw_store({"attributes": [{"key": "gen_ai.operation.name",
+    ...     "value": {"stringValue": "search_memory"}}]}, found), found
+    ('', {''})
     """
     if type(span) is not dict:
         return None
@@ -77,12 +90,14 @@ def raw_store(span: Any) -> str | None:
         return NO_STORE
     if type(attributes) is not list:
         return None
-    found: str | None = NO_STORE
+    found: str = NO_STORE
     seen = False
+    memory = contract = False
     for item in attributes:
         if type(item) is not dict:
             return None
-        if item.get("key") == A.GEN_AI_MEMORY_STORE_ID:
+        key = item.get("key")
+        if key == A.GEN_AI_MEMORY_STORE_ID:
             value = item.get("value")
             if seen or type(value) is not dict or set(value) != {"stringValue"}:
                 return None  # repeated (the decoder keeps the last), or not a plain string
@@ -90,6 +105,14 @@ def raw_store(span: Any) -> str | None:
                 return None
             found = value["stringValue"]
             seen = True
+        elif upstream is not None:
+            if key == A.GEN_AI_OPERATION_NAME:
+                value = item.get("value")
+                memory = type(value) is dict and value.get("stringValue") in MEMORY_OPERATIONS
+            elif key == A.MEMTRACE_OP_KIND or key == A.MEMTRACE_OP_NAME:
+                contract = True
+    if memory and not contract and upstream is not None:
+        upstream.add(found)  # a plain string here: any other store id returned None above
     return found
 
 

@@ -51,7 +51,13 @@ from memtrace_otel.semconv import attributes as A
 from memtrace_otel.semconv.record import EventRecord, SpanRecord, frozen_attributes
 from memtrace_otel.semconv.values import UPSERT_MEMORY, Category, OpKind, Role
 
-__all__ = ["CHAT_OPERATIONS", "MEMORY_OPERATIONS", "adapt_upstream", "is_upstream_op"]
+__all__ = [
+    "CHAT_OPERATIONS",
+    "MEMORY_OPERATIONS",
+    "adapt_upstream",
+    "is_upstream_memory_op",
+    "is_upstream_op",
+]
 
 SEARCH, CREATE, UPDATE, DELETE = "search_memory", "create_memory", "update_memory", "delete_memory"
 MEMORY_OPERATIONS = frozenset({SEARCH, CREATE, UPDATE, UPSERT_MEMORY, DELETE})
@@ -81,6 +87,12 @@ def _operation(record: SpanRecord) -> str | None:
 def _is_contract_op(record: SpanRecord) -> bool:
     attrs = record.attributes
     return A.MEMTRACE_OP_KIND in attrs or A.MEMTRACE_OP_NAME in attrs
+
+
+def is_upstream_memory_op(record: SpanRecord) -> bool:
+    """Whether ``record`` is an upstream memory span (``search_memory``, ``create_memory``, ...)
+    without contract attributes: one that :func:`adapt_upstream` turns into an op."""
+    return not _is_contract_op(record) and _operation(record) in MEMORY_OPERATIONS
 
 
 def is_upstream_op(record: SpanRecord) -> bool:
