@@ -896,18 +896,24 @@ def _run(traces: Path, cases: Path, **options: Any) -> tuple[dict[str, Any], dic
     return {v.case_id: (v.error_type, v.op_name, v.reason) for v in verdicts}, summary.content
 
 
-@pytest.mark.parametrize("scaled", SCALED, ids=["inline", "pool", "spilled"])
-def test_streamed_and_spilled_runs_resolve_references_as_one_process(
-    tmp_path: Path, scaled: dict[str, str]
-) -> None:
-    # Large exports stream by store (or spill): they used to leave every reference unresolved,
-    # so each case abstained as if capture were off.
+def _reference_workload(tmp_path: Path) -> tuple[str, Path, Path]:
+    """The workload under REFERENCE capture into a local store: its URL, traces and cases."""
     url = _store_url(tmp_path)
     capture = CaptureConfig(mode="REFERENCE", content_url=url)
     folder = tmp_path / "ref"
     folder.mkdir()
     traces, cases = write_workload(folder, capture=capture)
     _flush(capture)
+    return url, traces, cases
+
+
+@pytest.mark.parametrize("scaled", SCALED, ids=["inline", "pool", "spilled"])
+def test_streamed_and_spilled_runs_resolve_references_as_one_process(
+    tmp_path: Path, scaled: dict[str, str]
+) -> None:
+    # Large exports stream by store (or spill): they used to leave every reference unresolved,
+    # so each case abstained as if capture were off.
+    url, traces, cases = _reference_workload(tmp_path)
     expected, content = _run(traces, cases)
     assert {c: v[:2] for c, v in expected.items() if v[0]} == {
         f"case-{f}": v for f, v in EXPECTED.items()
@@ -978,12 +984,7 @@ def test_a_reference_to_a_store_the_job_cannot_open_is_one_clear_error(
 ) -> None:
     # Refs naming a store of an unknown protocol: one line naming it, exit 2 (it was a
     # traceback in memory and when spilled, and a failed partition per store when streamed).
-    url = _store_url(tmp_path)
-    capture = CaptureConfig(mode="REFERENCE", content_url=url)
-    folder = tmp_path / "ref"
-    folder.mkdir()
-    traces, cases = write_workload(folder, capture=capture)
-    _flush(capture)
+    url, traces, cases = _reference_workload(tmp_path)
     moved = tmp_path / "moved.jsonl"
     moved.write_text(traces.read_text().replace(url, "nosuchfs://bucket/content"))
     args = ["attribute", str(moved), "--cases", str(cases), "--quiet", *scaled]
