@@ -40,11 +40,8 @@ from memtrace_otel.sources import (
 )
 from memtrace_otel.sources._content import reference_kinds
 
-if TYPE_CHECKING:
-    from opentelemetry.sdk.trace.export import SpanExporter
-
-# The SDK (exporters, verdict spans) is imported only by a run that writes back: a run that does
-# not starts some 0.03 s sooner.
+if TYPE_CHECKING:  # the SDK is imported by a run that writes back (a run that does not starts
+    from opentelemetry.sdk.trace.export import SpanExporter  # some 0.03 s sooner)
 
 NO_FAILURES_HINT = (
     "memtrace: nothing to attribute: no answer in these traces is marked wrong. Mark one with\n"
