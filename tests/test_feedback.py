@@ -487,3 +487,54 @@ def test_report_case_page_leads_with_question_answers_and_feedback(
     (flag,) = question["feedback"]
     assert (flag["label"], flag["via"], flag["explanation"]) == ("incorrect", "feedback", HOSTILE)
     assert view["verdict"]["case_id"] == "case-response"
+
+
+def test_a_store_decided_alone_from_the_outcome_index_picks_as_from_every_outcome(
+    production: tuple[Path, dict[str, AnswerRef]], tmp_path: Path
+) -> None:
+    # A partition decides each store's failed cases alone; it takes only the outcomes that name
+    # one of the store's cases, answer spans or traces (OutcomeIndex), not every outcome of the
+    # export each time. The picks must be those of every outcome: by answer, by case id (signed)
+    # and in the upstream app's traces (cases named by their trace), right and wrong alike.
+    from dataclasses import replace
+
+    from memtrace_otel.job import load_store_graphs
+    from memtrace_otel.job._feedback import OutcomeIndex, StoreCases, decide_failed
+    from memtrace_otel.sources import OutcomeRule
+    from memtrace_otel.sources._trust import TrustPolicy
+    from tests._upstream_app import run_app
+
+    traces, answers = production
+    key = FeedbackKey(b"shared secret", "k1")
+    feedback = _feedback_file(
+        tmp_path / "feedback.jsonl",
+        {"case_id": "case-retrieval", "correct": False, "key": key},
+        {"answer": answers["filter"].traceparent, "correct": False},
+        {"case_id": "case-filter", "correct": True, "key": key},
+        {"answer": answers["assemble"].traceparent, "label": "incorrect", "key": key},
+    )
+    upstream = run_app(tmp_path / "upstream", seed=3).traces
+    outcomes: list[Outcome] = []
+    graphs = load_store_graphs([str(traces), str(feedback), str(upstream)], outcomes=outcomes)
+    # And outcomes that name an answer span alone, or a trace alone.
+    wrong = next(o for o in outcomes if o.failed)
+    for G in graphs.values():
+        view = StoreCases.of(G)
+        for span_id in list(view.span_case)[:2]:
+            outcomes.append(replace(wrong, case_id=None, trace_id=None, span_id=span_id))
+        for trace_id in list(view.trace_cases)[-2:]:
+            outcomes.append(replace(wrong, case_id=None, trace_id=trace_id, span_id=None))
+    picked = 0
+    for rule in (OutcomeRule(), OutcomeRule(trust=TrustPolicy(key=key))):
+        index = OutcomeIndex(outcomes, rule)
+        assert len(graphs) > 5 and len(index.used) > 2
+        for store, G in graphs.items():
+            everything = {store: StoreCases.of(G, outcomes)}
+            alone = {store: StoreCases.of(G, index)}
+            assert alone == everything
+            want = decide_failed(everything, outcomes, rule)
+            got = decide_failed(alone, index, rule)
+            assert (got[0], got[2], got[3]) == (want[0], want[2], want[3])
+            assert len(index.relevant(alone.values())) < len(index.used)
+            picked += len(got[0])
+    assert picked > 30

@@ -69,7 +69,7 @@ from memtrace_otel.job._batch import (
     store_of,
     take_outcomes,
 )
-from memtrace_otel.job._feedback import Pick, StoreCases, decide_failed
+from memtrace_otel.job._feedback import Pick, StoreCases, decide_failed, outcome_index
 from memtrace_otel.job._options import (
     ExecutorSpec,
     RunOptions,
@@ -215,10 +215,9 @@ def attribute_store(
         todo += [pick.case(G) for pick in picks]
         result.picks = {pick.case_id: pick for pick in picks}
     elif shared.cases is None:
-        result.view = StoreCases.of(G, shared.outcomes)
-        picks, _, _, result.unsure = decide_failed(
-            {store: result.view}, shared.outcomes, shared.rule
-        )
+        outcomes = outcome_index(shared.outcomes, shared.rule)  # judged and screened once
+        result.view = StoreCases.of(G, outcomes)
+        picks, _, _, result.unsure = decide_failed({store: result.view}, outcomes, shared.rule)
         todo += [pick.case(G) for pick in picks]
         result.picks = {pick.case_id: pick for pick in picks}
     else:

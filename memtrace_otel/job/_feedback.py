@@ -17,7 +17,7 @@ judge op's ``incorrect``.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -86,11 +86,15 @@ class StoreCases:
     trace_cases: dict[str, list[str]]
 
     @classmethod
-    def of(cls, G: nx.MultiDiGraph, outcomes: Sequence[Outcome] | None = None) -> StoreCases:
+    def of(
+        cls, G: nx.MultiDiGraph, outcomes: Sequence[Outcome] | OutcomeIndex | None = None
+    ) -> StoreCases:
         """The view of ``G`` (span and trace maps kept to what ``outcomes`` name, if given)."""
         index = graph_index(G)
         spans = traces = None
-        if outcomes is not None:
+        if isinstance(outcomes, OutcomeIndex):
+            spans, traces = outcomes.span_ids, outcomes.trace_ids
+        elif outcomes is not None:
             spans = {o.span_id for o in outcomes if o.span_id}
             traces = {o.trace_id for o in outcomes if o.trace_id}
         span_case: dict[str, str] = {}
@@ -232,9 +236,61 @@ def decide_feedback(
     return decided, stats, unsure
 
 
+class OutcomeIndex:
+    """Outcomes judged by a rule and screened by its trust policy once, indexed by the case,
+    span and trace ids they name, for deciding one store at a time (a partition of the scaled
+    batch job): an outcome that names none of a store's cases, answer spans or traces resolves
+    to no case of it (:meth:`_Resolver.case_of`), so each store's decision takes only those
+    that do (:meth:`relevant`), instead of every outcome of the export each time.
+    """
+
+    def __init__(self, outcomes: Sequence[Outcome], rule: OutcomeRule = DEFAULT_RULE) -> None:
+        self.outcomes = outcomes
+        self.rule = rule
+        judged = [r for r in (rule.apply(o) for o in outcomes) if r is not None]
+        self.read = len(judged)
+        self.used, self.refused, self.sample = rule.trust.screen(judged)
+        self.span_ids = {o.span_id for o in outcomes if o.span_id}
+        self.trace_ids = {o.trace_id for o in outcomes if o.trace_id}
+        self._by: tuple[dict[str, list[int]], ...] = ({}, {}, {})  # case, span, trace ids
+        for number, outcome in enumerate(self.used):
+            for ids, key in zip(
+                self._by, (outcome.case_id, outcome.span_id, outcome.trace_id), strict=True
+            ):
+                if key:
+                    ids.setdefault(key, []).append(number)
+
+    def relevant(self, views: Iterable[StoreCases]) -> list[Outcome]:
+        """The screened outcomes that may resolve to a case of ``views``, in their order."""
+        by_case, by_span, by_trace = self._by
+        found: set[int] = set()
+        for view in views:
+            for case_id in view.case_ids:  # named as the case, or as its trace (contract v0.2)
+                found.update(by_case.get(case_id, ()))
+                found.update(by_trace.get(case_id, ()))
+            for span_id in view.span_case:
+                found.update(by_span.get(span_id, ()))
+            for trace_id in view.trace_cases:
+                found.update(by_trace.get(trace_id, ()))
+        return [self.used[number] for number in sorted(found)]
+
+
+_last_index: OutcomeIndex | None = None
+
+
+def outcome_index(outcomes: Sequence[Outcome], rule: OutcomeRule) -> OutcomeIndex:
+    """The :class:`OutcomeIndex` of these very ``outcomes`` and ``rule`` (the last one is kept:
+    a worker decides store after store with the same ones)."""
+    global _last_index
+    index = _last_index
+    if index is None or index.outcomes is not outcomes or index.rule is not rule:
+        index = _last_index = OutcomeIndex(outcomes, rule)
+    return index
+
+
 def decide_failed(
     views: Mapping[str, StoreCases],
-    outcomes: Sequence[Outcome] = (),
+    outcomes: Sequence[Outcome] | OutcomeIndex = (),
     rule: OutcomeRule = DEFAULT_RULE,
 ) -> tuple[list[Pick], FeedbackStats, dict[str, int], set[str]]:
     """The failed cases without a cases file, in ``(store, case_id)`` order: every case whose
@@ -245,14 +301,22 @@ def decide_failed(
     The one decision of the batch job, in one process (views of every graph) and at scale
     (views sent back by the workers).
 
+    Given an :class:`OutcomeIndex` (made with ``rule``), only the outcomes that may resolve to
+    a case of ``views`` are taken: the same picks, and counts of those alone.
+
     Returns:
         The picks, the feedback counts, the cases found per way (``judge``, ``feedback``), and
         the picked cases other stores' views could change (see :func:`decide_feedback`).
     """
-    judged = [r for r in (rule.apply(o) for o in outcomes) if r is not None]
-    used, refused, sample = rule.trust.screen(judged)
+    if isinstance(outcomes, OutcomeIndex):
+        used = outcomes.relevant(views.values())
+        read, refused, sample = outcomes.read, dict(outcomes.refused), list(outcomes.sample)
+    else:
+        judged = [r for r in (rule.apply(o) for o in outcomes) if r is not None]
+        used, refused, sample = rule.trust.screen(judged)
+        read = len(judged)
     stats = FeedbackStats(
-        read=len(judged), refused=refused, refused_sample=sample, signed=rule.trust.key is not None
+        read=read, refused=refused, refused_sample=sample, signed=rule.trust.key is not None
     )
     decided, stats, unsure = decide_feedback(views, used, stats)
     where: dict[str, str] = {}
@@ -303,9 +367,11 @@ def _when(outcome: Outcome) -> int:
 __all__ = [
     "FEEDBACK_SOURCE",
     "FeedbackStats",
+    "OutcomeIndex",
     "Pick",
     "StoreCases",
     "decide_failed",
     "decide_feedback",
     "feedback_cases",
+    "outcome_index",
 ]
