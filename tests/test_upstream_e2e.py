@@ -14,6 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,23 +146,25 @@ def test_capture_off_gives_abstentions_or_right_verdicts_only(tmp_path: Path) ->
     [["--executor", "inline"], ["--executor", "local[2]"], ["--memory-bound", "64M"]],
     ids=["inline", "pool", "spilled"],
 )
-def test_a_run_asked_to_stream_or_spill_reads_upstream_traces_in_memory_and_says_so(
+def test_a_run_asked_to_stream_or_spill_upstream_traces_gets_the_in_memory_verdicts(
     hand_written: Scored,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     scaled: list[str],
 ) -> None:
-    # Exports over 64 MiB stream by store (or spill) by default. Partitions by store cannot
-    # adapt upstream spans (a chat span names no store), so such a run found 0 failed cases;
-    # it now runs in memory, before any case, and says why.
+    # Exports over 64 MiB stream by store (or spill) by default. A chat span names no store, so
+    # partitions by store once found 0 failed cases. A streamed run now gives each store the
+    # spans of its traces that name no store and adapts them in its partition; a spilled run
+    # still reads such traces in memory, and says why.
     out = tmp_path / "verdicts.jsonl"
     report = tmp_path / "report"
     args = ["attribute", str(hand_written.run.traces), "--out", str(out), "--quiet", *scaled]
     assert main([*args, "--report", str(report)]) == 0
-    assert "read in memory: upstream GenAI memory spans" in capsys.readouterr().err
+    said = "read in memory: upstream GenAI memory spans" in capsys.readouterr().err
+    assert said == (scaled[0] == "--memory-bound")
     got = {v["case_id"]: v for v in map(json.loads, out.read_text().splitlines())}
-    assert {c: (v["error_type"], v["op_id"]) for c, v in got.items()} == {
-        c: (v["error_type"], v["op_id"]) for c, v in hand_written.verdicts.items()
+    assert {c: (v["error_type"], v["op_id"], v["reason"]) for c, v in got.items()} == {
+        c: (v["error_type"], v["op_id"], v["reason"]) for c, v in hand_written.verdicts.items()
     }
     assert len(list((report / "cases").iterdir())) == len(got)
 
@@ -178,3 +181,75 @@ def test_a_run_of_our_own_traces_streams_as_asked() -> None:
         for scaled in ({"executor": "inline"}, {"memory_bound": "64M"}):
             _, summary = run_batch([str(traces)], EvidenceMethod(), cases_file=str(cases), **scaled)
             assert summary.read_in_memory == "" and summary.attributed > 0
+
+
+def _spans(line: str) -> list[dict[str, Any]]:
+    return [
+        sp
+        for rs in json.loads(line)["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for sp in ss["spans"]
+    ]
+
+
+def _attribute(span: dict[str, Any], key: str) -> object:
+    return next(
+        (next(iter(a["value"].values())) for a in span.get("attributes", ()) if a["key"] == key),
+        None,
+    )
+
+
+def test_a_trace_searching_two_stores_streams_with_the_in_memory_verdicts(
+    hand_written: Scored, tmp_path: Path
+) -> None:
+    # One question searches two users' stores: its answer belongs to the store of the search
+    # nearest in time, which a partition can tell only with both stores' spans of that trace.
+    # Each store gets a partition of its own, so the two stores are partitioned apart.
+    from memtrace_otel.attribution import EvidenceMethod
+    from memtrace_otel.job import run_batch
+
+    lines = hand_written.run.traces.read_text().splitlines()
+    spans = [(n, sp) for n, line in enumerate(lines) for sp in _spans(line)]
+
+    def search(store: str, blamed: str | None) -> tuple[int, dict[str, Any]]:
+        return next(
+            (n, sp)
+            for n, sp in spans
+            if _attribute(sp, "gen_ai.operation.name") == "search_memory"
+            and _attribute(sp, "gen_ai.memory.store.id") == store
+            and (hand_written.verdicts.get(sp["traceId"]) or {}).get("error_type") == blamed
+        )
+
+    # A question whose answer is blamed: which store's graph holds the answer decides its verdict.
+    _, first = search("user-1", "ResponseError")
+    line, second = search("user-2", None)
+    chat = next(
+        sp
+        for _, sp in spans
+        if sp["traceId"] == first["traceId"] and _attribute(sp, "gen_ai.operation.name") == "chat"
+    )
+    start = int(chat["startTimeUnixNano"])
+    moved = {
+        **second,
+        "traceId": first["traceId"],
+        "parentSpanId": first.get("parentSpanId", ""),
+        "startTimeUnixNano": str(start - 2),  # nearer the answer than user-1's search
+        "endTimeUnixNano": str(start - 1),
+    }
+    value = json.loads(lines[line])
+    value["resourceSpans"][0]["scopeSpans"][0]["spans"] = [moved]
+    lines[line] = json.dumps(value)
+    traces = tmp_path / "two-stores.jsonl"
+    traces.write_text("\n".join(lines) + "\n")
+
+    runs = {}
+    for name, scaled in (("memory", {}), ("inline", {"executor": "inline", "partitions": 64})):
+        out = tmp_path / f"{name}.jsonl"
+        _, summary = run_batch([str(traces)], EvidenceMethod(), out=str(out), **scaled)
+        assert summary.read_in_memory == ""
+        runs[name] = {
+            v["case_id"]: (v["error_type"], v["op_id"], v["reason"])
+            for v in map(json.loads, out.read_text().splitlines())
+        }
+    assert runs["inline"] == runs["memory"]
+    assert first["traceId"] in runs["memory"]

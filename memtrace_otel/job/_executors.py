@@ -84,6 +84,7 @@ from memtrace_otel.job._partitions import (
     Plan,
     Range,
     Tally,
+    adapt_partition,
     address_lines,
     check_file_spec,
     first_messages,
@@ -92,6 +93,7 @@ from memtrace_otel.job._partitions import (
     make_partitions,
     merge_scan,
     plan_sources,
+    route_upstream,
     scan_range,
     shared_stores,
     split_ranges,
@@ -361,16 +363,21 @@ def run_partition(
     results = []
     content = None
     with QuietHeap() as heap:  # the partition's records stay in memory: keep the collector off
-        by_store, tally = load_partition(partition)
+        by_store, tally, order = load_partition(partition)
         if shared.content is not None:
             by_store, content = resolve_stores(by_store, partition.stores, shared.content)
+        if partition.traces:  # upstream GenAI spans, with the chat calls of their traces
+            by_store = adapt_partition(by_store, order)
+            del order
         heap.loaded()
         join = LineageJoin(
             {s: records for s, records in by_store.items() if s not in partition.case_stores}
         )
         for store in partition.stores:
             records = by_store.pop(store)
-            G = build_graph(records + join.records_for(store, records))
+            if store == NO_STORE and not any(A.MEMTRACE_OP_KIND in r.attributes for r in records):
+                records = []  # other instrumentations' spans (HTTP, chat calls): no graph, as in
+            G = build_graph(records + join.records_for(store, records))  # one process
             if content is not None:
                 mark_erased(G, store, content)
             heap.built()
@@ -507,9 +514,10 @@ class SpillIndex:
 class NeedsOneProcess(Exception):
     """These traces need a run in memory: they hold upstream GenAI memory spans, which
     :func:`~memtrace_otel.sources.adapt_upstream` turns into ops only with each trace whole (a
-    chat span names no store), so partitions by store would find no op in them. Raised by a
-    scaled run before any case is attributed; :func:`~memtrace_otel.job.run_batch` then runs in
-    memory and says why (``BatchSummary.read_in_memory``)."""
+    chat span names no store). A streamed run gives each store the chat calls of its traces
+    (:func:`~memtrace_otel.job._partitions.route_upstream`); a spilled one cannot, and raises
+    this before any case is attributed; :func:`~memtrace_otel.job.run_batch` then runs in memory
+    and says why (``BatchSummary.read_in_memory``)."""
 
 
 def _upstream_reason(stores: set[str]) -> str:
@@ -660,8 +668,7 @@ def _run_scaled(
             counts = _Counts(content=content)
             outcomes: list[Outcome] = []
             plan = _plan(engine, sources, strict, counts, wanted, outcomes, shared.content)
-            if plan.upstream:
-                raise NeedsOneProcess(_upstream_reason(plan.upstream))
+            route_upstream(plan)  # each upstream store gets the chat calls of its traces
             if verdict_lines is not None:
                 verdict_lines.update({p: plan.verdict_lines.get(p, []) for p in plan.scanned})
             shared = dataclasses.replace(shared, outcomes=tuple(outcomes))
@@ -982,7 +989,7 @@ def _plan_whole_file(
         line = int(number) if number.isdigit() else None
         plan.add(store_of(record), source_path, line, case=A.MEMTRACE_CASE_ID in record.attributes)
         if is_upstream_memory_op(record):
-            plan.upstream.add(store_of(record))
+            plan.add_upstream(store_of(record), record.trace_id)
         if record.events:
             key = (record.trace_id, record.span_id)
             found += [

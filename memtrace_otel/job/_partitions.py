@@ -11,6 +11,12 @@ its store and the trace that asked the question). Planning happens in two steps:
 2. **Load** (in each partition, :func:`load_partition`): a partition re-reads only the lines
    of its stores, drops the other stores' spans from the parsed JSON and decodes the rest.
 
+Spans written under the upstream GenAI conventions only are the exception to "by store": a chat
+call names no store, and becomes an op of the store its trace's memory spans name. Between the
+two steps, :func:`route_upstream` gives each store with upstream memory spans the lines holding
+its traces' spans that name no store, and the partition keeps those spans and adapts its records
+(:func:`adapt_partition`) before building its graphs.
+
 Other files (compressed, length-prefixed, whole documents) and strict runs are planned by
 decoding them in the driver (:func:`plan_sources`), as a single-process run reads them.
 
@@ -46,15 +52,21 @@ from memtrace_otel.sources import (
     open_source,
     outcomes_of,
 )
-from memtrace_otel.sources._common import DUPLICATE_SPAN, MAX_ERROR_MESSAGES, SURROGATE_HINT
+from memtrace_otel.sources._common import (
+    DUPLICATE_SPAN,
+    MAX_ERROR_MESSAGES,
+    SURROGATE_HINT,
+    Bad,
+    otlp_trace_id,
+)
 from memtrace_otel.sources._content import ContentResolver, ContentStats
 from memtrace_otel.sources._documents import BenchSink
 from memtrace_otel.sources._files import FileReader, open_binary
 from memtrace_otel.sources._limits import LineReader, ReadLimits
 from memtrace_otel.sources._outcomes import is_verdict_span
 from memtrace_otel.sources._source import content_digest, duplicate_span_error
-from memtrace_otel.sources._stores import line_stores, prune_stores
-from memtrace_otel.sources._upstream import is_upstream_memory_op
+from memtrace_otel.sources._stores import NO_STORE, line_stores, prune_stores, raw_store
+from memtrace_otel.sources._upstream import adapt_upstream, is_upstream_memory_op
 
 
 def _stdlib_loads(raw: bytes) -> Any:
@@ -214,6 +226,10 @@ class Partition:
     """Stores loaded (not counted, not attributed) for the lineage of ``stores``."""
     case_stores: frozenset[str] = frozenset()
     """Which of ``stores`` name cases (the others lend their ops to the rest)."""
+    traces: frozenset[str] = frozenset()
+    """The traces of ``stores``' upstream GenAI memory spans: their spans that name no store
+    (chat calls) are kept too, and the partition's records are adapted into ops
+    (:func:`~memtrace_otel.sources.adapt_upstream`) before its graphs are built."""
 
 
 @dataclass
@@ -246,9 +262,21 @@ class Plan:
     verdict_lines: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
     """scanned file -> ``(line number, parsed value)`` of each line holding a verdict or review
     span, in line order (the reviews pass reads these instead of the file again)."""
-    upstream: set[str] = field(default_factory=set)
-    """Stores with an upstream GenAI memory span: a run that partitions by store cannot adapt
-    them (:class:`~memtrace_otel.job._executors.NeedsOneProcess`)."""
+    upstream: dict[str, set[str]] = field(default_factory=dict)
+    """Stores with an upstream GenAI memory span -> the trace ids of those spans (as written):
+    :func:`route_upstream` gives each such store the spans of its traces that name no store."""
+    traces: dict[str, frozenset[str]] = field(default_factory=dict)
+    """Upstream store -> its traces (decoded ids), once :func:`route_upstream` ran."""
+    loose_ops: bool = True
+    """Whether spans naming no store may hold ops (``False`` once :func:`route_upstream` read
+    them all and found none: they are then not shared with every partition)."""
+    mates: dict[str, set[str]] = field(default_factory=dict)
+    """Upstream store -> the other stores of its traces (a chat call's store is the nearest
+    memory span's of its trace, so they are loaded together), once :func:`route_upstream` ran."""
+
+    def add_upstream(self, store: str, trace: str) -> None:
+        """Note an upstream GenAI memory span of ``store`` in trace ``trace``."""
+        self.upstream.setdefault(store, set()).add(trace)
 
     def add(
         self, store: str, path: str, line: int | None, spans: int = 1, case: bool = False
@@ -312,7 +340,7 @@ def plan_sources(
             if outcomes is not None and record.events:
                 outcomes += resolved_outcomes(record, resolver)
             if is_upstream_memory_op(record):
-                plan.upstream.add(store_of(record))
+                plan.add_upstream(store_of(record), record.trace_id)
         if outcomes is not None:
             outcomes += source.outcomes
         if summary_stats is not None:
@@ -408,8 +436,8 @@ class RangeScan:
     plain OTLP JSON line, only those spans, with their resources and scopes)."""
     content: ContentStats | None = None
     """What resolving the evaluations' content references did (``None``: nothing)."""
-    upstream: set[str] = field(default_factory=set)
-    """Stores with an upstream GenAI memory span (which only a run in memory adapts)."""
+    upstream: dict[str, set[str]] = field(default_factory=dict)
+    """Stores with an upstream GenAI memory span -> the trace ids of those spans (as written)."""
 
 
 Found = tuple[int, int, "tuple[str, str] | None", Outcome]
@@ -540,7 +568,7 @@ def scan_range(part: Range, resolver: Callable[[], ContentResolver] | None = Non
                     store = store_of(record)
                     stores[store] = stores.get(store, 0) + 1
                     if is_upstream_memory_op(record):
-                        scan.upstream.add(store)
+                        scan.upstream.setdefault(store, set()).add(record.trace_id)
                     if A.MEMTRACE_CASE_ID in record.attributes:
                         scan.case_stores.add(store)
                     _evaluations(scan, line, record, reading)
@@ -653,7 +681,8 @@ def merge_scan(plan: Plan, scan: RangeScan) -> None:
         held += scan.verdict_lines
         held.sort(key=lambda item: item[0])  # ranges may come in any order
     plan.case_stores |= scan.case_stores
-    plan.upstream |= scan.upstream
+    for store, traces in scan.upstream.items():
+        plan.upstream.setdefault(store, set()).update(traces)
 
 
 SHARED_MAX_RECORDS = 200_000
@@ -663,11 +692,17 @@ SHARED_MAX_RECORDS = 200_000
 def shared_stores(plan: Plan) -> list[str]:
     """Stores no span of which names a case (prompt loads, templates, ops naming no store),
     smallest first, up to :data:`SHARED_MAX_RECORDS` spans in all: every partition loads them
-    too, so that its stores' graphs get the ops of theirs they read from (as in one process)."""
+    too, so that its stores' graphs get the ops of theirs they read from (as in one process).
+    Spans that name no store and hold no op (upstream chat calls, HTTP spans) are never shared:
+    :func:`route_upstream` gives each store those of its traces."""
     chosen: list[str] = []
     total = 0
     for store in sorted(
-        (s for s in plan.records if s not in plan.case_stores),
+        (
+            s
+            for s in plan.records
+            if s not in plan.case_stores and (s != NO_STORE or plan.loose_ops)
+        ),
         key=lambda s: (plan.records[s], s),
     ):
         total += plan.records[store]
@@ -698,7 +733,9 @@ def make_partitions(
     for number, group in enumerate(members):
         if group:
             partition = _partition(plan, number, sorted(group))
+            mates = sorted({m for s in group for m in plan.mates.get(s, ())} - set(group))
             extra = [store for store in shared if store not in group]
+            extra += [store for store in mates if store not in extra]
             if extra:
                 more = _partition(plan, number, extra).chunks
                 partition = dataclasses.replace(
@@ -756,24 +793,192 @@ def _partition(plan: Plan, number: int, stores: list[str]) -> Partition:
         tuple(chunks),
         sum(plan.records.get(s, 0) for s in stores),
         case_stores=frozenset(s for s in stores if s in plan.case_stores),
+        traces=frozenset(t for s in stores for t in plan.traces.get(s, ())),
     )
 
 
-def load_partition(partition: Partition) -> tuple[dict[str, list[SpanRecord]], Tally]:
+def load_partition(
+    partition: Partition,
+) -> tuple[dict[str, list[SpanRecord]], Tally, list[str]]:
     """The span records of the partition's stores, in the order the single-process run reads them.
 
     A line can hold spans of several stores: it is parsed whole and the other stores' spans are
     dropped before decoding. Spans seen twice (a Collector retry) are kept once, as the sources
-    do. Returns the records by store and what was counted on the way (only for scanned files:
-    the others were counted when they were planned).
+    do. Returns the records by store, what was counted on the way (only for scanned files:
+    the others were counted when they were planned), and, for a partition with
+    :attr:`Partition.traces`, the store of each record in reading order (else empty), which
+    :func:`adapt_partition` takes.
     """
-    loader = _Loader(partition.stores, partition.shared)
+    loader = _Loader(partition.stores, partition.shared, partition.traces)
     # The records are kept until the graphs are built: with the cyclic collector running, its
     # full collections would traverse all of them again and again (twice the loading time).
     with GcPaused():
         for chunk in partition.chunks:
             loader.load(chunk)
-    return loader.by_store, loader.tally
+    return loader.by_store, loader.tally, loader.order
+
+
+def adapt_partition(
+    by_store: dict[str, list[SpanRecord]], order: Sequence[str]
+) -> dict[str, list[SpanRecord]]:
+    """A partition's records with their upstream GenAI spans adapted into ops
+    (:func:`~memtrace_otel.sources.adapt_upstream`, over the records in the order one process
+    reads them: ``order`` names each one's store), grouped by store again: a chat call joins the
+    store it was adapted into. Spans that still name no store are dropped unless they hold an op
+    (as in one process).
+
+    >>> from memtrace_otel.semconv import SpanRecord
+    >>> t = "0" * 31 + "1"
+    >>> search = SpanRecord(t, "00000000000000a1", "search_memory", start_time_unix_nano=1,
+    ...     end_time_unix_nano=2, attributes={A.GEN_AI_OPERATION_NAME: "search_memory",
+    ...     A.GEN_AI_MEMORY_STORE_ID: "u1"})
+    >>> chat = SpanRecord(t, "00000000000000a2", "chat", start_time_unix_nano=3,
+    ...     end_time_unix_nano=4, attributes={A.GEN_AI_OPERATION_NAME: "chat"})
+    >>> adapted = adapt_partition({"u1": [search], NO_STORE: [chat]}, ["u1", NO_STORE])
+    >>> [(r.name, r.attributes[A.MEMTRACE_OP_KIND]) for r in adapted["u1"]], NO_STORE in adapted
+    ([('search_memory', 'retrieve'), ('chat', 'generate')], False)
+    """
+    taken = {store: iter(records) for store, records in by_store.items()}
+    records = [next(taken[store]) for store in order]
+    regrouped: dict[str, list[SpanRecord]] = {store: [] for store in by_store}
+    for record in adapt_upstream(records):
+        regrouped.setdefault(store_of(record), []).append(record)
+    loose = regrouped.get(NO_STORE)
+    if loose is not None and not any(A.MEMTRACE_OP_KIND in r.attributes for r in loose):
+        del regrouped[NO_STORE]
+    return regrouped
+
+
+def route_upstream(plan: Plan) -> None:
+    """Give each store with upstream GenAI memory spans the spans of its traces that name no
+    store (the chat calls), as lines to load, and note its traces and the other stores of those
+    traces (:attr:`Plan.traces`, :attr:`Plan.mates`). Such stores count as naming cases: their
+    answers get case ids when they are adapted.
+
+    The lines naming no store are read once more here (only when the export holds upstream
+    spans), and only them; a file that cannot be addressed by line is read whole by each such
+    store's partition.
+    """
+    if not plan.upstream:
+        return
+    stores_of: dict[str, set[str]] = {}
+    for store, written in plan.upstream.items():
+        for trace in written:
+            try:
+                stores_of.setdefault(otlp_trace_id(trace, "traceId"), set()).add(store)
+            except Bad:
+                continue  # the span is reported by the partition that decodes it
+    traces: dict[str, set[str]] = {store: set() for store in plan.upstream}
+    for trace, stores in stores_of.items():
+        for store in stores:
+            traces[store].add(trace)
+            plan.mates.setdefault(store, set()).update(stores - {store})
+    plan.traces = {store: frozenset(found) for store, found in traces.items()}
+    plan.case_stores |= set(plan.upstream)
+    ops = False
+    for path, held in list(plan.lines.get(NO_STORE, {}).items()):
+        if held is None or path not in plan.scanned:  # not addressable by line here: read it all
+            ops = True  # (and not looked into)
+            for store in plan.upstream:
+                for line in held if held is not None else (None,):
+                    plan.add(store, path, line, spans=0)
+            continue
+        offsets, sizes = plan.offsets[path], plan.sizes[path]
+        mixed = plan.mixed.setdefault(path, set())
+        quiet = FileReader(path, _ignore, None)
+        with open_binary(path) as stream:
+            fd = _fileno(stream)
+            for line in sorted(set(held)):
+                if fd >= 0:
+                    raw = os.pread(fd, sizes[line], offsets[line])
+                else:
+                    stream.seek(offsets[line])
+                    raw = stream.readline()
+                try:
+                    value = _loads(raw)
+                except ValueError:
+                    continue  # reported by the scan, or by the partition that decodes it
+                found, has_ops = _loose_traces(value, quiet, line, len(raw))
+                ops = ops or has_ops
+                for trace in found:
+                    for store in stores_of.get(trace, ()):
+                        plan.add(store, path, line)
+                        mixed.add(line)
+    plan.loose_ops = ops
+
+
+def _loose_spans(value: Any, traces: frozenset[str]) -> dict[str, Any] | None:
+    """A copy of a parsed OTLP JSON line holding only its spans of ``traces`` that name no store
+    (or whose store cannot be told undecoded), with their resources and scopes (``None``: none)."""
+    if type(value) is not dict or type(value.get("resourceSpans")) is not list:
+        return None
+    resources = []
+    for resource in value["resourceSpans"]:
+        if type(resource) is not dict or type(resource.get("scopeSpans")) is not list:
+            continue
+        scopes = []
+        for scope in resource["scopeSpans"]:
+            if type(scope) is not dict or type(scope.get("spans")) is not list:
+                continue
+            spans = [
+                span
+                for span in scope["spans"]
+                if type(span) is dict
+                and raw_store(span) in (NO_STORE, None)
+                and _decoded_trace(span) in traces
+            ]
+            if spans:
+                scopes.append({**scope, "spans": spans})
+        if scopes:
+            resources.append({**resource, "scopeSpans": scopes})
+    return {"resourceSpans": resources} if resources else None
+
+
+def _decoded_trace(span: dict[str, Any]) -> str | None:
+    try:
+        return otlp_trace_id(span.get("traceId"), "traceId")
+    except Bad:
+        return None
+
+
+def _loose_traces(value: Any, reader: FileReader, line: int, size: int) -> tuple[set[str], bool]:
+    """The (decoded) trace ids of the spans of a parsed JSON line that name no store (or whose
+    store cannot be told undecoded), and whether one of them may be an op (it names an op kind
+    or name): looked up in plain OTLP JSON, else decoded by ``reader``."""
+    found: set[str] = set()
+    ops = False
+    if type(value) is not dict or type(value.get("resourceSpans")) is not list:
+        loose = [r for r in reader.decode(value, line, size) if store_of(r) == NO_STORE]
+        ops = any(
+            A.MEMTRACE_OP_KIND in r.attributes or A.MEMTRACE_OP_NAME in r.attributes for r in loose
+        )
+        return {r.trace_id for r in loose}, ops
+    for resource in value["resourceSpans"]:
+        if type(resource) is not dict:
+            continue
+        for scope in resource.get("scopeSpans") or ():
+            if type(scope) is not dict or type(scope.get("spans")) is not list:
+                continue
+            for span in scope["spans"]:
+                if type(span) is dict and raw_store(span) in (NO_STORE, None):
+                    ops = ops or _names_op(span)
+                    trace = _decoded_trace(span)
+                    if trace is not None:
+                        found.add(trace)
+    return found, ops
+
+
+def _names_op(span: dict[str, Any]) -> bool:
+    """Whether an undecoded span may be an op (anything unusual counts as may)."""
+    attributes = span.get("attributes")
+    if attributes is None:
+        return False
+    if type(attributes) is not list:
+        return True
+    return any(
+        type(item) is not dict or item.get("key") in (A.MEMTRACE_OP_KIND, A.MEMTRACE_OP_NAME)
+        for item in attributes
+    )
 
 
 def _fileno(stream: IO[bytes]) -> int:
@@ -787,10 +992,22 @@ def _fileno(stream: IO[bytes]) -> int:
 class _Loader:
     """One partition's loading: its stores' records, deduplicated, and what it counted."""
 
-    def __init__(self, stores: Sequence[str], shared: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        stores: Sequence[str],
+        shared: Sequence[str] = (),
+        traces: frozenset[str] = frozenset(),
+    ) -> None:
         self.owned = set(stores)
         self.wanted = self.owned | set(shared)
+        self.traces = traces
+        """Traces whose spans naming no store are kept too (see :attr:`Partition.traces`)."""
         self.by_store: dict[str, list[SpanRecord]] = {store: [] for store in self.wanted}
+        if traces:
+            self.by_store.setdefault(NO_STORE, [])
+        self.order: list[str] = []
+        """With ``traces``: the store of each record kept, in reading order (the records are
+        adapted in the order one process reads them)."""
         self.seen: dict[tuple[str, str], SpanRecord] = {}
         """The first record of each (trace id, span id): the partition holds them anyway, so
         content digests are computed only when an id comes again (a duplicate or a conflict)."""
@@ -826,18 +1043,24 @@ class _Loader:
                     if value is None:
                         continue
                 scanned_here = number in chunk.decoded
+                loose = None
                 if not scanned_here and (mixed is None or number in mixed):
+                    if self.traces:  # the spans naming no store of our traces: their owner
+                        loose = _loose_spans(value, self.traces)  # counts them
                     prune_stores(value, self.wanted)
                 reader = counting if chunk.counted and not scanned_here else quiet
                 for record in reader.decode(value, number, len(raw)):
                     self.keep(record, counted=chunk.counted)
+                if loose is not None:
+                    for record in quiet.decode(loose, number, len(raw)):
+                        self.keep(record, counted=False)
 
     def _ignore(self, kind: str, error: DecodeError) -> None:
         self.ignored.append(error)
 
     def keep(self, record: SpanRecord, counted: bool) -> None:
         store = store_of(record)
-        if store not in self.wanted:
+        if store not in self.wanted and (store != NO_STORE or record.trace_id not in self.traces):
             return
         counted = counted and store in self.owned  # a shared store is counted by its owner
         key = (record.trace_id, record.span_id)
@@ -851,6 +1074,8 @@ class _Loader:
             if is_verdict_span(record):
                 return  # a verdict written back earlier: no op (as in one process)
             self.by_store[store].append(record)
+            if self.traces:
+                self.order.append(store)
         elif not counted:
             pass
         elif content_digest(first) == content_digest(record):

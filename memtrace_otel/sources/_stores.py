@@ -18,7 +18,7 @@ NO_STORE = ""
 
 
 def line_stores(
-    value: Any, case_stores: set[str], upstream: set[str] | None = None
+    value: Any, case_stores: set[str], upstream: dict[str, set[str]] | None = None
 ) -> dict[str, int] | None:
     """Store -> number of spans of a parsed OTLP JSON line (``None``: decode it to tell).
 
@@ -27,7 +27,8 @@ def line_stores(
     A line is left to the partitions only when each of its resources holds spans of one store
     (and holds some): a bad resource or scope is then reported, and a long resource attribute
     cut, by exactly one partition. Stores with a span naming a case go to ``case_stores``, and
-    (given ``upstream``) stores with an upstream GenAI memory span (:func:`raw_store`) to it.
+    (given ``upstream``) stores with an upstream GenAI memory span, with its trace ids as written
+    (:func:`raw_store`), to it.
     """
     if type(value) is not dict or set(value) != {"resourceSpans"}:
         return None
@@ -65,23 +66,24 @@ def names_case(span: dict[str, Any]) -> bool:
     )
 
 
-def raw_store(span: Any, upstream: set[str] | None = None) -> str | None:
+def raw_store(span: Any, upstream: dict[str, set[str]] | None = None) -> str | None:
     """The store id of an undecoded OTLP JSON span (``None``: cannot tell without decoding).
 
-    Given ``upstream``, the store of an upstream GenAI memory span (``gen_ai.operation.name``
-    ``search_memory``, ``create_memory``, ...; no ``memtrace.op.kind`` or ``.name``) is added to
-    it, in the same pass over the attributes: the runs that stream by store cannot adapt such
-    spans (:func:`~memtrace_otel.sources._upstream.adapt_upstream` needs each trace whole).
+    Given ``upstream``, the trace id (as written) of an upstream GenAI memory span
+    (``gen_ai.operation.name`` ``search_memory``, ``create_memory``, ...; no ``memtrace.op.kind``
+    or ``.name``) is added to its store's set there, in the same pass over the attributes: a run
+    that streams by store gives such a store the spans of its traces that name no store (chat
+    calls), which :func:`~memtrace_otel.sources._upstream.adapt_upstream` needs.
 
     >>> raw_store({"attributes": [{"key": "gen_ai.memory.store.id",
     ...                            "value": {"stringValue": "u1"}}]})
     'u1'
     >>> raw_store({"attributes": []}), raw_store({"attributes": [{"key": "x"}]}) == ""
     ('', True)
-    >>> found = set()
-    >>> raw_store({"attributes": [{"key": "gen_ai.operation.name",
-    ...     "value": {"stringValue": "search_memory"}}]}, found), found
-    ('', {''})
+    >>> found = {}
+    >>> raw_store({"traceId": "0af7651916cd43dd8448eb211c80319c", "attributes": [{"key":
+    ...     "gen_ai.operation.name", "value": {"stringValue": "search_memory"}}]}, found), found
+    ('', {'': {'0af7651916cd43dd8448eb211c80319c'}})
     """
     if type(span) is not dict:
         return None
@@ -112,7 +114,13 @@ def raw_store(span: Any, upstream: set[str] | None = None) -> str | None:
             elif key == A.MEMTRACE_OP_KIND or key == A.MEMTRACE_OP_NAME:
                 contract = True
     if memory and not contract and upstream is not None:
-        upstream.add(found)  # a plain string here: any other store id returned None above
+        # The store is a plain string here: any other store id returned None above.
+        traces = upstream.get(found)
+        if traces is None:
+            traces = upstream[found] = set()
+        trace = span.get("traceId")
+        if type(trace) is str:
+            traces.add(trace)
     return found
 
 
