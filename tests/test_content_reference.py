@@ -969,7 +969,7 @@ def test_the_byte_scan_tells_the_reference_kinds_apart_across_block_edges(
         for pad in range(0, 24):
             path.write_bytes(b"x" * pad + text + b"\n")
             assert tuple(reference_kinds([str(path)], chunk=chunk)) == kinds, (text, pad)
-    # Upstream refs win over ours: such a run is read in memory, where they are adapted.
+    # The scan stops at the first upstream ref: either kind turns resolving on.
     path.write_bytes(b"".join(cases))
     assert reference_kinds([str(path)], chunk=chunk).upstream
 

@@ -24,7 +24,7 @@ from memtrace_otel.job import (
     summary_table,
 )
 from memtrace_otel.job._batch import QuietHeap
-from memtrace_otel.job._executors import NeedsOneProcess, default_executor
+from memtrace_otel.job._executors import default_executor
 from memtrace_otel.job._options import VERDICT_TRACES
 from memtrace_otel.job._verdict_log import VerdictLog
 from memtrace_otel.reporting._labels import label_accuracy, load_labels
@@ -407,13 +407,7 @@ def _run(
             )
         return verdicts, summary, graphs
 
-    try:
-        verdicts, summary, graphs = attribute(scaled)
-    except NeedsOneProcess as why:  # before any case: the run is made again, in memory
-        drawer, views = None, None
-        options = dataclasses.replace(options, executor=None, memory_bound=None)
-        verdicts, summary, graphs = attribute(False)
-        summary.read_in_memory = str(why)
+    verdicts, summary, graphs = attribute(scaled)
     if exporter is not None:
         _write_back(exporter, verdicts, log, summary, trace=args.verdict_trace)
     summary.seconds = round(time.perf_counter() - started, 3)

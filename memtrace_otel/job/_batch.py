@@ -130,9 +130,6 @@ class BatchSummary:
     """What feedback said (:class:`~memtrace_otel.job.FeedbackStats` as data)."""
     cases_by_source: dict[str, int] = field(default_factory=dict)
     """Failed cases by where they were found: ``cases-file``, ``judge``, ``feedback``."""
-    read_in_memory: str = ""
-    """Why a run asked to stream by store or spill read its traces in memory instead (upstream
-    GenAI memory spans); empty when it did not."""
     content: dict[str, Any] = field(default_factory=dict)
     """What resolving content references did (:class:`~memtrace_otel.sources._content.ContentStats`
     as data); empty when the traces carried none."""
@@ -918,8 +915,6 @@ def summary_table(summary: BatchSummary) -> str:
         )
     if summary.skipped_cases:
         lines.append(f"skipped cases-file lines: {summary.skipped_cases}")
-    if summary.read_in_memory:
-        lines.append(f"read in memory: {summary.read_in_memory}")
     content = summary.content
     if content:
         lines.append(

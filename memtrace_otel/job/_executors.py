@@ -465,9 +465,11 @@ class SpillIndex:
             f"cache_size=-{cache_kib}",
         ):
             self._db.execute(f"PRAGMA {pragma}")
-        self._db.execute("CREATE TABLE spans (store TEXT, seq INTEGER, blob BLOB)")
+        # ``trace``: set for the records that name no store, which upstream GenAI traces
+        # give to the stores of their traces (see :meth:`loose_rows`).
+        self._db.execute("CREATE TABLE spans (store TEXT, seq INTEGER, trace TEXT, blob BLOB)")
         self._flush_at = max(1 << 20, bound // 8)
-        self._batch: list[tuple[str, int, bytes]] = []
+        self._batch: list[tuple[str, int, str | None, bytes]] = []
         self._batch_bytes = 0
         self._seq = 0
         self.records: dict[str, int] = {}
@@ -481,14 +483,14 @@ class SpillIndex:
         pickler.dump(record)
         blob = buffer.getvalue()
         self._seq += 1
-        self._batch.append((store, self._seq, blob))
+        self._batch.append((store, self._seq, record.trace_id if store == NO_STORE else None, blob))
         self._batch_bytes += len(blob) + len(store) + 64
         self.records[store] = self.records.get(store, 0) + 1
         if self._batch_bytes >= self._flush_at:
             self._flush()
 
     def _flush(self) -> None:
-        self._db.executemany("INSERT INTO spans VALUES (?, ?, ?)", self._batch)
+        self._db.executemany("INSERT INTO spans VALUES (?, ?, ?, ?)", self._batch)
         self._db.commit()
         self._batch = []
         self._batch_bytes = 0
@@ -497,12 +499,32 @@ class SpillIndex:
         """Write what is buffered and index by store (call once, before :meth:`store_records`)."""
         self._flush()
         self._db.execute("CREATE INDEX spans_by_store ON spans (store, seq)")
+        self._db.execute("CREATE INDEX loose_by_trace ON spans (trace) WHERE trace IS NOT NULL")
         self._db.commit()
 
     def store_records(self, store: str) -> list[SpanRecord]:
         """The records of one store, in reading order."""
         rows = self._db.execute("SELECT blob FROM spans WHERE store = ? ORDER BY seq", (store,))
         return [pickle.loads(blob) for (blob,) in rows]
+
+    def store_rows(self, store: str) -> list[tuple[int, SpanRecord]]:
+        """``(reading order, record)`` of one store's records."""
+        rows = self._db.execute(
+            "SELECT seq, blob FROM spans WHERE store = ? ORDER BY seq", (store,)
+        )
+        return [(seq, pickle.loads(blob)) for seq, blob in rows]
+
+    def loose_rows(self, traces: Iterable[str]) -> list[tuple[int, SpanRecord]]:
+        """``(reading order, record)`` of the records of ``traces`` that name no store."""
+        found: list[tuple[int, SpanRecord]] = []
+        wanted = sorted(set(traces))
+        for start in range(0, len(wanted), 500):  # under SQLite's limit on parameters
+            part = wanted[start : start + 500]
+            marks = ",".join("?" * len(part))
+            rows = self._db.execute(f"SELECT seq, blob FROM spans WHERE trace IN ({marks})", part)
+            found += [(seq, pickle.loads(blob)) for seq, blob in rows]
+        found.sort(key=lambda row: row[0])
+        return found
 
     def close(self) -> None:
         """Close and delete the file."""
@@ -511,23 +533,6 @@ class SpillIndex:
 
 
 # --- the driver ------------------------------------------------------------------------------
-class NeedsOneProcess(Exception):
-    """These traces need a run in memory: they hold upstream GenAI memory spans, which
-    :func:`~memtrace_otel.sources.adapt_upstream` turns into ops only with each trace whole (a
-    chat span names no store). A streamed run gives each store the chat calls of its traces
-    (:func:`~memtrace_otel.job._partitions.route_upstream`); a spilled one cannot, and raises
-    this before any case is attributed; :func:`~memtrace_otel.job.run_batch` then runs in memory
-    and says why (``BatchSummary.read_in_memory``)."""
-
-
-def _upstream_reason(stores: set[str]) -> str:
-    named = ", ".join(repr(s) for s in sorted(stores)[:3]) + (" ..." if len(stores) > 3 else "")
-    return (
-        f"upstream GenAI memory spans (stores {named}) are adapted into ops in memory only: "
-        "read in memory instead of streamed by store"
-    )
-
-
 def run_scaled(
     sources: Sequence[str],
     method: Method,
@@ -811,14 +816,39 @@ def _run_spilled(
     spill = SpillIndex(bound, options.spill_dir)
     writer_store: dict[str, str] = {}
     case_stores: set[str] = set()
-    upstream: set[str] = set()
+    upstream: dict[str, set[str]] = {}  # store -> the traces of its upstream GenAI memory spans
+    mates: dict[str, set[str]] = {}
     outcomes: list[Outcome] = []
 
     reading = shared.content
     outcome_reader = reading.resolver() if reading is not None else None
 
+    def adapted(store: str) -> tuple[dict[str, list[SpanRecord]], list[str]]:
+        """An upstream store's records, the other stores' of its traces and the spans of its
+        traces that name no store (chat calls), with the stores of each in reading order."""
+        rows = {s: spill.store_rows(s) for s in (store, *sorted(mates.get(store, ())))}
+        rows[NO_STORE] = spill.loose_rows(upstream[store])
+        order = [s for _, s in sorted((seq, s) for s, held in rows.items() for seq, _ in held)]
+        return {s: [record for _, record in held] for s, held in rows.items()}, order
+
     def graph(store: str, first: bool = True) -> nx.MultiDiGraph:
+        if store in upstream:
+            group, order = adapted(store)
+            stats = None
+            if reading is not None:
+                group, stats = resolve_stores(group, (store,), reading)
+            records = adapt_partition(group, order).get(store, [])
+            del group, order
+            G = build_graph(records)
+            if stats is not None:
+                mark_erased(G, store, stats)
+                if first and content is not None:
+                    content.merge(stats)
+            return G
         records = spill.store_records(store)
+        if store == NO_STORE and not any(A.MEMTRACE_OP_KIND in r.attributes for r in records):
+            records = []  # other instrumentations' spans (HTTP, chat calls): no graph, as in
+            # one process
         # Ops of caseless stores that wrote what this one reads join it (one store hop here).
         foreign = {
             writer_store[ref]
@@ -854,13 +884,19 @@ def _run_spilled(
                 if A.MEMTRACE_CASE_ID in record.attributes:
                     case_stores.add(store)
                 if is_upstream_memory_op(record):
-                    upstream.add(store)
+                    upstream.setdefault(store, set()).add(record.trace_id)
                 for ref in op_refs(record, A.MEMTRACE_OP_OUTPUTS):
                     writer_store.setdefault(ref, store)
             outcomes += source.outcomes
             summary.add_source_stats(source.stats)
-        if upstream:
-            raise NeedsOneProcess(_upstream_reason(upstream))
+        stores_of: dict[str, set[str]] = {}
+        for store, traces in upstream.items():
+            for trace in traces:
+                stores_of.setdefault(trace, set()).add(store)
+        for stores_of_trace in stores_of.values():
+            for store in stores_of_trace:
+                mates.setdefault(store, set()).update(stores_of_trace - {store})
+        case_stores.update(upstream)  # their answers get case ids when they are adapted
         spill.finish()
         shared = dataclasses.replace(shared, outcomes=tuple(outcomes))
         stores = sorted(spill.records)

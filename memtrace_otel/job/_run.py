@@ -18,7 +18,7 @@ from memtrace_otel.attribution._base import Method
 from memtrace_otel.attribution._model import Verdict
 from memtrace_otel.errors import MemtraceError
 from memtrace_otel.job._batch import BatchSummary, QuietHeap, _run_in_process
-from memtrace_otel.job._executors import NeedsOneProcess, run_scaled
+from memtrace_otel.job._executors import run_scaled
 from memtrace_otel.job._options import RunOptions
 from memtrace_otel.job._reviews import precision_of, read_verdict_spans
 from memtrace_otel.sources import Outcome
@@ -62,23 +62,14 @@ def run_batch(
     (:func:`~memtrace_otel.job._reviews.read_verdict_spans`).
     """
     options = RunOptions(**fields) if options is None else dataclasses.replace(options, **fields)
-    in_memory = ""
     if graphs is None and options.scaled:
         scanned: dict[str, list[tuple[int, Any]]] = {}
-        try:
-            verdicts, summary = run_scaled(sources, method, options, verdict_lines=scanned)
-        except NeedsOneProcess as why:  # found before any case was attributed
-            if options.view is not None:
-                raise  # the caller draws each case's page from graphs it holds: it runs again
-            in_memory = str(why)
-        else:
-            return _with_reviews(verdicts, summary, sources, scanned, options)
+        verdicts, summary = run_scaled(sources, method, options, verdict_lines=scanned)
+        return _with_reviews(verdicts, summary, sources, scanned, options)
     with QuietHeap() as heap:
-        verdicts, summary = _run_in_process(
+        return _run_in_process(
             heap, sources, method, options, graphs=graphs, loaded=loaded, outcomes=outcomes
         )
-    summary.read_in_memory = in_memory
-    return verdicts, summary
 
 
 def _with_reviews(
