@@ -241,3 +241,23 @@ def test_a_trace_searching_two_stores_streams_with_the_in_memory_verdicts(
         }
     assert runs["inline"] == runs["memory"] and runs["spilled"] == runs["memory"]
     assert first["traceId"] in runs["memory"]
+
+
+def test_upstream_traces_split_over_two_files_stream_with_the_in_memory_verdicts(
+    hand_written: Scored, tmp_path: Path
+) -> None:
+    # A chat call and its trace's memory spans may sit in different files (two exporters, a
+    # rotated file): the chat call is routed by its trace whichever file holds it.
+    from memtrace_otel.attribution import EvidenceMethod
+    from memtrace_otel.job import run_batch
+
+    lines = hand_written.run.traces.read_text().splitlines()
+    halves = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    for parity, path in enumerate(halves):
+        path.write_text("".join(line + "\n" for line in lines[parity::2]))
+    out = tmp_path / "verdicts.jsonl"
+    run_batch([str(p) for p in halves], EvidenceMethod(), out=str(out), executor="inline")
+    got = {v["case_id"]: v for v in map(json.loads, out.read_text().splitlines())}
+    assert {c: (v["error_type"], v["op_id"], v["reason"]) for c, v in got.items()} == {
+        c: (v["error_type"], v["op_id"], v["reason"]) for c, v in hand_written.verdicts.items()
+    }
