@@ -21,7 +21,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import networkx as nx
 
@@ -479,7 +479,16 @@ class LineageJoin:
     def records_for(self, store: str, records: Iterable[SpanRecord]) -> list[SpanRecord]:
         """The records of other partitions that ``records`` (``store``'s) read from."""
         joined: dict[int, SpanRecord] = {}
-        queue = [ref for record in records for ref in op_refs(record, A.MEMTRACE_OP_INPUTS)]
+        writers = self.writers
+        if not writers:
+            return []
+        # Only refs some shared op wrote lead anywhere (most of a store's refs are its own).
+        queue = [
+            ref
+            for record in records
+            for ref in op_refs(record, A.MEMTRACE_OP_INPUTS)
+            if ref in writers
+        ]
         seen: set[str] = set()
         while queue:
             ref = queue.pop()
@@ -497,7 +506,10 @@ def op_refs(record: SpanRecord, key: str) -> tuple[str, ...]:
     """The variable refs of ``record``'s ``memtrace.op.inputs`` or ``...outputs``."""
     value = record.attributes.get(key)
     if isinstance(value, tuple):
-        return tuple(v for v in value if isinstance(v, str))
+        for item in value:  # a tuple of strings (every op's, once checked) is returned as it is
+            if type(item) is not str:
+                return tuple(v for v in value if isinstance(v, str))
+        return cast(tuple[str, ...], value)
     return (value,) if isinstance(value, str) else ()
 
 
