@@ -261,3 +261,49 @@ def test_upstream_traces_split_over_two_files_stream_with_the_in_memory_verdicts
     assert {c: (v["error_type"], v["op_id"], v["reason"]) for c, v in got.items()} == {
         c: (v["error_type"], v["op_id"], v["reason"]) for c, v in hand_written.verdicts.items()
     }
+
+
+def test_spans_naming_no_store_are_counted_as_in_memory_though_no_partition_keeps_them(
+    hand_written: Scored, tmp_path: Path
+) -> None:
+    # The chat and HTTP spans of upstream traces name no store and hold no op: their own
+    # partition (or the spill) counts them without keeping them, the chat calls being kept by
+    # the stores of their traces. Retried lines (duplicates) and a span id sent again with other
+    # content (a conflict) must count as in one process.
+    from memtrace_otel.attribution import EvidenceMethod
+    from memtrace_otel.job import run_batch
+
+    lines = hand_written.run.traces.read_text().splitlines()
+    loose = [
+        n
+        for n, line in enumerate(lines)
+        if all(_attribute(sp, "gen_ai.memory.store.id") is None for sp in _spans(line))
+    ]
+    assert len(loose) > 100
+    conflict = json.loads(lines[loose[1]])
+    conflict["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] = "changed on the way"
+    traces = tmp_path / "retried.jsonl"
+    extra = [lines[n] for n in loose[::7]] + [json.dumps(conflict)]
+    traces.write_text("\n".join(lines + extra) + "\n")
+
+    runs = {}
+    for name, scaled in (
+        ("memory", {}),
+        ("inline", {"executor": "inline"}),
+        ("spilled", {"memory_bound": "64M"}),
+    ):
+        out = tmp_path / f"{name}.jsonl"
+        _, summary = run_batch([str(traces)], EvidenceMethod(), out=str(out), **scaled)
+        verdicts = {
+            v["case_id"]: (v["error_type"], v["op_id"])
+            for v in map(json.loads, out.read_text().splitlines())
+        }
+        runs[name] = (
+            summary.records,
+            summary.duplicates,
+            summary.skipped_records,
+            dict(summary.skipped_by_kind),
+            verdicts,
+        )
+    assert runs["memory"][1] == len(extra) - 1 and runs["memory"][2] == 1
+    assert runs["inline"] == runs["memory"] and runs["spilled"] == runs["memory"]

@@ -818,6 +818,7 @@ def _run_spilled(
     case_stores: set[str] = set()
     upstream: dict[str, set[str]] = {}  # store -> the traces of its upstream GenAI memory spans
     mates: dict[str, set[str]] = {}
+    loose_ops = False  # whether a span naming no store holds an op
     outcomes: list[Outcome] = []
 
     reading = shared.content
@@ -845,10 +846,9 @@ def _run_spilled(
                 if first and content is not None:
                     content.merge(stats)
             return G
-        records = spill.store_records(store)
-        if store == NO_STORE and not any(A.MEMTRACE_OP_KIND in r.attributes for r in records):
-            records = []  # other instrumentations' spans (HTTP, chat calls): no graph, as in
-            # one process
+        # Spans naming no store and holding no op (HTTP, chat calls) make no graph, as in one
+        # process: not even read back (upstream traces hold as many as their memory spans).
+        records = [] if store == NO_STORE and not loose_ops else spill.store_records(store)
         # Ops of caseless stores that wrote what this one reads join it (one store hop here).
         foreign = {
             writer_store[ref]
@@ -885,6 +885,8 @@ def _run_spilled(
                     case_stores.add(store)
                 if is_upstream_memory_op(record):
                     upstream.setdefault(store, set()).add(record.trace_id)
+                elif store == NO_STORE and A.MEMTRACE_OP_KIND in record.attributes:
+                    loose_ops = True
                 for ref in op_refs(record, A.MEMTRACE_OP_OUTPUTS):
                     writer_store.setdefault(ref, store)
             outcomes += source.outcomes

@@ -230,6 +230,10 @@ class Partition:
     """The traces of ``stores``' upstream GenAI memory spans: their spans that name no store
     (chat calls) are kept too, and the partition's records are adapted into ops
     (:func:`~memtrace_otel.sources.adapt_upstream`) before its graphs are built."""
+    unkept: frozenset[str] = frozenset()
+    """Stores of ``stores`` whose spans are counted but not kept (spans that name no store when
+    none holds an op: they make no graph, and the chat calls among them are kept by the
+    partitions of their traces), so that they do not have to fit in one partition's memory."""
 
 
 @dataclass
@@ -794,6 +798,7 @@ def _partition(plan: Plan, number: int, stores: list[str]) -> Partition:
         sum(plan.records.get(s, 0) for s in stores),
         case_stores=frozenset(s for s in stores if s in plan.case_stores),
         traces=frozenset(t for s in stores for t in plan.traces.get(s, ())),
+        unkept=frozenset({NO_STORE} & set(stores)) if not plan.loose_ops else frozenset(),
     )
 
 
@@ -809,7 +814,7 @@ def load_partition(
     :attr:`Partition.traces`, the store of each record in reading order (else empty), which
     :func:`adapt_partition` takes.
     """
-    loader = _Loader(partition.stores, partition.shared, partition.traces)
+    loader = _Loader(partition.stores, partition.shared, partition.traces, partition.unkept)
     # The records are kept until the graphs are built: with the cyclic collector running, its
     # full collections would traverse all of them again and again (twice the loading time).
     with GcPaused():
@@ -997,6 +1002,7 @@ class _Loader:
         stores: Sequence[str],
         shared: Sequence[str] = (),
         traces: frozenset[str] = frozenset(),
+        unkept: frozenset[str] = frozenset(),
     ) -> None:
         self.owned = set(stores)
         self.wanted = self.owned | set(shared)
@@ -1011,6 +1017,9 @@ class _Loader:
         self.seen: dict[tuple[str, str], SpanRecord] = {}
         """The first record of each (trace id, span id): the partition holds them anyway, so
         content digests are computed only when an id comes again (a duplicate or a conflict)."""
+        self.unkept = unkept
+        self.seen_unkept: dict[tuple[str, str], tuple[int, str]] = {}
+        """For the spans of ``unkept`` stores: each one's content digest and where it was read."""
         self.tally = Tally(phase=1)
         self.limits = ValueLimits.resolve()
         self.ignored: list[DecodeError] = []  # counted by the planning already
@@ -1058,12 +1067,29 @@ class _Loader:
     def _ignore(self, kind: str, error: DecodeError) -> None:
         self.ignored.append(error)
 
+    def _count_only(self, record: SpanRecord, key: tuple[str, str], counted: bool) -> None:
+        """Count a span of an unkept store as :meth:`keep` counts one, holding its digest alone."""
+        first = self.seen_unkept.get(key)
+        if first is None:
+            self.seen_unkept[key] = (content_digest(record), record.source)
+            if counted:
+                self.tally.stats.records += 1
+        elif not counted:
+            pass
+        elif first[0] == content_digest(record):
+            self.tally.stats.duplicates += 1
+        else:
+            self.tally.on_error(DUPLICATE_SPAN, duplicate_span_error(record, first[1]))
+
     def keep(self, record: SpanRecord, counted: bool) -> None:
         store = store_of(record)
         if store not in self.wanted and (store != NO_STORE or record.trace_id not in self.traces):
             return
         counted = counted and store in self.owned  # a shared store is counted by its owner
         key = (record.trace_id, record.span_id)
+        if store in self.unkept and record.trace_id not in self.traces:
+            self._count_only(record, key, counted)
+            return
         first = self.seen.get(key)
         if first is None:
             self.seen[key] = record
