@@ -254,14 +254,9 @@ def test_failed_case_carries_question_prediction_expected_and_feedback(
     )
 
 
-def test_feedback_by_case_id_and_latest_wins(
-    production: tuple[Path, dict[str, AnswerRef]], tmp_path: Path
-) -> None:
-    # Feedback naming a case by id alone, in a trace of its own, counts only when signed (or
-    # from an allowed service): the sender and the job share a key here.
-    traces, answers = production
-    key = FeedbackKey(b"shared secret", "k1")
-    feedback = _feedback_file(
+def _signed_feedback(tmp_path: Path, answers: dict[str, AnswerRef], key: FeedbackKey) -> Path:
+    """Signed feedback by case id and by answer, one case's latest saying it was right."""
+    return _feedback_file(
         tmp_path / "feedback.jsonl",
         {"case_id": "case-retrieval", "correct": False, "key": key},
         {"answer": answers["filter"].traceparent, "correct": False, "key": key},
@@ -269,6 +264,16 @@ def test_feedback_by_case_id_and_latest_wins(
         {"answer": answers["assemble"].traceparent, "correct": True, "key": key},
         {"answer": answers["assemble"].traceparent, "label": "incorrect", "key": key},
     )
+
+
+def test_feedback_by_case_id_and_latest_wins(
+    production: tuple[Path, dict[str, AnswerRef]], tmp_path: Path
+) -> None:
+    # Feedback naming a case by id alone, in a trace of its own, counts only when signed (or
+    # from an allowed service): the sender and the job share a key here.
+    traces, answers = production
+    key = FeedbackKey(b"shared secret", "k1")
+    feedback = _signed_feedback(tmp_path, answers, key)
     rule = OutcomeRule(trust=TrustPolicy(key))
     verdicts, summary = run_batch([str(traces), str(feedback)], EvidenceMethod(), rule=rule)
     assert {v.case_id for v in verdicts} == {"case-retrieval", "case-assemble"}
@@ -506,13 +511,7 @@ def test_a_store_decided_alone_from_the_outcome_index_picks_as_from_every_outcom
 
     traces, answers = production
     key = FeedbackKey(b"shared secret", "k1")
-    feedback = _feedback_file(
-        tmp_path / "feedback.jsonl",
-        {"case_id": "case-retrieval", "correct": False, "key": key},
-        {"answer": answers["filter"].traceparent, "correct": False},
-        {"case_id": "case-filter", "correct": True, "key": key},
-        {"answer": answers["assemble"].traceparent, "label": "incorrect", "key": key},
-    )
+    feedback = _signed_feedback(tmp_path, answers, key)
     upstream = run_app(tmp_path / "upstream", seed=3).traces
     outcomes: list[Outcome] = []
     graphs = load_store_graphs([str(traces), str(feedback), str(upstream)], outcomes=outcomes)

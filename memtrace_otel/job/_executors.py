@@ -833,36 +833,31 @@ def _run_spilled(
         return {s: [record for _, record in held] for s, held in rows.items()}, order
 
     def graph(store: str, first: bool = True) -> nx.MultiDiGraph:
+        order = None
+        foreign: set[str] = set()
         if store in upstream:
             group, order = adapted(store)
-            stats = None
-            if reading is not None:
-                group, stats = resolve_stores(group, (store,), reading)
-            records = adapt_partition(group, order).get(store, [])
-            del group, order
-            G = build_graph(records)
-            if stats is not None:
-                mark_erased(G, store, stats)
-                if first and content is not None:
-                    content.merge(stats)
-            return G
-        # Spans naming no store and holding no op (HTTP, chat calls) make no graph, as in one
-        # process: not even read back (upstream traces hold as many as their memory spans).
-        records = [] if store == NO_STORE and not loose_ops else spill.store_records(store)
-        # Ops of caseless stores that wrote what this one reads join it (one store hop here).
-        foreign = {
-            writer_store[ref]
-            for record in records
-            for ref in op_refs(record, A.MEMTRACE_OP_INPUTS)
-            if writer_store.get(ref, store) != store
-        } - case_stores
-        group = {store: records, **{f: spill.store_records(f) for f in foreign}}
+        else:
+            # Spans naming no store and holding no op (HTTP, chat calls) make no graph, as in one
+            # process: not even read back (upstream traces hold as many as their memory spans).
+            records = [] if store == NO_STORE and not loose_ops else spill.store_records(store)
+            # Ops of caseless stores that wrote what this one reads join it (one store hop here).
+            foreign = {
+                writer_store[ref]
+                for record in records
+                for ref in op_refs(record, A.MEMTRACE_OP_INPUTS)
+                if writer_store.get(ref, store) != store
+            } - case_stores
+            group = {store: records, **{f: spill.store_records(f) for f in foreign}}
         stats = None
         if reading is not None:
             group, stats = resolve_stores(group, (store,), reading)
+        if order is not None:
+            records = adapt_partition(group, order).get(store, [])
+        else:
             records = group[store]
-        if foreign:
-            records = records + LineageJoin(group).records_for(store, records)
+            if foreign:
+                records = records + LineageJoin(group).records_for(store, records)
         del group
         G = build_graph(records)
         if stats is not None:
