@@ -135,6 +135,21 @@ def test_the_real_upstream_openai_instrumentors_chat_spans_are_read(real_openai:
     assert real_openai.right_op() >= 0.75, real_openai.wrong()
 
 
+def test_the_real_upstream_openai_instrumentors_traces_stream_with_the_in_memory_verdicts(
+    real_openai: Scored, tmp_path: Path
+) -> None:
+    # The chat spans of the real instrumentor name no store: streamed (and spilled), each store's
+    # partition gets those of its traces.
+    for scaled in (["--executor", "inline"], ["--memory-bound", "64M"]):
+        out = tmp_path / f"verdicts{scaled[0]}.jsonl"
+        args = ["attribute", str(real_openai.run.traces), "--out", str(out), "--quiet"]
+        assert main([*args, *scaled]) == 0
+        got = {v["case_id"]: v for v in map(json.loads, out.read_text().splitlines())}
+        assert {c: (v["error_type"], v["op_id"], v["reason"]) for c, v in got.items()} == {
+            c: (v["error_type"], v["op_id"], v["reason"]) for c, v in real_openai.verdicts.items()
+        }
+
+
 def test_capture_off_gives_abstentions_or_right_verdicts_only(tmp_path: Path) -> None:
     run = run_app(tmp_path, capture=False, seed=2)
     scored = attribute(tmp_path, run)
