@@ -113,8 +113,11 @@ def test_a_bound_below_the_window_is_said_and_its_cases_are_retried(
     err = capsys.readouterr().err
     assert code == 1
     assert "INCOMPLETE" in err and "--max-traces" in err and "max_traces=150" in err
-    pending = [row for row in _lines(out) if row.get("pending")]
-    assert pending, "cases left out by the bound must be marked for a retry"
+    # Every verdict of a capped run is retried: a store's writes need not be linked from its
+    # questions, so a case whose traces all came may still lack its store's deletion (a verdict
+    # made so blamed the wrong op, depending on which traces the window held).
+    rows = _lines(out)
+    assert rows and all(row.get("pending") == "capped" for row in rows)
     # The next run, with room, redoes exactly those and ends with the full run's verdicts.
     assert main(["attribute", bench["url"], "--cases", cases, "--out", str(out), "--quiet"]) == 0
     full = tmp_path / "full.jsonl"

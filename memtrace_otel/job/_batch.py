@@ -705,7 +705,7 @@ def _run_in_process(
                 continue
             verdicts.append(verdict)
             summary.add(verdict)
-            pending = pending_reason(verdict, case.case_id in not_found, summary)
+            pending = pending_reason(case.case_id in not_found, summary)
             if log is not None:
                 log.append(verdict, pending)
             if on_verdict is not None:
@@ -717,13 +717,15 @@ def _run_in_process(
     return verdicts, summary
 
 
-def pending_reason(verdict: Verdict, not_found: bool, summary: BatchSummary) -> str | None:
-    """Why ``verdict`` is not final (the next run redoes it), or ``None`` when it is.
+def pending_reason(not_found: bool, summary: BatchSummary) -> str | None:
+    """Why a case's verdict is not final (the next run redoes it), or ``None`` when it is.
 
-    Not final: the case was not in the traces read, or a source stopped at its bound and the
-    case's graph may lack traces (it was not found, or names missing linked traces).
+    Not final: the case was not in the traces read, or a source stopped at its bound. Then any
+    case's graph may lack traces, not only those it names by a link: a store's writes need not
+    be linked from its questions (the deletion of a record no question read), and a verdict
+    made without them can blame the wrong op, with no sign of what is missing.
     """
-    if summary.capped and (not_found or verdict.missing_traces):
+    if summary.capped:
         return PENDING_CAPPED
     if not_found:
         return PENDING_NOT_IN_TRACES

@@ -633,7 +633,7 @@ def _run_scaled(
         for case_id, verdict in result.verdicts.items():
             if case_id not in written and case_id not in result.unsure:
                 written[case_id] = verdict
-                log.append(verdict, pending_reason(verdict, False, summary))
+                log.append(verdict, pending_reason(False, summary))
 
     def settle(outcomes: Sequence[Outcome]) -> dict[str, list[Pick]]:
         """Without a cases file: the one decision over every store's view; the picks that a
@@ -755,7 +755,7 @@ def _run_scaled(
         verdicts.append(verdict)
         summary.add(verdict)
         if log is not None and (written.get(case_id) is not verdict or case_id in not_found):
-            log.append(verdict, pending_reason(verdict, case_id in not_found, summary))
+            log.append(verdict, pending_reason(case_id in not_found, summary))
     summary.failed.extend(poison)
     return verdicts
 
