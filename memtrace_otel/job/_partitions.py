@@ -861,8 +861,8 @@ def route_upstream(plan: Plan) -> None:
     answers get case ids when they are adapted.
 
     The lines naming no store are read once more here (only when the export holds upstream
-    spans), and only them; a file that cannot be addressed by line is read whole by each such
-    store's partition.
+    spans), and only them; a file that was not scanned by line (another format, only with an
+    executor asked for) is read whole by each such store's partition.
     """
     if not plan.upstream:
         return
@@ -882,11 +882,10 @@ def route_upstream(plan: Plan) -> None:
     plan.case_stores |= set(plan.upstream)
     ops = False
     for path, held in list(plan.lines.get(NO_STORE, {}).items()):
-        if held is None or path not in plan.scanned:  # not addressable by line here: read it all
+        if held is None or path not in plan.scanned:  # not scanned by line: read it all
             ops = True  # (and not looked into)
             for store in plan.upstream:
-                for line in held if held is not None else (None,):
-                    plan.add(store, path, line, spans=0)
+                plan.add(store, path, None, spans=0)
             continue
         offsets, sizes = plan.offsets[path], plan.sizes[path]
         mixed = plan.mixed.setdefault(path, set())
@@ -912,30 +911,34 @@ def route_upstream(plan: Plan) -> None:
     plan.loose_ops = ops
 
 
+def _raw_loose(value: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any], Any]]:
+    """``(resource, scope, span)`` of each span of a parsed OTLP JSON line (``resourceSpans``
+    a list) that names no store, or whose store cannot be told undecoded."""
+    for resource in value["resourceSpans"]:
+        if type(resource) is not dict or type(resource.get("scopeSpans")) is not list:
+            continue
+        for scope in resource["scopeSpans"]:
+            if type(scope) is not dict or type(scope.get("spans")) is not list:
+                continue
+            for span in scope["spans"]:
+                if type(span) is dict and raw_store(span) in (NO_STORE, None):
+                    yield resource, scope, span
+
+
 def _loose_spans(value: Any, traces: frozenset[str]) -> dict[str, Any] | None:
     """A copy of a parsed OTLP JSON line holding only its spans of ``traces`` that name no store
     (or whose store cannot be told undecoded), with their resources and scopes (``None``: none)."""
     if type(value) is not dict or type(value.get("resourceSpans")) is not list:
         return None
-    resources = []
-    for resource in value["resourceSpans"]:
-        if type(resource) is not dict or type(resource.get("scopeSpans")) is not list:
-            continue
-        scopes = []
-        for scope in resource["scopeSpans"]:
-            if type(scope) is not dict or type(scope.get("spans")) is not list:
-                continue
-            spans = [
-                span
-                for span in scope["spans"]
-                if type(span) is dict
-                and raw_store(span) in (NO_STORE, None)
-                and _decoded_trace(span) in traces
-            ]
-            if spans:
-                scopes.append({**scope, "spans": spans})
-        if scopes:
-            resources.append({**resource, "scopeSpans": scopes})
+    kept: dict[int, tuple[dict[str, Any], dict[int, tuple[dict[str, Any], list[Any]]]]] = {}
+    for resource, scope, span in _raw_loose(value):
+        if _decoded_trace(span) in traces:
+            scopes = kept.setdefault(id(resource), (resource, {}))[1]
+            scopes.setdefault(id(scope), (scope, []))[1].append(span)
+    resources = [
+        {**resource, "scopeSpans": [{**scope, "spans": spans} for scope, spans in scopes.values()]}
+        for resource, scopes in kept.values()
+    ]
     return {"resourceSpans": resources} if resources else None
 
 
@@ -958,18 +961,11 @@ def _loose_traces(value: Any, reader: FileReader, line: int, size: int) -> tuple
             A.MEMTRACE_OP_KIND in r.attributes or A.MEMTRACE_OP_NAME in r.attributes for r in loose
         )
         return {r.trace_id for r in loose}, ops
-    for resource in value["resourceSpans"]:
-        if type(resource) is not dict:
-            continue
-        for scope in resource.get("scopeSpans") or ():
-            if type(scope) is not dict or type(scope.get("spans")) is not list:
-                continue
-            for span in scope["spans"]:
-                if type(span) is dict and raw_store(span) in (NO_STORE, None):
-                    ops = ops or _names_op(span)
-                    trace = _decoded_trace(span)
-                    if trace is not None:
-                        found.add(trace)
+    for _, _, span in _raw_loose(value):
+        ops = ops or _names_op(span)
+        trace = _decoded_trace(span)
+        if trace is not None:
+            found.add(trace)
     return found, ops
 
 
