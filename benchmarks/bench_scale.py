@@ -11,8 +11,11 @@ distinct and no span duplicates another copy's. Size N reads the first N copies 
 For each size it prints the CPU time (user + sys) of the child process (``os.wait4``, so its
 own children count too), its peak RSS (the child is started from a small launcher process, since
 Linux carries the parent's peak into a child's ``ru_maxrss``), spans/s, and the floor measured in
-this same run: the CPU time of stdlib ``json.loads`` over the same lines, in a fresh interpreter
-just before the run and again just after it, averaged (both are printed); then the ratio.
+this same run: the CPU time of stdlib ``json.loads`` over the same lines, in a fresh interpreter,
+once just before the run and three times just after it; the floor is their median (one reading
+of the four can be far off: the first one of a while has run up to 40 % slow, the machine's own
+warm-up, and averaging it with one other reading flattered the ratio). Then the ratio, and
+beside it the ratio on the least of the four readings, the strictest view.
 Nothing carries over
 between runs: each run is a fresh interpreter writing a fresh verdicts file (a verdicts file
 left from an earlier run would resume its cases), and the copies hold no results.
@@ -42,6 +45,7 @@ import hashlib
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -531,19 +535,22 @@ def scale_main(args: argparse.Namespace) -> None:
             with open(cases, "wb") as joined:
                 for _, c_path in pairs[:size]:
                     joined.write(c_path.read_bytes())
-            # The floor just before and just after the run, averaged: this machine's speed
-            # drifts from minute to minute (a busy neighbour core slows both alike).
+            # The floor just before the run and three times just after it, their median: one
+            # reading can be far off (the first one of a while has run up to 40 % slow), and this
+            # machine's speed drifts from minute to minute.
             before, spans = json_floor(traces)
             load = os.getloadavg()
             run = run_cli(traces, cases, folder / f"verdicts-x{size}.jsonl", *extra, env=env)
-            after, _ = json_floor(traces)
-            floor = (before + after) / 2
+            after = [json_floor(traces)[0] for _ in range(3)]
+            floor = statistics.median([before, *after])
+            least = min(before, *after)
             rows[size] = (run, floor)
             print(
                 f"{size:>3}x {spans:>8} {run.cpu:>7.2f} {floor:>7.2f} {run.cpu / floor:>5.2f}x "
                 f"{run.rss / 1e6:>6.0f} MB {spans / run.cpu:>8.0f} {run.seconds:>7.1f} "
                 f"{run.verdicts:>8}  {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}  "
-                f"(floor {before:.2f} before, {after:.2f} after)",
+                f"(floor {before:.2f} before, {', '.join(f'{a:.2f}' for a in after)} after; "
+                f"{run.cpu / least:.2f}x on the least)",
                 flush=True,
             )
         print("goals:")
