@@ -505,8 +505,6 @@ def test_a_store_decided_alone_from_the_outcome_index_picks_as_from_every_outcom
 
     from memtrace_otel.job import load_store_graphs
     from memtrace_otel.job._feedback import OutcomeIndex, StoreCases, decide_failed
-    from memtrace_otel.sources import OutcomeRule
-    from memtrace_otel.sources._trust import TrustPolicy
     from tests._upstream_app import run_app
 
     traces, answers = production
