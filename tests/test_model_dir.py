@@ -205,3 +205,25 @@ def test_a_run_whose_cases_hold_their_answers_checks_the_model_but_builds_no_enc
     verdicts = [json.loads(line) for line in out.read_text().splitlines()]
     assert verdicts and all(v["op_id"] for v in verdicts)
     assert built == []
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_the_check_alone_finds_a_non_finite_weight_in_any_window_of_any_dtype(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dtype: type, bad: float
+) -> None:
+    """A check alone (``keep=False``, what a run does before its cases) reads float32 tensors a
+    window at a time into one buffer, and other dtypes through safetensors: a bad value in the
+    last window of the largest tensor is found either way; a sound model passes and returns no
+    weights."""
+    monkeypatch.setattr(_semantic, "_CHECK_WINDOW", 64)  # 16 float32 values a read
+    name = "embeddings.word_embeddings.weight"  # 30522 x 8: thousands of windows
+    sound = _model(tmp_path / "sound", {k: v.astype(dtype) for k, v in _weights(CONFIG).items()})
+    config, _, weights = _semantic._read_model(sound, keep=False)
+    assert config["hidden_size"] == 8 and weights == {}
+    broken = {k: v.astype(dtype) for k, v in _weights(CONFIG).items()}
+    broken[name][-1, -1] = bad
+    root = _model(tmp_path / "broken", broken)
+    with pytest.raises(ModelDirError, match=f"tensor '{name}' holds NaN or infinity") as caught:
+        _semantic._read_model(root, keep=False)
+    assert caught.value.path == str(root / "model.safetensors")
