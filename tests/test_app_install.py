@@ -64,7 +64,7 @@ def test_the_app_side_install_is_the_api_the_sdk_the_exporter_and_the_instrument
         "opentelemetry-instrumentation",
         "wrapt",
     }
-    assert {"networkx", "jinja2", "tqdm", "rank-bm25", "openai", "fsspec"} <= BATCH_ONLY
+    assert {"networkx", "jinja2", "tqdm", "openai", "fsspec"} <= BATCH_ONLY
     assert {_name(r) for r in EXTRAS["semantic"]} <= BATCH_ONLY
     assert {_name(r) for r in EXTRAS["graph"]} == {"networkx"}
 

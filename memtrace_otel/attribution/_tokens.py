@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
+import math
 import re
 import string
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -386,30 +386,53 @@ def overlap(query: str, text: str) -> float:
 
 # --- ranking: the package's one BM25 ---------------------------------------------------------
 class Bm25Index:
-    """BM25+ (``rank_bm25.BM25Plus``) over stemmed content tokens; deterministic ties.
+    """BM25+ over stemmed content tokens (Lv and Zhai, 2011: k1 = 1.5, b = 0.75, delta = 1, the
+    parameters of ``rank_bm25.BM25Plus``, whose scores these are to the bit); deterministic
+    ties.
 
     BM25+ keeps every idf positive, which matters for the small stores here (with Okapi's idf a
     word in half of two documents scores zero). Only documents sharing a word with the query are
-    returned.
+    returned. Plain Python floats, in ``rank_bm25``'s order of operations: the lists scored
+    are a store's few hundred messages at most, where numpy's per-call cost outweighs its speed,
+    and a run whose cases need no sentence model then never imports numpy (0.1 s of start-up).
 
     >>> index = Bm25Index([("a", "Maya lives in Porto"), ("b", "Leo has a cat")])
     >>> index.search("Where does Maya live?", 5)
     [('a', ...)]
     """
 
+    K1 = 1.5
+    B = 0.75
+    DELTA = 1
+
     def __init__(self, docs: Sequence[tuple[str, str]]) -> None:
         self.keys = [k for k, _ in docs]
         corpus = [content_tokens(text) or ["_"] for _, text in docs]
         self._words = [frozenset(c) for c in corpus]
-        self._bm25: Any = None
-        if corpus:
-            from rank_bm25 import BM25Plus
-
-            self._bm25 = BM25Plus(corpus)
+        self._freqs: list[dict[str, int]] = []
+        self._idf: dict[str, float] = {}
+        self._norms: list[float] = []  # k1 * (1 - b + b * length / average length), per doc
+        if not corpus:
+            return
+        documents: dict[str, int] = {}  # word -> documents holding it
+        total = 0
+        for tokens in corpus:
+            total += len(tokens)
+            freqs: dict[str, int] = {}
+            for word in tokens:
+                freqs[word] = freqs.get(word, 0) + 1
+            self._freqs.append(freqs)
+            for word in freqs:
+                documents[word] = documents.get(word, 0) + 1
+        size = len(corpus)
+        average = total / size
+        self._idf = {word: math.log((size + 1) / n) for word, n in documents.items()}
+        k1, b = self.K1, self.B
+        self._norms = [k1 * (1 - b + b * len(tokens) / average) for tokens in corpus]
 
     def search(self, query: str, k: int) -> list[tuple[str, float]]:
         """The ``k`` best keys with a positive score, best first."""
-        if self._bm25 is None or k <= 0:
+        if not self._freqs or k <= 0:
             return []
         words = content_tokens(query)
         if not words:
@@ -418,9 +441,16 @@ class Bm25Index:
         hits = [i for i, doc in enumerate(self._words) if doc & wanted]
         if not hits:
             return []
-        scores = self._bm25.get_batch_scores(words, hits)
-        order = sorted(range(len(hits)), key=lambda j: (-float(scores[j]), hits[j]))
-        return [(self.keys[hits[j]], round(float(scores[j]), 4)) for j in order[:k]]
+        scores = [0.0] * len(hits)
+        scale = self.K1 + 1
+        delta = self.DELTA
+        for word in words:  # each occurrence of a query word counts, as in rank_bm25
+            idf = self._idf.get(word) or 0
+            for j, i in enumerate(hits):
+                freq = self._freqs[i].get(word) or 0
+                scores[j] += idf * (delta + (freq * scale) / (self._norms[i] + freq))
+        order = sorted(range(len(hits)), key=lambda j: (-scores[j], hits[j]))
+        return [(self.keys[hits[j]], round(scores[j], 4)) for j in order[:k]]
 
 
 @functools.lru_cache(maxsize=128)
