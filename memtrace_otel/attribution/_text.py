@@ -3,7 +3,7 @@
 Deliberately deterministic and offline: attribution must give the same verdict twice with no
 network. Tokens, stop words and stemming are the package's one tokenizer
 (:mod:`memtrace_otel.attribution._tokens`), so ``lives``/``living``/``lived`` meet; ranking is
-``rank_bm25`` (through :class:`memtrace_otel.attribution._tokens.Bm25Index`, the package's one BM25).
+BM25+ (:class:`memtrace_otel.attribution._tokens.Bm25Index`, the package's one BM25).
 
 Words alone miss paraphrase ("What car does Elena drive?" against "I bought a Tesla Model 3
 today!"): :meth:`Corpus.similarity` scores the texts by meaning with the package's sentence encoder
@@ -23,8 +23,9 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-from memtrace_otel.attribution._semantic import Vectors, default_encoder
+from memtrace_otel.attribution._semantic import default_encoder
 from memtrace_otel.attribution._tokens import (
     STOPWORDS,
     Bm25Index,
@@ -32,6 +33,9 @@ from memtrace_otel.attribution._tokens import (
     content_tokens,
     stem,
 )
+
+if TYPE_CHECKING:
+    from memtrace_otel.attribution._semantic import Vectors
 
 __all__ = [
     "SEMANTIC_FLOOR",
