@@ -227,3 +227,26 @@ def test_the_check_alone_finds_a_non_finite_weight_in_any_window_of_any_dtype(
     with pytest.raises(ModelDirError, match=f"tensor '{name}' holds NaN or infinity") as caught:
         _semantic._read_model(root, keep=False)
     assert caught.value.path == str(root / "model.safetensors")
+
+
+def test_a_run_that_builds_no_encoder_imports_no_numpy(tmp_path: Path, traces: Path) -> None:
+    """numpy is the sentence encoder's alone (0.1 s of start-up): a run whose cases carry their
+    answers checks the model's files (by bytes) and ranks by BM25+ (plain Python) without it.
+    A fresh interpreter, since this one has numpy already."""
+    import subprocess
+    import sys
+
+    cases = traces.parent / "cases.jsonl"
+    out = tmp_path / "v.jsonl"
+    script = (
+        "import sys\n"
+        "from memtrace_otel.cli import main\n"
+        f"code = main(['attribute', {str(traces)!r}, '--cases', {str(cases)!r}, '--quiet', "
+        f"'--out', {str(out)!r}])\n"
+        "print(code, 'numpy' in sys.modules)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=300
+    )
+    assert run.stdout.split()[-2:] == ["0", "False"], run.stderr[-2000:]
+    assert out.read_text().strip()  # verdicts were made
