@@ -27,6 +27,7 @@ from memtrace_otel.job._executors import (
     plan_sources,
     run_scaled,
 )
+from memtrace_otel.job._partitions import Partition
 from tests.conftest import shared_path
 
 distributed = pytest.importorskip("dask.distributed")
@@ -115,6 +116,32 @@ def test_parse_options() -> None:
             parse_executor(bad)
     with pytest.raises(ValueError):
         parse_size("lots")
+
+
+def test_an_inline_run_holds_one_partition_at_a_time(
+    workload: Path, baseline: tuple[list[Verdict], dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition's line tables (24 bytes a line) are made just before it runs and dropped
+    after: when a partition starts, no earlier one is still alive, and the verdicts are the
+    single process's."""
+    import gc
+    import weakref
+
+    from memtrace_otel.job import _executors
+
+    seen: list[weakref.ref[Partition]] = []
+    alive_at_start: list[int] = []
+    run_partition = _executors.run_partition
+
+    def watching(partition: Partition, *args: Any, **kwargs: Any) -> Any:
+        gc.collect()
+        alive_at_start.append(sum(ref() is not None for ref in seen))
+        seen.append(weakref.ref(partition))
+        return run_partition(partition, *args, **kwargs)
+
+    monkeypatch.setattr(_executors, "run_partition", watching)
+    assert _run(workload, executor="inline", partitions=5) == baseline
+    assert len(alive_at_start) == 5 and alive_at_start == [0] * 5
 
 
 def test_partitions_split_by_store_and_cover_every_store(workload: Path) -> None:

@@ -82,6 +82,7 @@ from memtrace_otel.job._partitions import (
     Key,
     Partition,
     Plan,
+    PlannedPartitions,
     Range,
     Tally,
     adapt_partition,
@@ -679,13 +680,13 @@ def _run_scaled(
             shared = dataclasses.replace(shared, outcomes=tuple(outcomes))
             if partitions is None:  # enough partitions that none holds much more than its share
                 wanted = max(wanted, -(-sum(plan.records.values()) // PARTITION_SPANS))
-            work = make_partitions(plan, wanted, shared=shared_stores(plan))
+            work = _work(engine, plan, wanted, shared=shared_stores(plan))
             _run_partitions(engine, work, shared, results, poison, counts, progress, append)
             counts.report(summary, plan.files)
             redo = settle(shared.outcomes)
             if redo:  # a second round, for the picks another store's view changed
                 again: dict[str, StoreResult] = {}
-                work = make_partitions(plan, len(redo), list(redo), shared_stores(plan))
+                work = _work(engine, plan, len(redo), list(redo), shared_stores(plan))
                 second = dataclasses.replace(shared, picks=redo)
                 _run_partitions(engine, work, second, again, poison, None, None)
                 for store, result in again.items():
@@ -727,7 +728,7 @@ def _run_scaled(
         if todo:
             if engine is not None and plan is not None and NO_STORE in plan.records:
                 holder: dict[str, StoreResult] = {}
-                no_store = make_partitions(plan, 1, [NO_STORE], shared_stores(plan))
+                no_store = _work(engine, plan, 1, [NO_STORE], shared_stores(plan))
                 _run_partitions(engine, no_store, shared, holder, poison, None, None, forced=todo)
                 extra = holder.get(NO_STORE)
             else:
@@ -1057,9 +1058,22 @@ def _size(path: str) -> int:
         return int(stream.seek(0, 2))
 
 
+def _work(
+    engine: _Engine,
+    plan: Plan,
+    count: int,
+    stores: Iterable[str] | None = None,
+    shared: Sequence[str] = (),
+) -> Sequence[Partition]:
+    """The partitions to run: made one at a time as this process runs them (their line
+    tables are not all held at once), or all made first for workers, which get them together."""
+    planned = PlannedPartitions(plan, count, stores, shared)
+    return planned if isinstance(engine, _InlineEngine) else list(planned)
+
+
 def _run_partitions(
     engine: _Engine,
-    work: list[Partition],
+    work: Sequence[Partition],
     shared: _Shared,
     results: dict[str, StoreResult],
     poison: list[dict[str, str]],
@@ -1091,6 +1105,7 @@ def _run_partitions(
                 counts.add(outcome.tally)
                 if outcome.content is not None:
                     counts.content.merge(outcome.content)
+        del partition, outcome  # not held while the next partition runs (its line tables)
         bar.update(1)
     bar.close()
 
