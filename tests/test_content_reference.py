@@ -401,7 +401,17 @@ def _assert_gated_equals_ungated(secrets: list[str], prose: list[str]) -> None:
         assert C.redact_secrets(text) == _ungated(text) == text
 
 
-def test_redact_secrets_gated_equals_every_pattern_applied_in_turn() -> None:
+@pytest.fixture(params=["finders", "substrings"])
+def word_tests(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways :func:`redact_secrets` tests for its words: by its finders' regexes (long text)
+    and by substrings (short text), whatever the length of the text."""
+    from memtrace_otel.instrumentation import _capture as C
+
+    monkeypatch.setattr(C, "_SHORT", 0 if request.param == "finders" else 10**9)
+    return str(request.param)
+
+
+def test_redact_secrets_gated_equals_every_pattern_applied_in_turn(word_tests: str) -> None:
     # Its gates (one-character tests first) skip a pattern only where it cannot match: on each
     # secret alone, in prose with and without "-", "_", ":" and "=", it is every substitution.
     secrets = [
@@ -414,6 +424,17 @@ def test_redact_secrets_gated_equals_every_pattern_applied_in_turn() -> None:
         "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
         "github_pat_11ABCDEFG0123456789abcdefXYZijABCDEFGHIJ",
         "xoxb-123456789012-abcdef",
+        # every vendor prefix, and the other key prefixes (each finder must see them all)
+        *(f"gh{c}_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8" for c in "pousr"),
+        *(f"xox{c}-123456789012-abcdef" for c in "abposr"),
+        "pk_test_4eC39HqLyjWDarjtT1zdp7dcAb",
+        "rk-live-4eC39HqLyjWDarjtT1zdp7dcAb",
+        *(f"{p}IOSFODNN7EXAMPLE" for p in ("AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AROA")),
+        "Authorization: Basic dXNlcjpwYXNzd29yZA==",
+        "secret_access_key = wJalrXUtnFEMI",
+        "apikey=zzzzzz99",
+        "api-key: zzzzzz99",
+        "passwd: hunter22x",
         "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.dozjgNryP4J3jVmNHl0w5N",
         "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBkg\n-----END EC PRIVATE KEY-----",
         "password=hunter22x",
@@ -428,7 +449,9 @@ def test_redact_secrets_gated_equals_every_pattern_applied_in_turn() -> None:
     _assert_gated_equals_ungated(secrets, prose)
 
 
-def test_redact_secrets_gated_equals_every_pattern_on_non_ascii_text_and_folding_letters() -> None:
+def test_redact_secrets_gated_equals_every_pattern_on_non_ascii_text_and_folding_letters(
+    word_tests: str,
+) -> None:
     # Non-ASCII text is gated too; the case-insensitive patterns also match the
     # four non-ASCII letters that fold to ASCII ones (İ, ı, ſ, the Kelvin sign): a gate must
     # see those words too, or a secret written with one slips through.
@@ -514,7 +537,7 @@ def _random_text(rng: random.Random) -> str:
     return "".join(pieces)
 
 
-def test_redact_secrets_gated_equals_every_pattern_on_random_texts() -> None:
+def test_redact_secrets_gated_equals_every_pattern_on_random_texts(word_tests: str) -> None:
     # Property-style, seeded: on texts glued at random from the patterns' own words (any case,
     # folding letters), prefixes, separators and alphabets, with plain and non-ASCII text, the
     # gated redact_secrets is every pattern's plain .sub in turn. Many of them hold secrets.

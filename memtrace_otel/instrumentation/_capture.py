@@ -94,7 +94,6 @@ _BEARER = re.compile(r"\b(Bearer|Token|Basic)(\s+)[A-Za-z0-9._~+/=-]{8,}", re.IG
 # OpenAI (sk-..., sk-proj-...), Anthropic (sk-ant-...), Stripe (sk_live_..., rk_test_...) keys.
 _API_KEY = re.compile(r"(?<![A-Za-z0-9])(?:sk|rk|pk)[-_][A-Za-z0-9_-]{16,}")
 _AWS_PREFIXES = ("AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AROA")
-_AWS_PREFIX = re.compile(f"A(?:{'|'.join(p[1:] for p in _AWS_PREFIXES)})")
 _AWS_KEY = re.compile(rf"(?<![A-Z0-9])(?:{'|'.join(_AWS_PREFIXES)})[A-Z0-9]{{16}}(?![A-Z0-9])")
 # GitHub (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_) and Slack (xoxb-, xoxp-, ...) tokens.
 _VENDOR_TOKEN = re.compile(
@@ -115,36 +114,57 @@ def redact_secrets(text: str) -> str:
     >>> redact_secrets("AKIAIOSFODNN7EXAMPLE")
     '<aws-key>'
     """
-    # Each pattern runs only when a substring it needs is there (most memory text has none), and
-    # then only where a match can start, next to that substring (found by str.find, at C speed):
-    # a regex scanned over a whole 30 KB prompt costs milliseconds. Cheapest gates first.
-    # A one-character test is a memchr (~20 ns a KB); a longer needle costs ~0.5 us a KB.
+    # Each pattern is tried only where one of its matches can start (:func:`_starts`): next to a
+    # substring every match holds, found in one scan of the text at C speed (~0.4 us a KB); a
+    # regex scanned over a whole 30 KB prompt costs milliseconds. The scans are the cost, so
+    # there are as few as the patterns allow: a one-character test first (a memchr, ~20 ns a
+    # KB) where a pattern needs that character, one finder per pattern, and one for the words
+    # two patterns share ("token"). A finder is a rare letter and what must follow it, so the
+    # scan stops seldom: "k" then "en" or "ey" finds "token" and "api_key" at once.
     dash, underscore = "-" in text, "_" in text
     if dash and "PRIVATE KEY-----" in text:
         text = _PEM.sub("<private-key>", text)
-    if "J" in text and "eyJ" in text:
-        text = _sub_near(_JWT, text, text, _JWT_AT, "<jwt>")
+    if "J" in text:
+        text = _sub_at(_JWT, text, _starts(text, _JWT_AT), "<jwt>")
     lower = text.lower() if text.isascii() else _gate(text)
     lowered = text
-    token = "token" in lower  # a word of both case-insensitive patterns: searched once
-    if token or "bearer" in lower or "basic" in lower:
-        text = _sub_near(_BEARER, text, lower, _BEARER_AT, r"\1\2<token>")
+    # A test first, inline: most text has no occurrence, and the starts' set-up costs as much
+    # as the scan of a 1 KB value. On a short value the same test by substrings is cheaper than
+    # a regex call (~0.1 us), a memchr for the rare letter first.
+    if len(text) < _SHORT:
+        has_k = "k" in lower and ("ken" in lower or "key" in lower)
+        has_b = "b" in lower and ("bearer" in lower or "basic" in lower)
+    else:
+        has_k = _K_WORDS.search(lower) is not None
+        has_b = _BEARER_WORD.search(lower) is not None
+    k_words = _starts(lower, _K_WORDS_AT) if has_k else _NO_STARTS
+    if has_b or k_words:
+        starts = _starts(lower, _BEARER_WORDS_AT)
+        starts.update(at - 2 for at in k_words if at >= 2)
+        text = _sub_at(_BEARER, text, starts, r"\1\2<token>")
     if dash or underscore:  # (sk|rk|pk)[-_], gh?_, github_pat_, xox?-
-        if (dash and "k-" in text) or (underscore and "k_" in text):
-            text = _sub_near(_API_KEY, text, text, _API_KEY_AT, "<api-key>")
+        text = _sub_at(_API_KEY, text, _starts(text, _API_KEY_AT), "<api-key>")
         # gh[pousr]_ and github_pat_ need a "_", xox[abposr]- a "-" (placeholders add neither)
-        if (underscore and ("gh" in text or "github_pat_" in text)) or (dash and "xox" in text):
-            text = _sub_near(_VENDOR_TOKEN, text, text, _VENDOR_AT, "<token>")
+        vendor = (
+            _VENDOR_AT
+            if dash and underscore
+            else _VENDOR_UNDERSCORE_AT
+            if underscore
+            else _VENDOR_DASH_AT
+        )
+        text = _sub_at(_VENDOR_TOKEN, text, _starts(text, vendor), "<token>")
     # Every prefix starts with a capital A: a memchr rules out text without one (a short
-    # value often) before the prefix scan, a per-character loop (~0.5 us a KB).
+    # value often) before the prefix scan.
     if "A" in text and _AWS_PREFIX.search(text):
-        text = _sub_near(_AWS_KEY, text, text, _AWS_AT, "<aws-key>")
+        text = _sub_at(_AWS_KEY, text, _starts(text, _AWS_AT), "<aws-key>")
     if "=" in text or ":" in text:
         if text is not lowered:
             lower = text.lower() if text.isascii() else _gate(text)
-            token = "token" in lower
-        if token or "key" in lower or "secret" in lower or "passw" in lower:
-            text = _sub_near(_NAMED_SECRET, text, lower, _NAMED_AT, _named_secret)
+            k_words = _starts(lower, _K_WORDS_AT)
+        starts = _starts(lower, _NAMED_WORDS_AT)
+        if starts or k_words:
+            starts.update(at - back for at in k_words for back in (2, 3, 4) if at >= back)
+            text = _sub_at(_NAMED_SECRET, text, starts, _named_secret)
     return text
 
 
@@ -175,28 +195,82 @@ def _gate(text: str) -> str:
     return text.encode("utf-8", "surrogatepass").lower().decode("utf-8", "surrogatepass")
 
 
-_JWT_AT: Final = (("eyJ", (0,)),)
-_BEARER_AT: Final = (("bearer", (0,)), ("token", (0,)), ("basic", (0,)))
-_API_KEY_AT: Final = (("k-", (1,)), ("k_", (1,)))
-_VENDOR_AT: Final = (("gh", (0,)), ("github_pat_", (0,)), ("xox", (0,)))
-_AWS_AT: Final = tuple((prefix, (0,)) for prefix in _AWS_PREFIXES)
-_NAMED_AT: Final = (("key", (3, 4)), ("secret", (0,)), ("token", (0,)), ("passw", (0,)))
-"""Where each secret pattern can start: ``back`` characters before an occurrence of a needle
-(``api_key``/``apikey`` start 4/3 before ``key``; an API key 1 before its ``k-``)."""
+Finder = str | re.Pattern[str]
+"""Where a pattern's matches can be: a substring (``str.find``), or a regex that matches one
+character, the rarest its needle starts with, and looks ahead for the rest (``finditer`` then
+visits every occurrence, overlapping ones included, and its scan is a C loop over that letter)."""
+
+# "k" then "en" or "ey": "token" (its "k" 2 after the match's start; a pattern of both the bearer
+# and the named secrets), "api_key", "api-key" and "apikey" (4 or 3 after). Lowered text.
+_K_WORDS: Final = re.compile("k(?=en|ey)")
+_JWT_AT: Final[tuple[tuple[Finder, tuple[int, ...]], ...]] = ((re.compile("J"), (2,)),)
+_K_WORDS_AT: Final[tuple[tuple[Finder, tuple[int, ...]], ...]] = ((_K_WORDS, (0,)),)
+_BEARER_WORD: Final = re.compile("b(?=earer|asic)")
+_BEARER_WORDS_AT: Final[tuple[tuple[Finder, tuple[int, ...]], ...]] = ((_BEARER_WORD, (0,)),)
+_BEARER_AT: Final = (*_BEARER_WORDS_AT, (_K_WORDS, (2,)))
+_API_KEY_AT: Final[tuple[tuple[Finder, tuple[int, ...]], ...]] = ((re.compile("k(?=[-_])"), (1,)),)
+_VENDOR_UNDERSCORE_AT: Final[tuple[tuple[Finder, tuple[int, ...]], ...]] = (
+    (re.compile("g(?=h[pousr]_|ithub_pat_)"), (0,)),
+)
+_VENDOR_DASH_AT: Final[tuple[tuple[Finder, tuple[int, ...]], ...]] = (
+    (re.compile("x(?=ox[abposr]-)"), (0,)),
+)
+_VENDOR_AT: Final = _VENDOR_UNDERSCORE_AT + _VENDOR_DASH_AT
+_AWS_PREFIX: Final = re.compile(f"A(?={'|'.join(p[1:] for p in _AWS_PREFIXES)})")
+_AWS_AT: Final[tuple[tuple[Finder, tuple[int, ...]], ...]] = ((_AWS_PREFIX, (0,)),)
+_NO_STARTS: Final[frozenset[int]] = frozenset()
+_SHORT: Final = 256
+"""Characters below which :func:`redact_secrets` tests for its words by substrings rather than by
+its finders' regexes (the same test: "k" then "en" or "ey" is "ken" or "key")."""
+_NAMED_WORDS_AT: Final[tuple[tuple[Finder, tuple[int, ...]], ...]] = (
+    ("secret", (0,)),
+    ("passw", (0,)),
+)
+_NAMED_AT: Final = (*_NAMED_WORDS_AT, (_K_WORDS, (2, 3, 4)))
+"""Where each secret pattern can start: ``back`` characters before an occurrence of a finder's
+match (an API key 1 before its ``k-``; "token" 2 before its "k", "api_key" and "apikey" 4 and 3).
+:func:`redact_secrets` scans the words with a "k" (:data:`_K_WORDS`) once for the two patterns
+that have them, then each pattern's other words (``_BEARER_WORDS_AT``, ``_NAMED_WORDS_AT``)."""
+
+
+def _starts(haystack: str, finders: tuple[tuple[Finder, tuple[int, ...]], ...]) -> set[int]:
+    """The offsets ``back`` before each occurrence of each finder in ``haystack``, where not
+    before its start.
+
+    >>> sorted(_starts("xsk-1 k_2", _API_KEY_AT))
+    [1, 5]
+    """
+    starts: set[int] = set()
+    for finder, backs in finders:
+        if isinstance(finder, str):
+            at = haystack.find(finder)
+            while at >= 0:
+                starts.update(at - back for back in backs if at >= back)
+                at = haystack.find(finder, at + 1)
+        else:
+            # search() first: most text has no occurrence, and finditer's set-up costs as much
+            # as a scan of 1 KB
+            first = finder.search(haystack)
+            if first is None:
+                continue
+            for match in finder.finditer(haystack, first.start()):
+                at = match.start()
+                starts.update(at - back for back in backs if at >= back)
+    return starts
 
 
 def _sub_near(
     pattern: re.Pattern[str],
     text: str,
     haystack: str,
-    needles: tuple[tuple[str, tuple[int, ...]], ...],
+    finders: tuple[tuple[Finder, tuple[int, ...]], ...],
     repl: str | Callable[[re.Match[str]], str],
 ) -> str:
     """``pattern.sub(repl, text)``, trying ``pattern.match`` only where a match can start: at the
-    offsets ``needles`` give from each needle's occurrences in ``haystack`` (``text``, or for a
-    case-insensitive pattern its ``lower()``, or :func:`_gate`'s when not ASCII). Every match of
-    the pattern starts at one of them, and they are tried left to right, so the result is
-    ``pattern.sub``'s. (A haystack of another length falls back to ``pattern.sub``.)
+    offsets ``finders`` give in ``haystack`` (``text``, or for a case-insensitive pattern its
+    ``lower()``, or :func:`_gate`'s when not ASCII). Every match of the pattern starts at one of
+    them, and they are tried left to right, so the result is ``pattern.sub``'s. (A haystack of
+    another length falls back to ``pattern.sub``.)
 
     >>> t = "a sk-live-4eC39HqLyjWDarjtT1zdp7dc b"
     >>> _sub_near(_API_KEY, t, t, _API_KEY_AT, "<k>")
@@ -204,12 +278,19 @@ def _sub_near(
     """
     if len(haystack) != len(text):
         return pattern.sub(repl, text)
-    starts: set[int] = set()
-    for needle, backs in needles:
-        at = haystack.find(needle)
-        while at >= 0:
-            starts.update(at - back for back in backs if at >= back)
-            at = haystack.find(needle, at + 1)
+    return _sub_at(pattern, text, _starts(haystack, finders), repl)
+
+
+def _sub_at(
+    pattern: re.Pattern[str],
+    text: str,
+    starts: set[int],
+    repl: str | Callable[[re.Match[str]], str],
+) -> str:
+    """``pattern.sub(repl, text)`` when every match starts at one of ``starts``: ``pattern.match``
+    tried at each, left to right, skipping those inside a match already replaced."""
+    if not starts:
+        return text
     parts: list[str] = []
     done = 0
     for start in sorted(starts):
