@@ -280,6 +280,69 @@ def test_a_redacted_value_is_named_by_the_bytes_stored_and_an_unchanged_one_by_i
     )
 
 
+@pytest.mark.parametrize("mode", ["REFERENCE", "PRODUCTION"])
+def test_a_built_in_hook_runs_once_per_clean_value_and_a_users_hook_every_time(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A value a built-in hook left unchanged is known by its digest: the same value again (a
+    # system prompt on every call) skips the hook and is recorded the same. A value the hook
+    # changed, and every value of a hook the user gave, go through the hook every time.
+    from memtrace_otel.instrumentation import _capture as C
+
+    calls: list[str] = []
+
+    def counting(text: str) -> str:
+        calls.append(text)
+        return C.redact_pii(text)
+
+    def settings(hook: Any) -> dict[str, Any]:
+        if mode == "REFERENCE":
+            return {"mode": "REFERENCE", "content_url": _memory_url(), "redact": hook}
+        return {"memory_mode": "PRODUCTION", "redact": hook}
+
+    secret = "key sk-live-4eC39HqLyjWDarjtT1zdp7dcAb for Ana"
+    values = ["Ana moved to Porto", secret, "Ana moved to Porto", secret, "Ana moved to Porto"]
+    recorded: dict[bool, list[object]] = {}
+    for built_in in (True, False):
+        if built_in:  # counted as if it were one of the built-in hooks
+            monkeypatch.setattr(C, "_PURE_HOOKS", frozenset([counting]))
+        else:
+            monkeypatch.setattr(C, "_PURE_HOOKS", frozenset([C.redact_secrets, C.redact_pii]))
+        capture = CaptureConfig(**settings(counting))
+        mt, exporter = _tracer(capture)
+        calls.clear()
+        for i, value in enumerate(values):
+            with mt.extract("test.extract", inputs=[]) as op:
+                op.output(mt.variable(f"fact:{i}", value, category="memory"))
+        key = A.MEMTRACE_VARIABLE_VALUE_REF if mode == "REFERENCE" else A.MEMTRACE_VARIABLE_VALUE
+        # (under REFERENCE each capture has a store of its own: the object's name is compared)
+        recorded[built_in] = [str(e.attributes[key]).rpartition("/")[2] for e in _events(exporter)]
+        expected_calls = [values[0], secret, secret] if built_in else values
+        assert calls == expected_calls
+        if capture.content_writer is not None:
+            _flush(capture)
+    assert recorded[True] == recorded[False]  # the same records either way
+    first, redacted = recorded[True][:2]
+    assert recorded[True] == [first, redacted, first, redacted, first] and first != redacted
+    if mode == "PRODUCTION":
+        assert redacted == "key <api-key> for Ana"
+
+
+def test_the_clean_values_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memtrace_otel.instrumentation import _capture as C
+
+    monkeypatch.setattr(C, "_CLEAN_REMEMBERED", 8)
+    capture = CaptureConfig(mode="REFERENCE", content_url=_memory_url())
+    mt, _ = _tracer(capture)
+    for i in range(20):
+        with mt.extract("test.extract", inputs=[]) as op:
+            op.output(
+                mt.variable(f"fact:{i}", f"Ana moved to Porto in year {i}", category="memory")
+            )
+    assert 0 < len(capture._clean) <= 8
+    _flush(capture)
+
+
 def test_a_digest_key_keys_digests_and_object_names_with_its_key_id() -> None:
     url = _memory_url()
     keyed = CaptureConfig(mode="REFERENCE", content_url=url, digest_key=KEY)

@@ -364,6 +364,12 @@ def redact_pii(text: str) -> str:
     return _PHONE.sub(_phone, text)
 
 
+_PURE_HOOKS: Final = frozenset([redact_secrets, redact_pii])
+"""The built-in hooks: each returns the same text for the same value, so a value's digest can
+stand for what it returned."""
+_CLEAN_REMEMBERED: Final = 4096
+"""Digests :meth:`CaptureConfig._to_store` remembers as clean, at most (then it starts over)."""
+
 _LEGACY = {"true": CaptureMode.SPAN_AND_EVENT, "false": CaptureMode.NO_CONTENT}
 
 _DECIDING_KINDS: Final = frozenset(
@@ -597,6 +603,8 @@ class CaptureConfig:
     _pseudonymizer: Pseudonymizer | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    _clean: dict[str, None] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """Digests of raw values a built-in hook returned unchanged (see :meth:`_to_store`)."""
 
     def pseudonym(self, identifier: str, store: str | None = None) -> str:
         """``identifier`` (a store id, case id or ref) as it leaves: its e-mail addresses and
@@ -691,7 +699,7 @@ class CaptureConfig:
         writer = self._writer
         if writer is not None:
             return self._to_store(writer, text, store, digest, data), False
-        return self._redact_and_cut(text)
+        return self._redact_and_cut(text, digest)
 
     def mask(self, text: str) -> tuple[str | None, bool]:
         """Apply the redaction hook and the size limit to one value (``None`` if nothing is captured).
@@ -714,7 +722,7 @@ class CaptureConfig:
         the object: the hook and the digest (reused when the hook changed nothing); the write,
         the manifest and the store's folder name are the writer thread's."""
         hook = self.redact
-        if callable(hook):
+        if callable(hook) and (known is None or known not in self._clean):
             try:
                 kept = hook(text)
                 if not isinstance(kept, str):
@@ -724,6 +732,8 @@ class CaptureConfig:
                 return None
             if kept is not text and kept != text:
                 known = data = None
+            elif known is not None and hook in _PURE_HOOKS:
+                self._remember_clean(known)
             text = kept
         if data is None:
             data = text.encode("utf-8", "surrogatepass")
@@ -732,16 +742,31 @@ class CaptureConfig:
         writer.put(name, data, store)
         return writer.ref(name)
 
-    def _redact_and_cut(self, text: str) -> tuple[str | None, bool]:
+    def _remember_clean(self, digest: str) -> None:
+        """Remember that a built-in hook returned the value of ``digest`` unchanged: the same
+        value again (a system prompt on every call, a memory on every search) skips the hook. A
+        built-in hook is a function of the text alone, and the digest names the text (keyed, with
+        a key); a hook of the user's may not be, so its values always pass through it."""
+        clean = self._clean
+        if len(clean) >= _CLEAN_REMEMBERED:
+            clean.clear()
+        clean[digest] = None
+
+    def _redact_and_cut(self, text: str, known: str | None = None) -> tuple[str | None, bool]:
+        """The hook's text, cut; ``known``: the digest of ``text``, if the caller has it (a value
+        a built-in hook returned unchanged before is not passed through it again)."""
         hook = self.redact
-        if callable(hook):
+        if callable(hook) and (known is None or known not in self._clean):
             try:
-                text = hook(text)
-                if not isinstance(text, str):
-                    raise TypeError(f"redaction hook returned {type(text).__name__}, not str")
+                kept = hook(text)
+                if not isinstance(kept, str):
+                    raise TypeError(f"redaction hook returned {type(kept).__name__}, not str")
             except Exception:
                 internal_error("capture.redact")
                 return None, False
+            if known is not None and hook in _PURE_HOOKS and (kept is text or kept == text):
+                self._remember_clean(known)
+            text = kept
         limit: int = self.max_value_length  # type: ignore[assignment]
         if len(text) > limit:
             return text[:limit], True
