@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import random
 import threading
 import time
 import tracemalloc
@@ -48,6 +49,53 @@ def test_builtin_patterns_replace_email_phone_and_luhn_valid_cards() -> None:
     kept = "order 1234 5678 9012 3456, room 42, 3 cats, met on 2024-05-01 at 10:30, 555-1234"
     assert redact_pii(kept) == kept
     assert redact_pii("card 5500 0000 0000 0004 and 378282246310005") == "card <card> and <card>"
+
+
+def _every_pattern(text: str) -> str:
+    """:func:`redact_pii` without its gates: every pattern's plain ``.sub`` in turn."""
+    from memtrace_otel.instrumentation import _capture as C
+
+    text = C.redact_secrets(text)
+    text = C._EMAIL.sub("<email>", text)
+    text = C._CARD.sub(C._card, text)
+    return C._PHONE.sub(C._phone, text)
+
+
+def _numbers_text(rng: random.Random) -> str:
+    """A text glued from what the identifier patterns are made of: digit runs of every length
+    (Luhn-valid card numbers among them), the separators they allow, "+", "(", ")", "@",
+    e-mail addresses, letters, placeholders, non-ASCII digits and letters."""
+    luhn_valid = ["4111111111111111", "5500000000000004", "378282246310005", "4111 1111 1111 1111"]
+    pieces = ["+", "(", ")", "-", ".", " ", "  ", "@", "_", "x", "Ana", "<card>", "<phone>",
+              "ana@example.com", "a.b+c@d-e.org", "٣", "é", "2024-05-01", "10:30", "+351",
+              "(555)", "+44 20 7946 0958", "(212) 555-0199", *luhn_valid]  # fmt: skip
+
+    def digits(n: int) -> str:
+        return "".join(rng.choice("0123456789") for _ in range(n))
+
+    parts = []
+    for _ in range(rng.randint(1, 16)):
+        kind = rng.random()
+        if kind < 0.45:
+            parts.append(digits(rng.choice((1, 2, 3, 4, 7, 9, 12, 13, 15, 16, 19, 20))))
+        else:
+            parts.append(rng.choice(pieces))
+    return "".join(parts)
+
+
+def test_redact_pii_tries_its_patterns_where_they_can_start_and_equals_every_pattern() -> None:
+    # redact_pii tries the e-mail pattern only when there is an "@", and on ASCII text the card
+    # and phone patterns only at runs of digits, "+" and "(": on texts glued at random from
+    # digits, separators and identifiers, that is every pattern's plain .sub in turn.
+    rng = random.Random(34)
+    kinds = dict.fromkeys(["<email>", "<card>", "<phone>"], 0)
+    for _ in range(6000):
+        text = _numbers_text(rng)
+        expected = _every_pattern(text)
+        assert redact_pii(text) == expected, repr(text)
+        for placeholder in kinds:
+            kinds[placeholder] += expected.count(placeholder) > text.count(placeholder)
+    assert min(kinds.values()) >= 100, kinds  # every kind is redacted, many times
 
 
 @settings(max_examples=200, deadline=None)

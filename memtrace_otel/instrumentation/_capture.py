@@ -359,9 +359,42 @@ def redact_pii(text: str) -> str:
     'moved to Porto on 2024-05-01'
     """
     text = redact_secrets(text)
-    text = _EMAIL.sub("<email>", text)
-    text = _CARD.sub(_card, text)
-    return _PHONE.sub(_phone, text)
+    if "@" in text:  # every e-mail address has one (a memchr; the pattern costs ~40 us a KB)
+        text = _EMAIL.sub("<email>", text)
+    if not text.isascii():  # \d takes every Unicode digit: each pattern scans the whole text
+        return _PHONE.sub(_phone, _CARD.sub(_card, text))
+    # Card and phone numbers start at a run of digits (a card always; a phone number there, or
+    # at its "+" or "("): each pattern is tried only there (:func:`_sub_at`), where scanning the
+    # text costs 20-30 us a KB (their look-behind rules out re's fast prefix search).
+    runs = _digit_runs(text)
+    if not runs:
+        return text
+    carded = _sub_at(_CARD, text, runs, _card)
+    if carded is not text:
+        text, runs = carded, _digit_runs(carded)
+    starts = set(runs)
+    for mark in "+(":
+        at = text.find(mark)
+        while at >= 0:
+            starts.add(at)
+            at = text.find(mark, at + 1)
+    return _sub_at(_PHONE, text, starts, _phone)
+
+
+def _digit_runs(text: str) -> set[int]:
+    """Where each run of ASCII digits in ``text`` starts: ten memchr scans.
+
+    >>> sorted(_digit_runs("a 12-345 b7"))
+    [2, 5, 10]
+    """
+    runs: set[int] = set()
+    for digit in "0123456789":
+        at = text.find(digit)
+        while at >= 0:
+            if at == 0 or not text[at - 1].isdigit():
+                runs.add(at)
+            at = text.find(digit, at + 1)
+    return runs
 
 
 _PURE_HOOKS: Final = frozenset([redact_secrets, redact_pii])
