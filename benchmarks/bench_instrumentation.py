@@ -49,8 +49,11 @@ new fact, the setup of ``bench_mem0.py``: embedded Qdrant, the scripted server),
 process CPU per call with the content writer's and the span processor's flush after each side's
 calls (and REFERENCE packed beside them); with the no-op exporter, then with the OTLP/HTTP one.
 
-Run: .venv/bin/python benchmarks/bench_instrumentation.py   (``--reference``, ``--mem0`` and/or
-``--s3`` for those parts alone)
+``--hooks`` times the built-in redaction hooks alone (``redact_secrets``, ``redact_pii``) on the
+texts ``bench_instructions.py --reference`` counts them on.
+
+Run: .venv/bin/python benchmarks/bench_instrumentation.py   (``--reference``, ``--mem0``, ``--hooks``
+and/or ``--s3`` for those parts alone)
 """
 
 from __future__ import annotations
@@ -585,6 +588,40 @@ ROUNDS = 15
 CHAT_CALLS = 30
 
 
+def hook_figures(rounds: int = 9) -> None:
+    """The built-in redaction hooks alone, in CPU time: ``redact_secrets`` (``REFERENCE``'s
+    default) and ``redact_pii`` (``PRODUCTION``'s) on the texts ``bench_instructions.py
+    --reference`` counts (the benchmark's value, LoCoMo's turns, summaries and facts, conversation
+    5 held out, mem0's prompts); the hooks alternate, ``rounds`` rounds of ~200 KB each, median
+    of the rounds. A value a hook left unchanged is not passed through it again by the capture
+    (its digest is remembered), so this is what a value costs the first time."""
+    import statistics
+
+    from bench_instructions import _redaction_texts
+
+    from memtrace_otel.instrumentation import redact_pii, redact_secrets
+
+    texts = _redaction_texts()
+    print(
+        f"bench_instrumentation: the built-in redaction hooks alone, CPU per call (median of "
+        f"{rounds} alternating rounds); load average {_load()}"
+    )
+    for label, text in texts.items():
+        number = max(20, 200_000 // max(len(text), 1))
+        times: dict[str, list[float]] = {"secrets": [], "pii": []}
+        for _ in range(rounds):
+            for name, hook in (("secrets", redact_secrets), ("pii", redact_pii)):
+                start = time.process_time()
+                for _ in range(number):
+                    hook(text)
+                times[name].append((time.process_time() - start) / number)
+        print(
+            f"  {label:18} {len(text):6,} characters: redact_secrets "
+            f"{statistics.median(times['secrets']) * 1e6:8.2f} us, redact_pii "
+            f"{statistics.median(times['pii']) * 1e6:8.2f} us"
+        )
+
+
 def _each(fn: Callable[[], None], number: int) -> list[float]:
     """Process CPU seconds of each of ``number`` calls."""
     times = []
@@ -596,7 +633,9 @@ def _each(fn: Callable[[], None], number: int) -> list[float]:
 
 
 if __name__ == "__main__":
-    if "--reference" in sys.argv or "--mem0" in sys.argv or "--s3" in sys.argv:
+    if {"--reference", "--mem0", "--s3", "--hooks"} & set(sys.argv):
+        if "--hooks" in sys.argv:
+            hook_figures()
         if "--reference" in sys.argv:
             reference_figures()
         if "--s3" in sys.argv:
