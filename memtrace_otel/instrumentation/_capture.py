@@ -141,7 +141,7 @@ def redact_secrets(text: str) -> str:
     k_words = _starts(lower, _K_WORDS_AT) if has_k else _NO_STARTS
     if has_b or k_words:
         starts = _starts(lower, _BEARER_WORDS_AT)
-        starts.update(at - 2 for at in k_words if at >= 2)
+        starts.update(at - _TOKEN_K for at in k_words if at >= _TOKEN_K)
         text = _sub_at(_BEARER, text, starts, r"\1\2<token>")
     if dash or underscore:  # (sk|rk|pk)[-_], gh?_, github_pat_, xox?-
         text = _sub_at(_API_KEY, text, _starts(text, _API_KEY_AT), "<api-key>")
@@ -164,7 +164,7 @@ def redact_secrets(text: str) -> str:
             k_words = _starts(lower, _K_WORDS_AT)
         starts = _starts(lower, _NAMED_WORDS_AT)
         if starts or k_words:
-            starts.update(at - back for at in k_words for back in (2, 3, 4) if at >= back)
+            starts.update(at - back for at in k_words for back in _NAMED_K_BACKS if at >= back)
             text = _sub_at(_NAMED_SECRET, text, starts, _named_secret)
     return text
 
@@ -179,7 +179,7 @@ _FOLD_CHARS: Final = tuple(chr(c) for c in _FOLD)
 def _gate(text: str) -> str:
     """Non-ASCII ``text`` with its ASCII letters lowered, for the gates of the case-insensitive
     patterns, its folding letters (:data:`_FOLD`) mapped to theirs first, every other character
-    left as it is (so each one stays at its place, as :func:`_sub_near` needs).
+    left as it is (so each one stays at its place, as :func:`_sub_at` needs).
 
     Those patterns' words are ASCII, so the ASCII letters and the folding letters are all a gate
     must see lowered: ``bytes.lower()`` of the UTF-8 bytes does exactly that (the bytes of every
@@ -204,11 +204,13 @@ visits every occurrence, overlapping ones included, and its scan is a C loop ove
 # "k" then "en" or "ey": "token" (its "k" 2 after the match's start; a pattern of both the bearer
 # and the named secrets), "api_key", "api-key" and "apikey" (4 or 3 after). Lowered text.
 _K_WORDS: Final = re.compile("k(?=en|ey)")
+_TOKEN_K: Final = 2
+_NAMED_K_BACKS: Final = (_TOKEN_K, 3, 4)
 _JWT_AT: Final[tuple[tuple[Finder, tuple[int, ...]], ...]] = ((re.compile("J"), (2,)),)
 _K_WORDS_AT: Final[tuple[tuple[Finder, tuple[int, ...]], ...]] = ((_K_WORDS, (0,)),)
 _BEARER_WORD: Final = re.compile("b(?=earer|asic)")
 _BEARER_WORDS_AT: Final[tuple[tuple[Finder, tuple[int, ...]], ...]] = ((_BEARER_WORD, (0,)),)
-_BEARER_AT: Final = (*_BEARER_WORDS_AT, (_K_WORDS, (2,)))
+_BEARER_AT: Final = (*_BEARER_WORDS_AT, (_K_WORDS, (_TOKEN_K,)))
 _API_KEY_AT: Final[tuple[tuple[Finder, tuple[int, ...]], ...]] = ((re.compile("k(?=[-_])"), (1,)),)
 _VENDOR_UNDERSCORE_AT: Final[tuple[tuple[Finder, tuple[int, ...]], ...]] = (
     (re.compile("g(?=h[pousr]_|ithub_pat_)"), (0,)),
@@ -227,11 +229,12 @@ _NAMED_WORDS_AT: Final[tuple[tuple[Finder, tuple[int, ...]], ...]] = (
     ("secret", (0,)),
     ("passw", (0,)),
 )
-_NAMED_AT: Final = (*_NAMED_WORDS_AT, (_K_WORDS, (2, 3, 4)))
+_NAMED_AT: Final = (*_NAMED_WORDS_AT, (_K_WORDS, _NAMED_K_BACKS))
 """Where each secret pattern can start: ``back`` characters before an occurrence of a finder's
 match (an API key 1 before its ``k-``; "token" 2 before its "k", "api_key" and "apikey" 4 and 3).
-:func:`redact_secrets` scans the words with a "k" (:data:`_K_WORDS`) once for the two patterns
-that have them, then each pattern's other words (``_BEARER_WORDS_AT``, ``_NAMED_WORDS_AT``)."""
+``_BEARER_AT`` and ``_NAMED_AT`` are all of those patterns' starts (the tests hold them against
+``pattern.sub``); :func:`redact_secrets` scans their words with a "k" (:data:`_K_WORDS`) once
+for both, then each pattern's other words (``_BEARER_WORDS_AT``, ``_NAMED_WORDS_AT``)."""
 
 
 def _starts(haystack: str, finders: tuple[tuple[Finder, tuple[int, ...]], ...]) -> set[int]:
@@ -260,28 +263,6 @@ def _starts(haystack: str, finders: tuple[tuple[Finder, tuple[int, ...]], ...]) 
     return starts
 
 
-def _sub_near(
-    pattern: re.Pattern[str],
-    text: str,
-    haystack: str,
-    finders: tuple[tuple[Finder, tuple[int, ...]], ...],
-    repl: str | Callable[[re.Match[str]], str],
-) -> str:
-    """``pattern.sub(repl, text)``, trying ``pattern.match`` only where a match can start: at the
-    offsets ``finders`` give in ``haystack`` (``text``, or for a case-insensitive pattern its
-    ``lower()``, or :func:`_gate`'s when not ASCII). Every match of the pattern starts at one of
-    them, and they are tried left to right, so the result is ``pattern.sub``'s. (A haystack of
-    another length falls back to ``pattern.sub``.)
-
-    >>> t = "a sk-live-4eC39HqLyjWDarjtT1zdp7dc b"
-    >>> _sub_near(_API_KEY, t, t, _API_KEY_AT, "<k>")
-    'a <k> b'
-    """
-    if len(haystack) != len(text):
-        return pattern.sub(repl, text)
-    return _sub_at(pattern, text, _starts(haystack, finders), repl)
-
-
 def _sub_at(
     pattern: re.Pattern[str],
     text: str,
@@ -289,7 +270,14 @@ def _sub_at(
     repl: str | Callable[[re.Match[str]], str],
 ) -> str:
     """``pattern.sub(repl, text)`` when every match starts at one of ``starts``: ``pattern.match``
-    tried at each, left to right, skipping those inside a match already replaced."""
+    tried at each, left to right, skipping those inside a match already replaced. ``starts``
+    come from :func:`_starts` over ``text`` or, for a case-insensitive pattern, over its
+    ``lower()`` (:func:`_gate`'s when not ASCII), which keeps every character at its place.
+
+    >>> t = "a sk-live-4eC39HqLyjWDarjtT1zdp7dc b"
+    >>> _sub_at(_API_KEY, t, _starts(t, _API_KEY_AT), "<k>")
+    'a <k> b'
+    """
     if not starts:
         return text
     parts: list[str] = []
@@ -403,7 +391,8 @@ _PURE_HOOKS: Final = frozenset([redact_secrets, redact_pii])
 """The built-in hooks: each returns the same text for the same value, so a value's digest can
 stand for what it returned."""
 _CLEAN_REMEMBERED: Final = 4096
-"""Digests :meth:`CaptureConfig._to_store` remembers as clean, at most (then it starts over)."""
+"""Digests a capture remembers as clean (see :meth:`CaptureConfig._remember_clean`), at most; then
+it starts over."""
 
 _LEGACY = {"true": CaptureMode.SPAN_AND_EVENT, "false": CaptureMode.NO_CONTENT}
 
