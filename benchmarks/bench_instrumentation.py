@@ -52,8 +52,8 @@ calls (and REFERENCE packed beside them); with the no-op exporter, then with the
 ``--hooks`` times the built-in redaction hooks alone (``redact_secrets``, ``redact_pii``) on the
 texts ``bench_instructions.py --reference`` counts them on.
 
-Run: .venv/bin/python benchmarks/bench_instrumentation.py   (``--reference``, ``--mem0``, ``--hooks``
-and/or ``--s3`` for those parts alone)
+Run: .venv/bin/python benchmarks/bench_instrumentation.py   (``--reference``, ``--mem0``,
+``--hooks`` and/or ``--s3`` for those parts alone)
 """
 
 from __future__ import annotations
@@ -384,9 +384,9 @@ def mem0_reference(endpoint: str | None = None) -> None:
     ``Memory.add`` (one new fact), the setup of ``bench_mem0.py``: embedded Qdrant, the scripted
     OpenAI-compatible server (a thread of this process, alike on both sides). Paired rounds, each
     visiting the sides ABBA (half the calls a visit); each side's calls end with the content
-    writer's flush and the span processor's, so the figure is process CPU with the upload and export threads. Spans go to a
-    no-op exporter, or with ``endpoint`` to the real OTLP/HTTP exporter (a loopback receiver in
-    another process). Ratio: median of the rounds' ratios."""
+    writer's flush and the span processor's, so the figure is process CPU with the upload and
+    export threads. Spans go to a no-op exporter, or with ``endpoint`` to the real OTLP/HTTP
+    exporter (a loopback receiver in another process). Ratio: median of the rounds' ratios."""
     import logging
     import statistics
     import tempfile
@@ -475,8 +475,8 @@ def mem0_reference(endpoint: str | None = None) -> None:
     exporter = "a no-op span exporter" if endpoint is None else "the OTLP/HTTP exporter"
     print(
         f"bench_instrumentation: REFERENCE vs SPAN_AND_EVENT on real mem0ai {version}, "
-        f"{exporter}, {MEM0_ROUNDS} paired rounds (ABBA), process CPU per call incl. the upload and "
-        f"export threads' flush; ratio: median (min) of the rounds' ratios, and of the sides' "
+        f"{exporter}, {MEM0_ROUNDS} paired rounds (ABBA), process CPU per call incl. the upload "
+        f"and export threads' flush; ratio: median (min) of the rounds' ratios, and of the sides' "
         f"10th-percentile calls; {dropped} objects dropped; load average {_load()}"
     )
     for op in calls:
