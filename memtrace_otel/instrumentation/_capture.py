@@ -360,13 +360,7 @@ def redact_pii(text: str) -> str:
     carded = _sub_at(_CARD, text, runs, _card)
     if carded != text:  # (a card the Luhn check refused is kept: the text is equal, not the same)
         text, runs = carded, _digit_runs(carded)
-    starts = set(runs)
-    for mark in "+(":
-        at = text.find(mark)
-        while at >= 0:
-            starts.add(at)
-            at = text.find(mark, at + 1)
-    return _sub_at(_PHONE, text, starts, _phone)
+    return _sub_at(_PHONE, text, runs | _starts(text, _PHONE_MARKS_AT), _phone)
 
 
 def _digit_runs(text: str) -> set[int]:
@@ -391,6 +385,9 @@ def _digit_runs(text: str) -> set[int]:
             at = text.find(digit, at + 1)
     return runs
 
+
+_PHONE_MARKS_AT: Final[tuple[tuple[Finder, tuple[int, ...]], ...]] = (("+", (0,)), ("(", (0,)))
+"""Where a phone number can start other than at its digits: its "+" or its "(" ."""
 
 _PURE_HOOKS: Final = frozenset([redact_secrets, redact_pii])
 """The built-in hooks: each returns the same text for the same value, so a value's digest can
